@@ -1,0 +1,73 @@
+"""The FastAPI application: webhook intake, incident search, health and readiness."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+
+from rca.api import incidents, webhook
+from rca.config import Settings
+from rca.dispatch import Dispatcher, create_dispatcher
+from rca.store.db import ping
+
+log = logging.getLogger(__name__)
+
+
+def _broker_ping(settings: Settings) -> None:
+    if settings.embedded_queue:
+        return
+    from kombu import Connection
+
+    with Connection(settings.broker_url, connect_timeout=2) as conn:
+        conn.ensure_connection(max_retries=1)
+
+
+def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> FastAPI:
+    """Build the app; the dispatcher is created at start-up unless one is given (tests, demo)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = dispatcher is None
+        app.state.dispatcher = dispatcher or create_dispatcher(settings)
+        yield
+        if owned:
+            app.state.dispatcher.close()
+
+    app = FastAPI(title="LLM-serving RCA", version="0.1.0", lifespan=lifespan,
+                  description="Root-cause analysis for LLM inference fleets, driven by Alertmanager.")
+    app.state.settings = settings
+    app.include_router(webhook.router, tags=["intake"])
+    app.include_router(incidents.router, tags=["incidents"])
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
+        log.error("database unavailable: %s", exc.orig)
+        return JSONResponse({"detail": "database unavailable, retry later"}, status_code=503,
+                            headers={"Retry-After": "10"})
+
+    @app.get("/healthz", tags=["health"], summary="The process is up")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], summary="Database and broker are reachable")
+    async def readyz() -> JSONResponse:
+        checks: dict[str, str] = {}
+        for name, check in (("database", lambda: ping(settings.effective_database_url)),
+                            ("broker", lambda: _broker_ping(settings))):
+            try:
+                await run_in_threadpool(check)
+                checks[name] = "ok"
+            except Exception as exc:
+                checks[name] = f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+        checks["queue"] = "embedded (in-process)" if settings.embedded_queue else "celery"
+        ready = all(v == "ok" for k, v in checks.items() if k != "queue")
+        return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
+                            status_code=200 if ready else 503)
+
+    return app

@@ -1,0 +1,141 @@
+"""Response shapes of the HTTP API (also what `rca investigate --json` prints)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class FindingOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    kind: str
+    title: str
+    status: str
+    breached: bool
+    value: float | None
+    baseline: float | None
+    threshold: float | None
+    comparison: str
+    unit: str
+    onset: datetime | None
+    query: str | None
+    source: str | None
+    series_labels: dict[str, str] | None
+    detail: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> FindingOut:
+        """Stored findings keep their public id in `key` (the integer id is internal)."""
+        data = {name: getattr(row, name) for name in cls.model_fields if name != "id"}
+        return cls(id=row.key, **data)
+
+
+class HypothesisOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    rank: int
+    category: str
+    title: str
+    confidence: float
+    evidence: list[str]
+    contradicting: list[str]
+    next_steps: list[str]
+    explanation: str
+    analyst: str
+
+
+class InvestigationOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    status: str
+    reason: str
+    attempts: int
+    queued_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    collect_seconds: float | None
+    total_seconds: float | None
+    error: str | None
+    analyst: str | None
+    window_start: datetime | None
+    window_end: datetime | None
+    step_seconds: int | None
+    target: dict[str, Any] | None
+    findings: list[FindingOut]
+    hypotheses: list[HypothesisOut]
+
+    @classmethod
+    def from_row(cls, row: Any) -> InvestigationOut:
+        data = {name: getattr(row, name) for name in cls.model_fields if name not in ("findings", "hypotheses")}
+        return cls(
+            **data,
+            findings=[FindingOut.from_row(f) for f in row.findings],
+            hypotheses=[HypothesisOut.model_validate(h) for h in row.hypotheses],
+        )
+
+
+class AlertOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    fingerprint: str
+    alertname: str | None
+    status: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: datetime
+    ends_at: datetime | None
+    generator_url: str | None
+
+
+class IncidentSummary(BaseModel):
+    id: int
+    title: str
+    status: str
+    alertname: str | None
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    notification_count: int
+    investigation_status: str | None
+    top_category: str | None
+    top_confidence: float | None
+
+
+class IncidentOut(BaseModel):
+    id: int
+    group_key: str
+    title: str
+    status: str
+    alertname: str | None
+    receiver: str
+    group_labels: dict[str, str]
+    common_labels: dict[str, str]
+    common_annotations: dict[str, str]
+    external_url: str | None
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    notification_count: int
+    alerts: list[AlertOut]
+    investigations: list[InvestigationOut]
+    investigation: InvestigationOut | None  # the latest
+
+
+class IncidentPage(BaseModel):
+    items: list[IncidentSummary]
+    total: int
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+class AcceptedOut(BaseModel):
+    incident_id: int
+    created: bool
+    investigation_id: int | None
+    enqueued: bool

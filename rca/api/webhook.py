@@ -1,0 +1,92 @@
+"""`POST /api/v1/alertmanager`: validate, store durably, then enqueue, then answer.
+
+Answers: 200 stored; 400 not JSON; 401 no or wrong token; 413 body over the limit; 422 not an
+Alertmanager v4 payload; 503 database unavailable (Alertmanager retries 5xx). Nothing is stored
+from a refused request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from rca.api.auth import require_webhook_token
+from rca.api.schemas import AcceptedOut
+from rca.intake.schema import WebhookPayload
+from rca.intake.service import IntakeResult, record_notification
+from rca.store.db import session_scope
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                            detail=f"body of {declared} bytes exceeds the limit of {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                                detail=f"body exceeds the limit of {limit} bytes")
+    return bytes(body)
+
+
+def _describe(exc: ValidationError) -> list[str]:
+    messages = []
+    for err in exc.errors()[:20]:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+        messages.append(f"{where or 'body'}: {err['msg']}")
+    return messages
+
+
+def _store(url: str, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResult:
+    for attempt in (1, 2):
+        try:
+            with session_scope(url) as session:
+                return record_notification(session, payload, raw)
+        except IntegrityError:
+            # Two notifications of a new group raced; the loser now finds the winner's incident.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+@router.post("/api/v1/alertmanager", response_model=AcceptedOut, dependencies=[Depends(require_webhook_token)],
+             summary="Alertmanager webhook receiver (payload version 4)")
+async def receive_alertmanager(request: Request) -> AcceptedOut:
+    settings = request.app.state.settings
+    body = await _read_limited(request, settings.webhook_max_body_bytes)
+    try:
+        raw = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"body is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            detail="invalid Alertmanager payload: expected a JSON object")
+    try:
+        payload = WebhookPayload.model_validate(raw)
+    except ValidationError as exc:
+        errors = _describe(exc)
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            detail="invalid Alertmanager payload: " + "; ".join(errors)) from None
+    try:
+        result = await run_in_threadpool(_store, settings.effective_database_url, payload, raw)
+    except OperationalError as exc:
+        log.error("database unavailable, refusing notification for %s: %s", payload.groupKey, exc.orig)
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                            detail="database unavailable; the notification was not stored, retry later",
+                            headers={"Retry-After": "10"}) from None
+    enqueued = False
+    if result.investigation_id is not None:
+        enqueued = await run_in_threadpool(request.app.state.dispatcher.enqueue, result.investigation_id)
+    return AcceptedOut(incident_id=result.incident_id, created=result.created,
+                       investigation_id=result.investigation_id, enqueued=enqueued)

@@ -1,0 +1,266 @@
+"""`rca`: serve, worker, migrate, investigate, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import secrets
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr, ValidationError
+
+from rca.config import ConfigError, Settings, load_settings
+
+log = logging.getLogger("rca")
+SAMPLE_PAYLOAD = "alertmanager_queue_high.json"
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _setup_logging(settings: Settings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _check_auth_settings(settings: Settings) -> None:
+    if not settings.webhook_token and not settings.webhook_allow_unauthenticated:
+        _fail("RCA_WEBHOOK_TOKEN: not set; set a token (or RCA_WEBHOOK_ALLOW_UNAUTHENTICATED=true to accept anyone)")
+    if not settings.api_tokens and not settings.api_allow_unauthenticated:
+        _fail("RCA_API_TOKENS: not set; set comma-separated tokens (or RCA_API_ALLOW_UNAUTHENTICATED=true)")
+
+
+def _prepare_database(settings: Settings) -> None:
+    """The embedded SQLite store migrates itself; a configured database must already be migrated."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    from sqlalchemy.exc import OperationalError
+
+    from rca.store.db import alembic_config, get_engine, migrate
+
+    url = settings.effective_database_url
+    if not settings.database_url:
+        migrate(url)
+        return
+    try:
+        with get_engine(url).connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    except OperationalError as exc:
+        _fail(f"RCA_DATABASE_URL: cannot connect ({str(exc.orig).strip().splitlines()[0]}); is the database running?")
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    if current != head:
+        _fail(f"RCA_DATABASE_URL: schema is at {current or 'nothing'}, expected {head}; run `rca migrate`")
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from rca.api.app import create_app
+
+    _check_auth_settings(settings)
+    _prepare_database(settings)
+    mode = "embedded queue" if settings.embedded_queue else "celery"
+    log.info("serving on %s:%s (%s, database %s)", args.host or settings.host, args.port or settings.port,
+             mode, "sqlite" if settings.effective_database_url.startswith("sqlite") else "postgresql")
+    uvicorn.run(create_app(settings), host=args.host or settings.host, port=args.port or settings.port,
+                log_level=settings.log_level.lower())
+
+
+def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
+    if settings.embedded_queue:
+        _fail("RCA_BROKER_URL: not set; `rca worker` needs a broker (without one, `rca serve` investigates in-process)")
+    _prepare_database(settings)
+    from workers.app import app
+
+    argv = ["worker", "--loglevel", settings.log_level.upper(), "--concurrency", str(args.concurrency),
+            "--queues", "investigations", "--hostname", args.hostname]
+    if not args.no_beat:
+        argv += ["--beat", "--schedule", str(settings.data_dir / "celerybeat-schedule")]
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app.worker_main(argv)
+
+
+def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from rca.store.db import migrate
+
+    try:
+        migrate(settings.effective_database_url, args.revision)
+    except OperationalError as exc:
+        _fail(f"RCA_DATABASE_URL: cannot connect ({str(exc.orig).strip().splitlines()[0]}); is the database running?")
+    print(f"database migrated to {args.revision}")
+
+
+def _alerts_from_args(args: argparse.Namespace) -> tuple[list[dict[str, str]], list[datetime]]:
+    from rca.intake.schema import WebhookPayload
+
+    if args.payload:
+        try:
+            payload = WebhookPayload.model_validate_json(Path(args.payload).read_bytes())
+        except OSError as exc:
+            _fail(f"{args.payload}: {exc.strerror}")
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            _fail(f"{args.payload}: not an Alertmanager payload: {'.'.join(map(str, err['loc']))}: {err['msg']}")
+        firing = [a for a in payload.alerts if a.status == "firing"] or payload.alerts
+        return [a.labels for a in firing], [a.startsAt for a in firing]
+    labels = {}
+    for item in args.label:
+        name, sep, value = item.partition("=")
+        if not sep:
+            _fail(f"--label {item!r}: expected name=value")
+        labels[name] = value
+    if not labels:
+        _fail("give an Alertmanager payload file or at least one --label name=value")
+    start = datetime.fromisoformat(args.start) if args.start else datetime.now(UTC)
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    return [labels], [start]
+
+
+def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
+    from rca.collect.target import target_from_alerts
+    from rca.pipeline import analyse
+    from rca.report import render
+
+    labels, starts = _alerts_from_args(args)
+    target = target_from_alerts(labels, starts, settings.file_config().target)
+    analysis = analyse(settings, target)
+    findings = [f.to_dict() | {"id": f.key} for f in analysis.findings]
+    hypotheses = [h.to_dict() for h in analysis.hypotheses]
+    if args.json:
+        window = analysis.collection.window
+        out = {"target": target.to_dict(), "selectors": analysis.collection.selectors,
+               "window": {"start": window.start.isoformat(), "end": window.end.isoformat(),
+                          "step_seconds": window.step_seconds},
+               "collect_seconds": round(analysis.collect_seconds, 3),
+               "findings": findings, "hypotheses": hypotheses}
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(render(target.describe(), findings, hypotheses))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
+    """Start the real service on embedded defaults, send it a sample alert, print what it stored."""
+    import httpx
+    import uvicorn
+
+    from rca.api.app import create_app
+    from rca.report import render
+
+    webhook_token, api_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    settings = settings.model_copy(
+        update={"webhook_token": SecretStr(webhook_token), "api_tokens": [SecretStr(api_token)]}
+    )
+    _prepare_database(settings)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if time.monotonic() > deadline:
+                _fail("the service did not start within 10 s")
+            time.sleep(0.05)
+        payload: dict[str, Any] = json.loads(
+            resources.files("rca.samples").joinpath(SAMPLE_PAYLOAD).read_text()
+            if not args.payload else Path(args.payload).read_text()
+        )
+        if not args.payload:
+            payload["groupKey"] += f"/demo-{int(time.time())}"  # a fresh incident on every run
+            for alert in payload["alerts"]:
+                alert["startsAt"] = datetime.now(UTC).isoformat()
+        print(f"rca demo: service on {base} ({'SQLite ' + str(settings.effective_database_url)})")
+        reply = httpx.post(f"{base}/api/v1/alertmanager", json=payload,
+                           headers={"Authorization": f"Bearer {webhook_token}"}, timeout=10)
+        print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")
+        reply.raise_for_status()
+        incident_id = reply.json()["incident_id"]
+        auth = {"Authorization": f"Bearer {api_token}"}
+        deadline = time.monotonic() + 60
+        while True:
+            incident = httpx.get(f"{base}/api/v1/incidents/{incident_id}", headers=auth, timeout=10).json()
+            inv = incident["investigation"]
+            if inv and inv["status"] in ("done", "failed"):
+                break
+            if time.monotonic() > deadline:
+                _fail("the investigation did not finish within 60 s")
+            time.sleep(0.2)
+        print(f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
+              f"in {inv['total_seconds']} s\n")
+        print(f"Incident {incident_id}: {incident['title']}")
+        if inv.get("error"):
+            print(f"Note: {inv['error']}")
+        target = " ".join(f"{k}={v}" for k, v in (inv.get("target") or {}).get("labels", {}).items())
+        print(render(target or "-", inv["findings"], inv["hypotheses"]))
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rca", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTP service (webhook + search API)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(func=cmd_serve)
+
+    worker = sub.add_parser("worker", help="run a Celery worker for investigations")
+    worker.add_argument("--concurrency", type=int, default=2)
+    worker.add_argument("--hostname", default="rca@%h")
+    worker.add_argument("--no-beat", action="store_true", help="do not run the stranded-investigation sweeper")
+    worker.set_defaults(func=cmd_worker)
+
+    mig = sub.add_parser("migrate", help="create or upgrade the database schema")
+    mig.add_argument("revision", nargs="?", default="head")
+    mig.set_defaults(func=cmd_migrate)
+
+    inv = sub.add_parser("investigate", help="run one investigation now and print the ranked result")
+    inv.add_argument("payload", nargs="?", help="Alertmanager webhook payload (JSON file)")
+    inv.add_argument("--label", action="append", default=[], help="alert label name=value (instead of a payload)")
+    inv.add_argument("--start", help="alert start, ISO 8601 (with --label; default now)")
+    inv.add_argument("--json", action="store_true", help="machine-readable output")
+    inv.set_defaults(func=cmd_investigate)
+
+    demo = sub.add_parser("demo", help="start the service on embedded defaults and investigate a sample alert")
+    demo.add_argument("--payload", help="send this Alertmanager payload instead of the bundled sample")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        _fail(str(exc))
+    _setup_logging(settings)
+    try:
+        args.func(settings, args)
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Signal profiles as data: which series to pull, with which PromQL, judged how.
+
+A profile is a YAML file (see `rca/profiles/`), so adding a serving stack is adding a file,
+not code. Queries are `string.Template`s over the scope selectors `$serving`, `$gpu`, `$node`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from string import Template
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from rca.config import ConfigError
+
+PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
+DEFAULT_PROFILE = "vllm_dcgm"
+
+
+class QueryAlternative(BaseModel):
+    """One way to compute a signal; the first alternative that returns data is used."""
+
+    source: str
+    promql: str
+
+    def render(self, selectors: dict[str, str]) -> str:
+        return Template(self.promql).substitute(selectors)
+
+
+class SignalSpec(BaseModel):
+    """A series to pull and the rule that says whether it is abnormal.
+
+    Either `threshold` (absolute, like the article's 0.82 / 0.61 / 4.7) or `change` (relative to
+    the pre-onset baseline, for series whose healthy level differs per fleet) decides a breach.
+    """
+
+    model_config = {"extra": "forbid"}
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    kind: Literal["signal", "supporting"] = "supporting"
+    scope: Literal["serving", "gpu", "node"]
+    comparison: Literal[">", "<"]
+    threshold: float | None = None
+    change: float | None = Field(default=None, gt=0)
+    min_delta: float = Field(default=0.0, ge=0)
+    unit: str = ""
+    proxy_note: str | None = None
+    queries: list[QueryAlternative] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> SignalSpec:
+        if (self.threshold is None) == (self.change is None):
+            raise ValueError(f"signal {self.id}: set exactly one of threshold or change")
+        return self
+
+
+class ScopeSpec(BaseModel):
+    probe: str = Field(description="regex of metric names whose presence proves the scope matched")
+
+
+class Profile(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    name: str
+    description: str = ""
+    scopes: dict[Literal["serving", "gpu", "node"], ScopeSpec]
+    signals: list[SignalSpec]
+
+    def with_thresholds(self, thresholds: dict[str, float]) -> Profile:
+        """A copy with operator thresholds applied (unknown ids are an error, not ignored)."""
+        known = {s.id for s in self.signals}
+        unknown = sorted(set(thresholds) - known)
+        if unknown:
+            raise ConfigError(
+                f"RCA_CONFIG_FILE: thresholds: unknown signal id(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        signals = []
+        for spec in self.signals:
+            if spec.id in thresholds:
+                value = thresholds[spec.id]
+                spec = spec.model_copy(
+                    update={"threshold": value, "change": None} if spec.threshold is not None
+                    else {"change": value}
+                )
+            signals.append(spec)
+        return self.model_copy(update={"signals": signals})
+
+
+@lru_cache(maxsize=16)
+def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
+    """Load a bundled profile by name, or a profile file by path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILES_DIR / f"{name_or_path}.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError:
+        bundled = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+        raise ConfigError(f"profile {name_or_path!r} not found (bundled: {bundled})") from None
+    try:
+        return Profile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"profile {path}: {where}: {err['msg']}") from None

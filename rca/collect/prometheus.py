@@ -1,0 +1,141 @@
+"""Pull the investigation window from Prometheus: probe the scopes, then run every signal's
+range query concurrently. Failures become data (`SeriesResult.error`), never exceptions, so a
+missing series or a Prometheus outage turns into an "unavailable" finding."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from rca.collect.profile import Profile, SignalSpec
+
+Samples = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime
+    end: datetime
+    step_seconds: int
+
+
+def choose_window(alert_start: datetime, now: datetime, lookback: timedelta, max_points: int,
+                  min_step: int) -> Window:
+    """[alert start - lookback, now] at a step that keeps every series under `max_points`
+    (Prometheus refuses more than 11,000 points per series)."""
+    start = min(alert_start, now) - lookback
+    seconds = (now - start).total_seconds()
+    step = max(min_step, math.ceil(seconds / max_points))
+    return Window(start=start, end=now, step_seconds=step)
+
+
+@dataclass
+class SeriesResult:
+    """The data one signal got: which query and source answered, its series, or why none."""
+
+    spec: SignalSpec
+    promql: str | None = None
+    source: str | None = None
+    series: list[tuple[dict[str, str], Samples]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class Collection:
+    window: Window
+    selectors: dict[str, str | None]
+    results: list[SeriesResult]
+    prometheus_error: str | None = None
+
+
+class PrometheusSource:
+    """A thin wrapper over prometheus-api-client with short, bounded retries."""
+
+    def __init__(self, url: str, timeout: float, concurrency: int) -> None:
+        retry = Retry(total=1, connect=1, backoff_factor=0.2, status_forcelist=[502, 503, 504],
+                      allowed_methods=None)
+        self.url = url
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.client = PrometheusConnect(url=url, retry=retry, timeout=timeout, method="POST")
+
+    def _instant(self, promql: str, at: datetime) -> list[dict]:
+        return self.client.custom_query(promql, params={"time": at.timestamp()})
+
+    def _range(self, promql: str, window: Window) -> list[dict]:
+        return self.client.custom_query_range(
+            promql, start_time=window.start, end_time=window.end, step=f"{window.step_seconds}s"
+        )
+
+    def _probe(self, probe: str, candidates: list[str], window: Window) -> str | None:
+        """The first candidate selector under which any probe metric has data in the window."""
+        lookback = max(60, int((window.end - window.start).total_seconds()))
+        for selector in candidates:
+            promql = f'count(last_over_time({{__name__=~"{probe}",{selector}}}[{lookback}s]))'
+            if self._instant(promql, window.end):
+                return selector
+        return None
+
+    def _fetch(self, spec: SignalSpec, selectors: dict[str, str | None], window: Window) -> SeriesResult:
+        result = SeriesResult(spec=spec)
+        selector = selectors.get(spec.scope)
+        if selector is None:
+            result.error = f"no {spec.scope} series match this target"
+            return result
+        tried = []
+        for alternative in spec.queries:
+            promql = alternative.render({scope: sel or "" for scope, sel in selectors.items()})
+            try:
+                data = self._range(promql, window)
+            except (requests.RequestException, PrometheusApiClientException) as exc:
+                result.promql, result.error = promql, f"query failed: {_short(exc)}"
+                return result
+            series = [(item["metric"], _samples(item["values"])) for item in data]
+            series = [(labels, values) for labels, values in series if values]
+            if series:
+                result.promql, result.source, result.series = promql, alternative.source, series
+                return result
+            tried.append(alternative.source)
+        result.promql = spec.queries[0].render({s: sel or "" for s, sel in selectors.items()})
+        result.error = "no data from: " + "; ".join(tried)
+        return result
+
+    def collect(self, profile: Profile, candidates: dict[str, list[str]], window: Window) -> Collection:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            try:
+                probes = {
+                    scope: pool.submit(self._probe, spec.probe, candidates.get(scope, []), window)
+                    for scope, spec in profile.scopes.items()
+                }
+                selectors = {scope: future.result() for scope, future in probes.items()}
+            except (requests.RequestException, PrometheusApiClientException) as exc:
+                error = f"Prometheus at {self.url} is unavailable: {_short(exc)}"
+                results = [SeriesResult(spec=spec, error=error) for spec in profile.signals]
+                return Collection(window=window, selectors={}, results=results, prometheus_error=error)
+            futures = [pool.submit(self._fetch, spec, selectors, window) for spec in profile.signals]
+            results = [future.result() for future in futures]
+        return Collection(window=window, selectors=selectors, results=results)
+
+
+def _samples(values: list[list]) -> Samples:
+    out: Samples = []
+    for ts, raw in values:
+        value = float(raw)
+        if math.isfinite(value):
+            out.append((float(ts), value))
+    return out
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, requests.ConnectionError):
+        text = "connection refused or unreachable"
+    elif isinstance(exc, requests.Timeout):
+        text = "timed out"
+    return text[:300]

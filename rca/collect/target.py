@@ -1,0 +1,133 @@
+"""Which series belong to the alert: the target (host, pod, model) and its label selectors.
+
+Alerts come from different exporters: vLLM's `instance` is `host:port`, node_exporter's may be a
+bare host after relabelling, DCGM names the host in `Hostname`/`hostname` and, in Kubernetes mode,
+the GPU-consuming pod in `pod`/`namespace`. We reduce an alert to a host name (port and domain
+dropped) plus its scope labels, and offer each scope (serving, gpu, node) a list of candidate
+selectors, most specific first. Collection keeps the first candidate that has series.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rca.config import TargetConfig
+
+_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_HOST_CHARS = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PORT = re.compile(r":\d+$")
+
+
+def host_from_label(value: str) -> str:
+    """`gpu-node-1.example.com:8000` -> `gpu-node-1`; `10.0.0.5:9100` -> `10.0.0.5`."""
+    value = value.strip()
+    if value.startswith("["):  # [ipv6]:port
+        return value[1:].split("]", 1)[0]
+    value = _PORT.sub("", value)
+    if _IPV4.match(value):
+        return value
+    return value.split(".", 1)[0]
+
+
+def host_regex(host: str) -> str:
+    """A PromQL regex (already escaped for a double-quoted string) matching the host's spellings:
+    bare, with any domain, with any port."""
+    if not _HOST_CHARS.match(host):
+        return re.escape(host).replace("\\", "\\\\")
+    escaped = host.replace(".", "\\\\.")
+    if _IPV4.match(host):
+        return f"{escaped}(:[0-9]+)?"
+    return f"{escaped}(\\\\.[^:]+)?(:[0-9]+)?"
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+@dataclass(frozen=True)
+class Target:
+    """The thing under investigation, as far as the alerts tell."""
+
+    host: str | None
+    labels: dict[str, str]
+    alert_start: datetime
+    alertnames: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = [f"host={self.host}"] if self.host else []
+        parts += [f"{k}={v}" for k, v in sorted(self.labels.items())]
+        return " ".join(parts) or "(no identifying labels)"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["alert_start"] = self.alert_start.isoformat()
+        return data
+
+
+def target_from_alerts(
+    alerts: list[dict[str, str]], starts: list[datetime], config: TargetConfig
+) -> Target:
+    """Reduce the incident's alert label sets to one target.
+
+    The most common host among the firing alerts wins (an alert group normally shares it); scope
+    labels are kept only when every alert that has them agrees, so a group spanning two pods is
+    not narrowed to one of them.
+    """
+    hosts: Counter[str] = Counter()
+    for labels in alerts:
+        for name in config.host_labels:
+            if labels.get(name):
+                hosts[host_from_label(labels[name])] += 1
+                break
+    host = hosts.most_common(1)[0][0] if hosts else None
+
+    scope: dict[str, str] = {}
+    for name in config.scope_labels:
+        values = {labels[name] for labels in alerts if labels.get(name)}
+        if len(values) == 1:
+            scope[name] = values.pop()
+    names = sorted({labels["alertname"] for labels in alerts if labels.get("alertname")})
+    return Target(host=host, labels=scope, alert_start=min(starts), alertnames=names)
+
+
+def _matchers(**equal: str | None) -> list[str]:
+    return [f'{name}="{_quote(value)}"' for name, value in equal.items() if value]
+
+
+def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str]]:
+    """Candidate selectors (the inside of `{...}`) per scope, most specific first."""
+    pod_ns = _matchers(namespace=target.labels.get("namespace"), pod=target.labels.get("pod"))
+    model = _matchers(model_name=target.labels.get("model_name"))
+    job = _matchers(job=target.labels.get("job"))
+    host = [f'instance=~"{host_regex(target.host)}"'] if target.host else []
+
+    serving: list[list[str]] = []
+    if pod_ns:
+        serving += [pod_ns + model + job, pod_ns + model, pod_ns]
+    if host:
+        serving += [host + model + job, host + model, host]
+    if not serving and model:
+        serving.append(model)
+
+    gpu: list[list[str]] = []
+    if pod_ns:
+        gpu.append(pod_ns)
+    if target.host:
+        for label in config.gpu_host_labels:
+            gpu.append([f'{label}=~"{host_regex(target.host)}"'])
+
+    node: list[list[str]] = [host] if host else []
+
+    def unique(candidates: list[list[str]]) -> list[str]:
+        seen: list[str] = []
+        for matchers in candidates:
+            text = ",".join(matchers)
+            if text and text not in seen:
+                seen.append(text)
+        return seen
+
+    return {"serving": unique(serving), "gpu": unique(gpu), "node": unique(node)}

@@ -1,0 +1,167 @@
+"""Settings from `RCA_*` environment variables plus an optional YAML config file.
+
+Everything the service reads from its environment lives here, so that a bad setting is caught
+once, at start-up, and reported as one line that names it (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+
+class ConfigError(Exception):
+    """A setting is wrong; the message is one line that names it and says what to do."""
+
+
+class TargetConfig(BaseModel):
+    """How alert labels are turned into the scope of an investigation."""
+
+    host_labels: list[str] = Field(
+        default=["instance", "Hostname", "hostname", "node", "host", "nodename"],
+        description="Labels that name the host, in order of preference; a port suffix is dropped.",
+    )
+    scope_labels: list[str] = Field(
+        default=["namespace", "pod", "model_name", "job"],
+        description="Labels that narrow the serving target when the alert carries them.",
+    )
+    gpu_host_labels: list[str] = Field(
+        default=["Hostname", "hostname", "instance"],
+        description="Labels on GPU exporter series that may carry the host name.",
+    )
+
+
+class FileConfig(BaseModel):
+    """The optional config file (`RCA_CONFIG_FILE`): thresholds and profile overrides."""
+
+    model_config = {"extra": "forbid"}
+
+    thresholds: dict[str, float] = Field(default_factory=dict)
+    profile: str | None = None
+    target: TargetConfig = Field(default_factory=TargetConfig)
+
+
+class Settings(BaseSettings):
+    """Service settings. Unset database and broker mean the embedded mode (SQLite, in-process)."""
+
+    model_config = SettingsConfigDict(env_prefix="RCA_", extra="ignore")
+
+    database_url: str | None = None
+    broker_url: str | None = None
+    data_dir: Path = Path("rca-data")
+    prometheus_url: str | None = None
+    prometheus_timeout_seconds: float = Field(default=10.0, gt=0)
+    webhook_token: SecretStr | None = None
+    webhook_allow_unauthenticated: bool = False
+    api_tokens: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    api_allow_unauthenticated: bool = False
+    config_file: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    public_url: str | None = None
+    lookback_minutes: int = Field(default=180, ge=10, le=7 * 24 * 60)
+    max_points_per_series: int = Field(default=1100, ge=100, le=11000)
+    min_step_seconds: int = Field(default=15, ge=1)
+    query_concurrency: int = Field(default=8, ge=1, le=64)
+    webhook_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    investigation_timeout_seconds: float = Field(default=60.0, gt=0)
+    sweep_after_seconds: int = Field(default=60, ge=5)
+    log_level: str = "INFO"
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [token.strip() for token in value.split(",") if token.strip()]
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL ({exc})") from None
+        if url.get_backend_name() not in ("postgresql", "sqlite"):
+            raise ValueError(f"unsupported database '{url.get_backend_name()}'; use postgresql or sqlite")
+        if url.get_backend_name() == "postgresql" and url.get_driver_name() in ("psycopg2", "default"):
+            # psycopg 3 is the driver we ship; accept the common `postgresql://` spelling.
+            value = url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _check_broker_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "amqp://", "memory://")):
+            raise ValueError("must start with redis://, rediss://, amqp:// or memory://")
+        return value
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _check_prometheus_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/") if value else value
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured database, or the embedded SQLite file under `data_dir`."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'rca.db').resolve()}"
+
+    @property
+    def embedded_queue(self) -> bool:
+        """True when investigations run in-process because no broker is configured."""
+        return not self.broker_url
+
+    def file_config(self) -> FileConfig:
+        return load_file_config(self.config_file)
+
+
+def load_file_config(path: Path | None) -> FileConfig:
+    """Read and validate the YAML config file; errors name the file and the key."""
+    if path is None:
+        return FileConfig()
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"RCA_CONFIG_FILE: cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"RCA_CONFIG_FILE: {path} is not valid YAML: {exc}".replace("\n", " ")) from None
+    try:
+        return FileConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(part) for part in err["loc"])
+        raise ConfigError(f"RCA_CONFIG_FILE: {path}: {where}: {err['msg']}") from None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings, turning the first validation error into a one-line `ConfigError`."""
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "RCA_" + str(err["loc"][0]).upper() if err["loc"] else "RCA_*"
+        given = err.get("input")
+        secret = "token" in name.lower() or "url" in name.lower()
+        shown = "" if secret or isinstance(given, dict) or given is None else f" (got {given!r})"
+        raise ConfigError(f"{name}: {err['msg']}{shown}") from None
+    settings.file_config()  # validate the file now, not at the first investigation
+    return settings
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings, read once."""
+    return load_settings()

@@ -1,0 +1,98 @@
+"""Hand investigations to whatever runs them: Celery when a broker is configured, otherwise a
+thread pool inside the API process (the embedded mode).
+
+Enqueueing happens only after the incident is committed. If it fails (broker down), the
+investigation stays `queued` in the database and the sweeper enqueues it again later, so an
+accepted alert always reaches an investigation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Protocol
+
+from rca.config import Settings
+from rca.store import investigations
+from rca.store.db import session_scope
+
+log = logging.getLogger(__name__)
+
+
+class Dispatcher(Protocol):
+    def enqueue(self, investigation_id: int) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class CeleryDispatcher:
+    """Send `workers.tasks.investigate` to the broker."""
+
+    def __init__(self, settings: Settings) -> None:
+        from workers.app import create_app
+
+        self.app = create_app(settings)
+
+    def enqueue(self, investigation_id: int) -> bool:
+        try:
+            self.app.send_task("rca.investigate", args=[investigation_id], retry=False)
+        except Exception as exc:  # kombu raises many transport-specific types
+            log.warning("enqueue of investigation %s failed, the sweeper will retry: %s", investigation_id, exc)
+            return False
+        return True
+
+    def close(self) -> None:
+        self.app.pool.force_close_all()
+
+
+class InlineDispatcher:
+    """Run investigations on background threads of this process, and sweep for stranded ones."""
+
+    def __init__(self, settings: Settings, workers: int = 2) -> None:
+        self.settings = settings
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="investigate")
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep_forever, name="sweeper", daemon=True)
+        self._sweeper.start()
+
+    def enqueue(self, investigation_id: int) -> bool:
+        self.pool.submit(self._run, investigation_id)
+        return True
+
+    def _run(self, investigation_id: int) -> None:
+        from rca.pipeline import run_investigation
+
+        try:
+            run_investigation(self.settings, investigation_id)
+        except Exception as exc:
+            log.exception("investigation %s failed", investigation_id)
+            with session_scope(self.settings.effective_database_url) as session:
+                investigations.mark_failed(session, investigation_id, f"{type(exc).__name__}: {exc}", final=True)
+
+    def _sweep_forever(self) -> None:
+        # The first sweep at start-up picks up what a previous process accepted but never ran.
+        older_than = timedelta(0)
+        while not self._stop.is_set():
+            try:
+                for investigation_id in sweep(self.settings, older_than):
+                    self.enqueue(investigation_id)
+            except Exception as exc:
+                log.warning("sweep failed: %s", exc)
+            older_than = timedelta(seconds=self.settings.sweep_after_seconds)
+            self._stop.wait(self.settings.sweep_after_seconds)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.pool.shutdown(wait=True, cancel_futures=False)
+
+
+def sweep(settings: Settings, older_than: timedelta) -> list[int]:
+    """Claim stranded investigations for re-enqueueing."""
+    with session_scope(settings.effective_database_url) as session:
+        return investigations.stranded(session, older_than)
+
+
+def create_dispatcher(settings: Settings) -> Dispatcher:
+    return InlineDispatcher(settings) if settings.embedded_queue else CeleryDispatcher(settings)

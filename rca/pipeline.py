@@ -1,0 +1,75 @@
+"""The investigation pipeline: target -> collect -> signals -> diagnosis -> store.
+
+`analyse` is pure (no database, no queue) so that `rca investigate` and tests can run it on
+their own; `run_investigation` wires it to the store and is what the worker calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from rca.collect.profile import DEFAULT_PROFILE, load_profile
+from rca.collect.prometheus import Collection, PrometheusSource, SeriesResult, choose_window
+from rca.collect.target import Target, scope_candidates
+from rca.config import Settings
+from rca.diagnosis.ranking import Hypothesis, rank
+from rca.signals.findings import Finding, judge_all
+from rca.store import investigations
+from rca.store.db import session_scope
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Analysis:
+    target: Target
+    collection: Collection
+    findings: list[Finding]
+    hypotheses: list[Hypothesis]
+    collect_seconds: float
+
+
+def analyse(settings: Settings, target: Target, now: datetime | None = None) -> Analysis:
+    """Collect the window around the alert, judge every signal and rank the causes."""
+    now = now or datetime.now(UTC)
+    file_config = settings.file_config()
+    profile = load_profile(file_config.profile or DEFAULT_PROFILE).with_thresholds(file_config.thresholds)
+    window = choose_window(target.alert_start, now, timedelta(minutes=settings.lookback_minutes),
+                           settings.max_points_per_series, settings.min_step_seconds)
+    started = time.perf_counter()
+    if settings.prometheus_url:
+        source = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_seconds,
+                                  settings.query_concurrency)
+        collection = source.collect(profile, scope_candidates(target, file_config.target), window)
+    else:
+        error = "no Prometheus configured (set RCA_PROMETHEUS_URL)"
+        collection = Collection(window=window, selectors={}, prometheus_error=error,
+                                results=[SeriesResult(spec=s, error=error) for s in profile.signals])
+    collect_seconds = time.perf_counter() - started
+    findings = judge_all(collection, target.alert_start)
+    return Analysis(target=target, collection=collection, findings=findings, hypotheses=rank(findings),
+                    collect_seconds=collect_seconds)
+
+
+def run_investigation(settings: Settings, investigation_id: int) -> str:
+    """Run one stored investigation to completion; safe to call again for the same id.
+
+    Returns the final status. A redelivered task finds the investigation done and returns
+    without touching it; a retried one replaces its own findings, so nothing is stored twice.
+    """
+    url = settings.effective_database_url
+    started = time.perf_counter()
+    with session_scope(url) as session:
+        claim = investigations.claim(session, investigation_id)
+    if claim is None:
+        return "skipped"
+    analysis = analyse(settings, claim.target(settings.file_config().target))
+    with session_scope(url) as session:
+        investigations.save_analysis(session, investigation_id, analysis,
+                                     total_seconds=time.perf_counter() - started)
+    top = analysis.hypotheses[0]
+    log.info("investigation %s done: top=%s (%.2f)", investigation_id, top.category, top.confidence)
+    return "done"

@@ -1,0 +1,33 @@
+"""Plain-text rendering of a ranked result for the terminal (`rca investigate`, `rca demo`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0%}" if unit == "ratio" else f"{value:.3g}"
+
+
+def render(target: str, findings: list[dict[str, Any]], hypotheses: list[dict[str, Any]]) -> str:
+    """Findings and hypotheses as dicts (API shape), formatted for a human."""
+    lines = [f"Target: {target}", "", "Ranked root causes:"]
+    for h in hypotheses:
+        lines.append(f"  {h['rank']}. {h['category']}  confidence {h['confidence']:.2f}  - {h['title']}")
+        if h.get("evidence"):
+            lines.append(f"     evidence: {', '.join(h['evidence'])}")
+        if h.get("contradicting"):
+            lines.append(f"     against:  {', '.join(h['contradicting'])}")
+    lines += ["", "Findings:"]
+    for f in findings:
+        mark = {"breached": "!!", "ok": "ok", "unavailable": "--"}.get(f["status"], "  ")
+        onset = f" since {f['onset']}" if f.get("onset") else ""
+        lines.append(
+            f"  [{mark}] {f['id']:<24} {_value(f['value'], f['unit']):>8} "
+            f"(baseline {_value(f['baseline'], f['unit'])}){onset}"
+        )
+        if f["status"] == "unavailable":
+            lines.append(f"       {f['detail']}")
+    return "\n".join(lines)

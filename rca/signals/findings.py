@@ -1,0 +1,162 @@
+"""Judge each signal's data: current value, pre-onset baseline, breach and onset.
+
+A finding is the unit of evidence everywhere (API, database, ranking, prompts). Its `key` is the
+signal id, so hypotheses can cite it and a redelivered investigation cannot store it twice.
+"""
+
+from __future__ import annotations
+
+import operator
+import statistics
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from rca.collect.profile import SignalSpec
+from rca.collect.prometheus import Collection, Samples, SeriesResult
+
+CURRENT_MINUTES = 10  # "current" = median of the last ten minutes
+BASELINE_GUARD_MINUTES = 30  # the baseline ends this long before the alert started
+ONSET_GAP_SAMPLES = 2  # a breach run survives this many healthy samples in a row
+
+COMPARE = {">": operator.gt, "<": operator.lt}
+
+
+@dataclass
+class Finding:
+    key: str
+    kind: str
+    title: str
+    status: str  # breached | ok | unavailable
+    breached: bool
+    value: float | None
+    baseline: float | None
+    threshold: float | None
+    comparison: str
+    unit: str
+    onset: datetime | None
+    query: str | None
+    source: str | None
+    series_labels: dict[str, str] | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["onset"] = self.onset.isoformat() if self.onset else None
+        return data
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _limit(spec: SignalSpec, baseline: float | None) -> float | None:
+    """The value beyond which a sample counts as breached."""
+    if spec.threshold is not None:
+        return spec.threshold
+    if baseline is None or spec.change is None:
+        return None
+    if spec.comparison == ">":
+        return max(baseline * (1 + spec.change), baseline + spec.min_delta)
+    return min(baseline * (1 - spec.change), baseline - spec.min_delta)
+
+
+def _onset(samples: Samples, beyond: Any) -> float | None:
+    """Start of the breach run that reaches the end of the window, tolerating short gaps."""
+    onset, gap = None, 0
+    for ts, value in reversed(samples):
+        if beyond(value):
+            onset, gap = ts, 0
+        else:
+            gap += 1
+            if gap > ONSET_GAP_SAMPLES:
+                break
+    return onset
+
+
+@dataclass
+class _SeriesVerdict:
+    labels: dict[str, str]
+    current: float
+    baseline: float | None
+    limit: float | None
+    breached: bool
+    onset: float | None
+
+
+def _judge_series(spec: SignalSpec, labels: dict[str, str], samples: Samples, end: float,
+                  alert_start: float) -> _SeriesVerdict | None:
+    recent = [v for ts, v in samples if ts >= end - CURRENT_MINUTES * 60]
+    current = _median(recent)
+    if current is None:
+        return None
+    guard = alert_start - BASELINE_GUARD_MINUTES * 60
+    baseline = _median([v for ts, v in samples if ts < guard])
+    limit = _limit(spec, baseline)
+    compare = COMPARE[spec.comparison]
+    breached = limit is not None and compare(current, limit)
+    onset = _onset(samples, lambda v: compare(v, limit)) if breached else None
+    if breached and onset is not None and spec.threshold is not None:
+        # For absolute thresholds the baseline is what the series looked like before it broke.
+        before = _median([v for ts, v in samples if ts < onset])
+        baseline = before if before is not None else baseline
+    return _SeriesVerdict(labels, current, baseline, limit, breached, onset)
+
+
+def _severity(spec: SignalSpec, verdict: _SeriesVerdict) -> float:
+    """How far beyond (positive) or within (negative) its limit a series is, for picking the worst."""
+    if verdict.limit is None:
+        return float("-inf")
+    delta = verdict.current - verdict.limit
+    return delta if spec.comparison == ">" else -delta
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "ratio":
+        return f"{value:.0%}"
+    return f"{value:.3g}"
+
+
+def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding:
+    """One finding per signal: the worst of its series decides."""
+    spec = result.spec
+    base = dict(key=spec.id, kind=spec.kind, title=spec.title, comparison=spec.comparison, unit=spec.unit,
+                query=result.promql, source=result.source, threshold=spec.threshold)
+    verdicts = [
+        v for labels, samples in result.series
+        if (v := _judge_series(spec, labels, samples, end.timestamp(), alert_start.timestamp()))
+    ]
+    if not verdicts:
+        why = result.error or f"no samples in the last {CURRENT_MINUTES} minutes"
+        return Finding(**base, status="unavailable", breached=False, value=None, baseline=None,
+                       onset=None, series_labels=None, detail=f"data unavailable: {why}")
+    worst = max(verdicts, key=lambda v: _severity(spec, v))
+    onset = datetime.fromtimestamp(worst.onset, UTC) if worst.onset else None
+    limit_text = _fmt(worst.limit, spec.unit) if worst.limit is not None else "n/a (no baseline)"
+    detail = (
+        f"{spec.title} is {_fmt(worst.current, spec.unit)} "
+        f"(baseline {_fmt(worst.baseline, spec.unit)}, limit {spec.comparison} {limit_text})"
+    )
+    if onset:
+        detail += f" since {onset:%H:%M} UTC"
+    if spec.proxy_note:
+        detail += f". {spec.proxy_note}"
+    if len(verdicts) > 1:
+        detail += f" [worst of {len(verdicts)} series]"
+    return Finding(**base | {"threshold": worst.limit if spec.threshold is None else spec.threshold},
+                   status="breached" if worst.breached else "ok", breached=worst.breached,
+                   value=worst.current, baseline=worst.baseline, onset=onset,
+                   series_labels=worst.labels or None, detail=detail)
+
+
+def judge_all(collection: Collection, alert_start: datetime) -> list[Finding]:
+    return [judge(result, collection.window.end, alert_start) for result in collection.results]
+
+
+def onset_order(findings: list[Finding]) -> list[str]:
+    """Breached finding keys in the order they started (what moved first)."""
+    dated = [f for f in findings if f.breached and f.onset]
+    return [f.key for f in sorted(dated, key=lambda f: f.onset or datetime.max.replace(tzinfo=UTC))]
+

@@ -1,0 +1,199 @@
+"""SQLAlchemy tables: incidents, the notifications and alerts in them, investigations, findings
+and hypotheses. The schema itself is created only by the Alembic migrations in `migrations/`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone on its own)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTCDateTime column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Incident(Base):
+    """One Alertmanager alert group while it is open."""
+
+    __tablename__ = "incidents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_key: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # firing | resolved
+    title: Mapped[str] = mapped_column(Text)
+    alertname: Mapped[str | None] = mapped_column(String(255), index=True)
+    receiver: Mapped[str] = mapped_column(String(255))
+    group_labels: Mapped[dict[str, str]] = mapped_column(JSONType)
+    common_labels: Mapped[dict[str, str]] = mapped_column(JSONType)
+    common_annotations: Mapped[dict[str, str]] = mapped_column(JSONType)
+    external_url: Mapped[str | None] = mapped_column(Text)
+    notification_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    alerts: Mapped[list[Alert]] = relationship(back_populates="incident", order_by="Alert.id")
+    investigations: Mapped[list[Investigation]] = relationship(
+        back_populates="incident", order_by="Investigation.id"
+    )
+
+    __table_args__ = (
+        # At most one open incident per alert group; a resolved group may open a new one later.
+        Index(
+            "uq_incidents_open_group_key",
+            "group_key",
+            unique=True,
+            postgresql_where=text("status = 'firing'"),
+            sqlite_where=text("status = 'firing'"),
+        ),
+    )
+
+
+class Notification(Base):
+    """Every accepted webhook body, verbatim, for audit and replay."""
+
+    __tablename__ = "notifications"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    status: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+
+class Alert(Base):
+    """One alert (by fingerprint) within an incident, with its latest raw form."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    alertname: Mapped[str | None] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, str]] = mapped_column(JSONType)
+    annotations: Mapped[dict[str, str]] = mapped_column(JSONType)
+    starts_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    generator_url: Mapped[str | None] = mapped_column(Text)
+    raw: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    incident: Mapped[Incident] = relationship(back_populates="alerts")
+
+    __table_args__ = (UniqueConstraint("incident_id", "fingerprint", name="uq_alerts_incident_fingerprint"),)
+
+
+class Investigation(Base):
+    """One run of the pipeline over an incident: when, how long, and how it ended."""
+
+    __tablename__ = "investigations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # queued | running | done | failed
+    reason: Mapped[str] = mapped_column(String(32))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    collect_seconds: Mapped[float | None] = mapped_column(Float)
+    total_seconds: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    analyst: Mapped[str | None] = mapped_column(String(64))
+    window_start: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    window_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    step_seconds: Mapped[int | None] = mapped_column(Integer)
+    target: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+
+    incident: Mapped[Incident] = relationship(back_populates="investigations")
+    findings: Mapped[list[Finding]] = relationship(
+        back_populates="investigation", order_by="Finding.id", cascade="all, delete-orphan"
+    )
+    hypotheses: Mapped[list[Hypothesis]] = relationship(
+        back_populates="investigation", order_by="Hypothesis.rank", cascade="all, delete-orphan"
+    )
+
+
+class Finding(Base):
+    """What one check concluded from one signal's data."""
+
+    __tablename__ = "findings"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    investigation_id: Mapped[int] = mapped_column(
+        ForeignKey("investigations.id", ondelete="CASCADE"), index=True
+    )
+    key: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # signal | supporting
+    title: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # breached | ok | unavailable
+    breached: Mapped[bool] = mapped_column(default=False)
+    value: Mapped[float | None] = mapped_column(Float)
+    baseline: Mapped[float | None] = mapped_column(Float)
+    threshold: Mapped[float | None] = mapped_column(Float)
+    comparison: Mapped[str] = mapped_column(String(2))
+    unit: Mapped[str] = mapped_column(String(16))
+    onset: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    query: Mapped[str | None] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(Text)
+    series_labels: Mapped[dict[str, str] | None] = mapped_column(JSONType)
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+    investigation: Mapped[Investigation] = relationship(back_populates="findings")
+
+    __table_args__ = (UniqueConstraint("investigation_id", "key", name="uq_findings_investigation_key"),)
+
+
+class Hypothesis(Base):
+    """One ranked root cause, pointing at the findings that support it."""
+
+    __tablename__ = "hypotheses"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    investigation_id: Mapped[int] = mapped_column(
+        ForeignKey("investigations.id", ondelete="CASCADE"), index=True
+    )
+    rank: Mapped[int] = mapped_column(Integer)
+    category: Mapped[str] = mapped_column(String(64), index=True)
+    title: Mapped[str] = mapped_column(Text)
+    confidence: Mapped[float] = mapped_column(Float)
+    evidence: Mapped[list[str]] = mapped_column(JSONType)
+    contradicting: Mapped[list[str]] = mapped_column(JSONType)
+    next_steps: Mapped[list[str]] = mapped_column(JSONType)
+    explanation: Mapped[str] = mapped_column(Text, default="")
+    analyst: Mapped[str] = mapped_column(String(64))
+
+    investigation: Mapped[Investigation] = relationship(back_populates="hypotheses")
+
+    __table_args__ = (UniqueConstraint("investigation_id", "rank", name="uq_hypotheses_investigation_rank"),)

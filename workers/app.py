@@ -1,0 +1,34 @@
+"""The Celery app: Redis broker, late acks, one message at a time per worker process.
+
+Late acks plus `task_reject_on_worker_lost` mean a worker that dies mid-investigation leaves the
+message to be redelivered; the task is idempotent, so redelivery is safe.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from rca.config import Settings, get_settings
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    app = Celery("rca", broker=settings.broker_url or "memory://", include=["workers.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue="investigations",
+        task_routes={"rca.sweep": {"queue": "investigations"}},
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 600},
+        beat_schedule={
+            "sweep-stranded-investigations": {"task": "rca.sweep", "schedule": float(settings.sweep_after_seconds)},
+        },
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = create_app()

@@ -1,0 +1,47 @@
+"""Celery tasks: thin wires over `rca.pipeline`. They take ids and reload state, so a retried or
+redelivered task never duplicates findings or hypotheses."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from sqlalchemy.exc import OperationalError
+
+from rca.config import get_settings
+from rca.dispatch import sweep as sweep_stranded
+from rca.pipeline import run_investigation
+from rca.store import investigations
+from rca.store.db import session_scope
+from workers.app import app
+
+log = logging.getLogger(__name__)
+
+# Errors worth retrying: the database or broker blinked. Anything else is a bug or bad data.
+TRANSIENT = (OperationalError, ConnectionError, TimeoutError)
+MAX_RETRIES = 5
+
+
+@app.task(name="rca.investigate", bind=True, autoretry_for=TRANSIENT, retry_backoff=2, retry_backoff_max=60,
+          retry_jitter=True, max_retries=MAX_RETRIES)
+def investigate(self, investigation_id: int) -> str:  # type: ignore[no-untyped-def]
+    settings = get_settings()
+    try:
+        return run_investigation(settings, investigation_id)
+    except TRANSIENT:
+        raise
+    except Exception as exc:
+        log.exception("investigation %s failed", investigation_id)
+        with session_scope(settings.effective_database_url) as session:
+            investigations.mark_failed(session, investigation_id, f"{type(exc).__name__}: {exc}", final=True)
+        return "failed"
+
+
+@app.task(name="rca.sweep")
+def sweep() -> int:
+    """Re-enqueue investigations whose first enqueue was lost (broker down at intake)."""
+    settings = get_settings()
+    ids = sweep_stranded(settings, timedelta(seconds=settings.sweep_after_seconds))
+    for investigation_id in ids:
+        investigate.delay(investigation_id)
+    return len(ids)
