@@ -24,6 +24,8 @@ class ConfigError(Exception):
 class TargetConfig(BaseModel):
     """How alert labels are turned into the scope of an investigation."""
 
+    model_config = {"extra": "forbid"}  # a misspelt key must not silently fall back to the default
+
     host_labels: list[str] = Field(
         default=["instance", "Hostname", "hostname", "node", "host", "nodename"],
         description="Labels that name the host, in order of preference; a port suffix is dropped.",
@@ -142,7 +144,7 @@ def load_file_config(path: Path | None) -> FileConfig:
         return FileConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(part) for part in err["loc"])
+        where = ".".join(str(part) for part in err["loc"]) or "top level"
         raise ConfigError(f"RCA_CONFIG_FILE: {path}: {where}: {err['msg']}") from None
 
 
@@ -157,7 +159,14 @@ def load_settings(**overrides: Any) -> Settings:
         secret = "token" in name.lower() or "url" in name.lower()
         shown = "" if secret or isinstance(given, dict) or given is None else f" (got {given!r})"
         raise ConfigError(f"{name}: {err['msg']}{shown}") from None
-    settings.file_config()  # validate the file now, not at the first investigation
+    file_config = settings.file_config()  # validate the file now, not at the first investigation
+    from rca.collect.profile import DEFAULT_PROFILE, load_profile  # imports this module
+
+    try:
+        load_profile(file_config.profile or DEFAULT_PROFILE).with_thresholds(file_config.thresholds)
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith("RCA_") else f"RCA_CONFIG_FILE: {message}") from None
     return settings
 
 

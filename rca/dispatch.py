@@ -34,6 +34,9 @@ class CeleryDispatcher:
         from workers.app import create_app
 
         self.app = create_app(settings)
+        # Intake waits for this: with the broker down, fail at once (not after kombu's ~6 s of
+        # reconnect sleeps); the investigation stays queued and the sweeper enqueues it later.
+        self.app.conf.broker_transport_options = {**self.app.conf.broker_transport_options, "max_retries": 0}
 
     def enqueue(self, investigation_id: int) -> bool:
         try:
@@ -44,7 +47,9 @@ class CeleryDispatcher:
         return True
 
     def close(self) -> None:
-        self.app.pool.force_close_all()
+        # kombu pools broker connections per URL for the whole process; force-closing that pool made
+        # every later dispatcher (or app) on the same broker fail with "Acquire on closed pool".
+        self.app.close()
 
 
 class InlineDispatcher:

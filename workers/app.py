@@ -7,8 +7,10 @@ message to be redelivered; the task is idempotent, so redelivery is safe.
 from __future__ import annotations
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 from rca.config import Settings, get_settings
+from rca.store.db import forget_engines_after_fork
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -32,3 +34,8 @@ def create_app(settings: Settings | None = None) -> Celery:
 
 
 app = create_app()
+
+
+@worker_process_init.connect
+def _fresh_connections_in_child(**_kwargs: object) -> None:
+    forget_engines_after_fork()

@@ -29,13 +29,13 @@ router = APIRouter()
 async def _read_limited(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
                             detail=f"body of {declared} bytes exceeds the limit of {limit} bytes")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
                                 detail=f"body exceeds the limit of {limit} bytes")
     return bytes(body)
 

@@ -47,7 +47,7 @@ class SignalSpec(BaseModel):
     threshold: float | None = None
     change: float | None = Field(default=None, gt=0)
     min_delta: float = Field(default=0.0, ge=0)
-    unit: str = ""
+    unit: str = Field(default="", max_length=16)  # stored in a 16-character column
     proxy_note: str | None = None
     queries: list[QueryAlternative] = Field(min_length=1)
 
@@ -83,10 +83,13 @@ class Profile(BaseModel):
         for spec in self.signals:
             if spec.id in thresholds:
                 value = thresholds[spec.id]
-                spec = spec.model_copy(
-                    update={"threshold": value, "change": None} if spec.threshold is not None
-                    else {"change": value}
-                )
+                update = {"threshold": value, "change": None} if spec.threshold is not None else {"change": value}
+                try:  # validate, so a change override keeps its `> 0` rule
+                    spec = SignalSpec.model_validate(spec.model_dump() | update)
+                except ValidationError as exc:
+                    raise ConfigError(
+                        f"RCA_CONFIG_FILE: thresholds: {spec.id}: {exc.errors()[0]['msg']}"
+                    ) from None
             signals.append(spec)
         return self.model_copy(update={"signals": signals})
 
@@ -102,6 +105,8 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     except OSError:
         bundled = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
         raise ConfigError(f"profile {name_or_path!r} not found (bundled: {bundled})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"profile {path} is not valid YAML: {exc}".replace("\n", " ")) from None
     try:
         return Profile.model_validate(raw)
     except ValidationError as exc:

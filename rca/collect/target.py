@@ -27,6 +27,8 @@ def host_from_label(value: str) -> str:
     value = value.strip()
     if value.startswith("["):  # [ipv6]:port
         return value[1:].split("]", 1)[0]
+    if value.count(":") > 1:  # bare IPv6: the last group is not a port
+        return value
     value = _PORT.sub("", value)
     if _IPV4.match(value):
         return value
@@ -36,6 +38,9 @@ def host_from_label(value: str) -> str:
 def host_regex(host: str) -> str:
     """A PromQL regex (already escaped for a double-quoted string) matching the host's spellings:
     bare, with any domain, with any port."""
+    if ":" in host:  # IPv6: `instance` spells it `[addr]:port`
+        escaped = re.escape(host).replace("\\", "\\\\")
+        return f"(\\\\[{escaped}\\\\](:[0-9]+)?|{escaped})"
     if not _HOST_CHARS.match(host):
         return re.escape(host).replace("\\", "\\\\")
     escaped = host.replace(".", "\\\\.")
@@ -45,7 +50,7 @@ def host_regex(host: str) -> str:
 
 
 def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,12 @@ class Target:
     labels: dict[str, str]
     alert_start: datetime
     alertnames: list[str] = field(default_factory=list)
+    # Every host the labels name, best first: a DCGM alert's `instance` may be the exporter's IP
+    # while `Hostname` names the GPU node; probing keeps the first that has series.
+    hosts: list[str] = field(default_factory=list)
+
+    def host_candidates(self) -> list[str]:
+        return self.hosts or ([self.host] if self.host else [])
 
     def describe(self) -> str:
         parts = [f"host={self.host}"] if self.host else []
@@ -77,13 +88,15 @@ def target_from_alerts(
     labels are kept only when every alert that has them agrees, so a group spanning two pods is
     not narrowed to one of them.
     """
-    hosts: Counter[str] = Counter()
+    primary: Counter[str] = Counter()
+    everyone: Counter[str] = Counter()
     for labels in alerts:
-        for name in config.host_labels:
-            if labels.get(name):
-                hosts[host_from_label(labels[name])] += 1
-                break
-    host = hosts.most_common(1)[0][0] if hosts else None
+        named = [host_from_label(labels[name]) for name in config.host_labels if labels.get(name)]
+        if named:
+            primary[named[0]] += 1
+        everyone.update(dict.fromkeys(named, 1))
+    host = primary.most_common(1)[0][0] if primary else None
+    hosts = ([host] if host else []) + [h for h, _ in everyone.most_common() if h != host]
 
     scope: dict[str, str] = {}
     for name in config.scope_labels:
@@ -91,7 +104,7 @@ def target_from_alerts(
         if len(values) == 1:
             scope[name] = values.pop()
     names = sorted({labels["alertname"] for labels in alerts if labels.get("alertname")})
-    return Target(host=host, labels=scope, alert_start=min(starts), alertnames=names)
+    return Target(host=host, labels=scope, alert_start=min(starts), alertnames=names, hosts=hosts)
 
 
 def _matchers(**equal: str | None) -> list[str]:
@@ -103,12 +116,12 @@ def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str
     pod_ns = _matchers(namespace=target.labels.get("namespace"), pod=target.labels.get("pod"))
     model = _matchers(model_name=target.labels.get("model_name"))
     job = _matchers(job=target.labels.get("job"))
-    host = [f'instance=~"{host_regex(target.host)}"'] if target.host else []
+    by_host = [[f'instance=~"{host_regex(name)}"'] for name in target.host_candidates()]
 
     serving: list[list[str]] = []
     if pod_ns:
         serving += [pod_ns + model + job, pod_ns + model, pod_ns]
-    if host:
+    for host in by_host:
         serving += [host + model + job, host + model, host]
     if not serving and model:
         serving.append(model)
@@ -116,11 +129,11 @@ def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str
     gpu: list[list[str]] = []
     if pod_ns:
         gpu.append(pod_ns)
-    if target.host:
+    for name in target.host_candidates():
         for label in config.gpu_host_labels:
-            gpu.append([f'{label}=~"{host_regex(target.host)}"'])
+            gpu.append([f'{label}=~"{host_regex(name)}"'])
 
-    node: list[list[str]] = [host] if host else []
+    node: list[list[str]] = by_host
 
     def unique(candidates: list[list[str]]) -> list[str]:
         seen: list[str] = []

@@ -83,8 +83,9 @@ def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
     order = list(taxonomy())
     candidates = [c for c in candidates if c.confidence > 0]
     candidates.sort(key=lambda h: (-h.confidence, -h.score, order.index(h.category)))
+    top = candidates[0].confidence if candidates else None  # even when `limit` leaves no room for it
     candidates = candidates[: limit - 1]
-    candidates.append(_no_clear_cause(findings, top=candidates[0].confidence if candidates else None))
+    candidates.append(_no_clear_cause(findings, top=top))
     for position, hypothesis in enumerate(candidates, start=1):
         hypothesis.rank = position
     return candidates

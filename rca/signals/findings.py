@@ -97,9 +97,9 @@ def _judge_series(spec: SignalSpec, labels: dict[str, str], samples: Samples, en
     breached = limit is not None and compare(current, limit)
     onset = _onset(samples, lambda v: compare(v, limit)) if breached else None
     if breached and onset is not None and spec.threshold is not None:
-        # For absolute thresholds the baseline is what the series looked like before it broke.
-        before = _median([v for ts, v in samples if ts < onset])
-        baseline = before if before is not None else baseline
+        # For absolute thresholds the baseline is what the series looked like before it broke;
+        # a series that starts broken has none (the pre-guard samples are part of the breach).
+        baseline = _median([v for ts, v in samples if ts < onset])
     return _SeriesVerdict(labels, current, baseline, limit, breached, onset)
 
 

@@ -22,9 +22,24 @@ def _ensure_sqlite_dir(url: str) -> None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-@lru_cache(maxsize=8)
+_ENGINES: dict[str, Engine] = {}
+
+
 def get_engine(url: str) -> Engine:
-    """One pooled engine per database URL; SQLite gets foreign keys and a busy timeout."""
+    """One pooled engine per database URL and process."""
+    if url not in _ENGINES:
+        _ENGINES[url] = _create_engine(url)
+    return _ENGINES[url]
+
+
+def forget_engines_after_fork() -> None:
+    """A forked child (a Celery pool process) must not reuse the parent's pooled connections."""
+    for engine in _ENGINES.values():
+        engine.dispose(close=False)
+
+
+def _create_engine(url: str) -> Engine:
+    """SQLite gets foreign keys, WAL and a busy timeout; Postgres a pre-ping pool."""
     _ensure_sqlite_dir(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})

@@ -1,0 +1,236 @@
+"""Synthetic LLM-serving fleets with injected faults, as real Prometheus data.
+
+Each host runs vLLM (instance `host:8000`), the DCGM exporter (instance `host:9400`, host name in
+`Hostname`) and node_exporter relabelled to a bare `instance="host"`, the mix of spellings the
+service must relate. A host is healthy until its fault's onset, then ramps to the fault's values
+over two minutes. The same model produces the backfilled history (OpenMetrics for `promtool tsdb
+create-blocks-from openmetrics`) and the live values the exporter serves, so the two join up.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+GRID_SECONDS = 5.0  # counters integrate their rates on this grid
+RAMP_SECONDS = 120.0
+MODEL = "llama-3-8b"
+CPUS = 8
+PINNED = range(4, 8)
+
+BASELINE: dict[str, float] = {
+    "arrival_rate": 8.0,  # requests per second
+    "waiting": 1.0,
+    "running": 12.0,
+    "kv_usage": 0.55,
+    "hit_rate": 0.78,
+    "preempt_rate": 0.0,
+    "prompt_len": 600.0,  # median tokens
+    "ttft": 0.12,  # median seconds
+    "itl": 0.018,  # median seconds
+    "deferred": 0.0,
+    "gpu_util": 85.0,
+    "tensor_active": 0.45,
+    "dram_active": 0.35,
+    "sm_clock": 1980.0,
+    "gpu_temp": 62.0,
+    "xid": 0.0,
+    "pcie_bytes": 2.0e8,
+    "pinned_busy": 0.55,
+    "other_busy": 0.2,
+    "ctx_switches": 12000.0,
+    "numa_miss": 50.0,
+}
+
+# What each fault changes, after onset. Values follow DOMAIN.md's descriptions of each cause.
+FAULTS: dict[str, dict[str, float]] = {
+    "prefix_cache_miss": {"hit_rate": 0.30, "ttft": 0.35, "waiting": 2.0},
+    "arrival_surge": {"arrival_rate": 18.0, "waiting": 14.0, "running": 30.0, "kv_usage": 0.8, "ttft": 0.6},
+    "kv_memory_pressure": {"kv_usage": 0.985, "preempt_rate": 0.8, "waiting": 9.0, "hit_rate": 0.7},
+    "cpu_launch_overhead": {"pinned_busy": 0.95, "gpu_util": 50.0, "itl": 0.035},
+}
+
+PROMPT_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
+ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    fault: str | None
+    onset: float  # unix seconds
+
+    def params(self, t: float) -> dict[str, float]:
+        values = dict(BASELINE)
+        if self.fault and t > self.onset:
+            blend = min(1.0, (t - self.onset) / RAMP_SECONDS)
+            for key, target in FAULTS[self.fault].items():
+                values[key] = values[key] + (target - values[key]) * blend
+        return values
+
+
+def _noise(key: str, t: float, amplitude: float) -> float:
+    """Deterministic jitter in [-amplitude, amplitude], constant over each 15 s."""
+    h = zlib.crc32(f"{key}:{int(t // 15)}".encode())
+    return ((h % 10000) / 10000 - 0.5) * 2 * amplitude
+
+
+def _exp_cdf(le: float, median: float) -> float:
+    return 1 - 2 ** (-le / median)
+
+
+@dataclass
+class Series:
+    """One time series; `gauge` gives its value at t, `rate` its per-second increase (counters)."""
+
+    name: str
+    labels: dict[str, str]
+    gauge: Callable[[dict[str, float], float], float] | None = None
+    rate: Callable[[dict[str, float], float], float] | None = None
+    host: Host | None = None
+    _cursor: tuple[float, float] | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> str:
+        return self.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(self.labels.items())) + "}"
+
+    def value(self, t: float, start: float) -> float:
+        assert self.host is not None
+        if self.gauge is not None:
+            return self.gauge(self.host.params(t), t)
+        assert self.rate is not None
+        # Left Riemann sum on a fixed grid from `start`; resumable so the live exporter is cheap.
+        grid_t, total = self._cursor if self._cursor and self._cursor[0] <= t else (start, 0.0)
+        while grid_t + GRID_SECONDS <= t:
+            total += self.rate(self.host.params(grid_t), grid_t) * GRID_SECONDS
+            grid_t += GRID_SECONDS
+        self._cursor = (grid_t, total)
+        return total + self.rate(self.host.params(grid_t), grid_t) * (t - grid_t)
+
+
+def _histogram(name: str, labels: dict[str, str], buckets: list[float], median_key: str,
+               rate_key: str) -> list[Series]:
+    out = []
+    for le in buckets:
+        out.append(Series(f"{name}_bucket", labels | {"le": str(le)},
+                          rate=lambda p, t, le=le: p[rate_key] * _exp_cdf(le, p[median_key])))
+    out.append(Series(f"{name}_bucket", labels | {"le": "+Inf"}, rate=lambda p, t: p[rate_key]))
+    out.append(Series(f"{name}_count", labels, rate=lambda p, t: p[rate_key]))
+    out.append(Series(f"{name}_sum", labels, rate=lambda p, t: p[rate_key] * p[median_key] / math.log(2)))
+    return out
+
+
+def host_series(host: Host) -> list[Series]:
+    """Every series one host exposes, vLLM + DCGM + node_exporter."""
+    h = host.name
+    vllm = {"job": "vllm", "instance": f"{h}:8000", "model_name": MODEL, "engine": "0"}
+    dcgm = {"job": "dcgm", "instance": f"{h}:9400", "Hostname": h, "gpu": "0",
+            "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-0000", "modelName": "NVIDIA H100 80GB HBM3",
+            "device": "nvidia0"}
+    node = {"job": "node", "instance": h}
+
+    def g(key: str, amp: float = 0.03, lo: float = 0.0, hi: float = math.inf) -> Callable:
+        return lambda p, t: min(hi, max(lo, p[key] * (1 + _noise(f"{h}:{key}", t, amp))))
+
+    series = [
+        Series("vllm:num_requests_waiting", vllm, gauge=g("waiting", 0.2)),
+        Series("vllm:num_requests_running", vllm, gauge=g("running", 0.05)),
+        Series("vllm:kv_cache_usage_perc", vllm, gauge=g("kv_usage", 0.01, hi=1.0)),
+        Series("vllm:num_requests_waiting_by_reason", vllm | {"reason": "deferred"}, gauge=g("deferred")),
+        Series("vllm:num_requests_waiting_by_reason", vllm | {"reason": "capacity"}, gauge=g("waiting", 0.2)),
+        Series("vllm:prefix_cache_queries_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
+        Series("vllm:prefix_cache_hits_total", vllm,
+               rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * min(1.0, p["hit_rate"]
+                                                                          * (1 + _noise(f"{h}:hit", t, 0.02)))),
+        Series("vllm:num_preemptions_total", vllm, rate=lambda p, t: p["preempt_rate"]),
+        Series("vllm:request_success_total", vllm | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
+        Series("vllm:prompt_tokens_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
+        *_histogram("vllm:request_prompt_tokens", vllm, PROMPT_BUCKETS, "prompt_len", "arrival_rate"),
+        *_histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BUCKETS, "ttft", "arrival_rate"),
+        *_histogram("vllm:inter_token_latency_seconds", vllm, ITL_BUCKETS, "itl", "arrival_rate"),
+        Series("DCGM_FI_DEV_GPU_UTIL", dcgm, gauge=g("gpu_util", 0.03, hi=100)),
+        Series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dcgm, gauge=lambda p, t: p["gpu_util"] / 100),
+        Series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", dcgm, gauge=g("tensor_active", 0.03, hi=1)),
+        Series("DCGM_FI_PROF_DRAM_ACTIVE", dcgm, gauge=g("dram_active", 0.03, hi=1)),
+        Series("DCGM_FI_PROF_PCIE_TX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
+        Series("DCGM_FI_PROF_PCIE_RX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
+        Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=g("sm_clock", 0.005)),
+        Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=g("gpu_temp", 0.02)),
+        Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
+        Series("node_context_switches_total", node, rate=g("ctx_switches", 0.05)),
+        Series("node_memory_numa_numa_miss_total", node | {"node": "0"}, rate=g("numa_miss", 0.1)),
+    ]
+    for cpu in range(CPUS):
+        busy_key = "pinned_busy" if cpu in PINNED else "other_busy"
+        busy = g(busy_key, 0.03, hi=1.0)
+        labels = node | {"cpu": str(cpu)}
+        idle = lambda p, t, b=busy: 1 - b(p, t)  # noqa: E731
+        series.append(Series("node_cpu_seconds_total", labels | {"mode": "idle"}, rate=idle))
+        series.append(Series("node_cpu_seconds_total", labels | {"mode": "user"}, rate=busy))
+        if cpu in PINNED:
+            series.append(Series("node_cpu_isolated", labels, gauge=lambda p, t: 1.0))
+    for s in series:
+        s.host = host
+    return series
+
+
+@dataclass
+class Fleet:
+    """A set of hosts sharing one Prometheus; `start` is where counters begin."""
+
+    hosts: list[Host]
+    start: float
+    series: list[Series] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.series = [s for host in self.hosts for s in host_series(host)]
+
+    def openmetrics(self, end: float, step: float = 15.0) -> Iterator[str]:
+        """History [start, end) for backfilling; one series at a time, times ascending."""
+        for s in self.series:
+            t = self.start
+            while t < end:
+                yield f"{s.key} {s.value(t, self.start):.6g} {t:.3f}\n"
+                t += step
+        yield "# EOF\n"
+
+    def exposition(self, now: float) -> str:
+        """The live scrape: current values in the Prometheus text format (labels included)."""
+        return "".join(f"{s.key} {s.value(now, self.start):.6g}\n" for s in self.series)
+
+
+class Exporter:
+    """Serve a fleet's live values on a loopback port (scraped with `honor_labels: true`)."""
+
+    def __init__(self, fleet: Fleet, clock: Callable[[], float]) -> None:
+        fleet_ref, lock = fleet, threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                with lock:
+                    body = fleet_ref.exposition(clock()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Exporter:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,111 @@
+"""The whole path on real parts: exporter -> Prometheus (3 h backfilled) -> alerting rules ->
+Alertmanager -> `rca serve` webhook -> Redis -> `rca worker` -> Postgres -> search API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e import promstack
+from tests.e2e.scenarios import Fleet, Host
+
+pytestmark = pytest.mark.e2e
+
+ONSET_MINUTES_AGO = 20
+# host -> (fault injected, alert expected, finding that must be breached, expected top category)
+CASES = {
+    "node-prefix": ("prefix_cache_miss", "LLMPrefixCacheHitRateLow", "prefix_cache_hit_rate", "prefix_cache_miss"),
+    "node-surge": ("arrival_surge", "LLMRequestQueueMedianHigh", "queue_median", "arrival_surge"),
+    "node-kv": ("kv_memory_pressure", "LLMRequestQueueMedianHigh", "kv_cache_usage", "kv_memory_pressure"),
+    "node-cpu": ("cpu_launch_overhead", "LLMServingCPUBoundPinnedCores", "cpu_bound_ratio", "cpu_launch_overhead"),
+    "node-healthy": (None, "LLMServingHealthProbe", None, "no_clear_cause"),
+}
+# A healthy alert to investigate: fires on a host whose data is normal (the healthy control).
+PROBE_RULE = {
+    "alert": "LLMServingHealthProbe",
+    "expr": 'max by (instance, model_name) (vllm:num_requests_running{instance="node-healthy:8000"}) >= 0',
+    "labels": {"severity": "info"},
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str,
+          e2e_broker_url: str) -> Iterator[promstack.ServiceStack]:
+    now = time.time()
+    onset = now - ONSET_MINUTES_AGO * 60
+    hosts = [Host(name, fault, onset) for name, (fault, *_rest) in CASES.items()]
+    hosts.append(Host("node-neighbour", None, onset))  # healthy, never alerts
+    fleet = Fleet(hosts, start=now - 3 * 3600 - 15 * 60)
+    with promstack.service_stack(tmp_path_factory.mktemp("e2e"), fleet, now, e2e_database_url, e2e_broker_url,
+                                 with_alertmanager=True, extra_rules=[PROBE_RULE]) as running:
+        yield running
+
+
+def _incidents_by_host(stack: promstack.ServiceStack) -> dict[str, list[dict]]:
+    page = stack.get("/api/v1/incidents", limit=200).json()
+    by_host: dict[str, list[dict]] = {}
+    for item in page["items"]:
+        detail = stack.get(f"/api/v1/incidents/{item['id']}").json()
+        host = detail["alerts"][0]["labels"]["instance"].split(":")[0]
+        by_host.setdefault(host, []).append(detail)
+    return by_host
+
+
+def _wait_for_investigations(stack: promstack.ServiceStack, timeout: float = 150) -> dict[str, list[dict]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        by_host = _incidents_by_host(stack)
+        done = {h for h, incs in by_host.items()
+                if incs[0]["investigation"] and incs[0]["investigation"]["status"] in ("done", "failed")}
+        if done >= set(CASES):
+            return by_host
+        time.sleep(1)
+    raise AssertionError(f"investigations not finished after {timeout} s: {sorted(by_host)}\n{stack.logs()}")
+
+
+def test_each_alert_group_becomes_one_investigated_incident_with_the_right_cause(stack: promstack.ServiceStack) -> None:
+    by_host = _wait_for_investigations(stack)
+    assert set(by_host) == set(CASES), "the healthy neighbour must not alert"
+    for host, (_fault, alertname, finding_id, expected) in CASES.items():
+        incidents = by_host[host]
+        assert len(incidents) == 1, f"{host}: one incident per alert group, got {len(incidents)}"
+        incident = incidents[0]
+        assert incident["alertname"] == alertname
+        investigation = incident["investigation"]
+        assert investigation["status"] == "done", investigation["error"]
+        top = investigation["hypotheses"][0]
+        ranked = [(h["category"], h["confidence"]) for h in investigation["hypotheses"]]
+        assert top["category"] == expected, f"{host}: {ranked}"
+        findings = {f["id"]: f for f in investigation["findings"]}
+        if finding_id:
+            breached = findings[finding_id]
+            assert breached["status"] == "breached" and breached["breached"]
+            assert breached["onset"] is not None and breached["query"]
+            assert finding_id in top["evidence"]
+        else:
+            assert not [f for f in findings.values() if f["kind"] == "signal" and f["breached"]]
+        # Scoped to the alerting host only, never the neighbour.
+        assert host in investigation["target"]["selectors"]["serving"]
+        assert "node-neighbour" not in str(investigation["target"])
+
+
+def test_repeated_notifications_update_the_incident_instead_of_opening_another(stack: promstack.ServiceStack) -> None:
+    first = _wait_for_investigations(stack)
+    counts = {h: incs[0]["notification_count"] for h, incs in first.items()}
+    time.sleep(12)  # Alertmanager re-sends each group after group_interval (5 s) when it changes
+    again = _incidents_by_host(stack)
+    assert {h: len(incs) for h, incs in again.items()} == {h: 1 for h in CASES}
+    for host, incs in again.items():
+        assert incs[0]["notification_count"] >= counts[host]
+        assert len(incs[0]["investigations"]) == 1, f"{host}: a re-sent alert must not start a new investigation"
+
+
+def test_search_api_filters_by_alertname_and_label(stack: promstack.ServiceStack) -> None:
+    _wait_for_investigations(stack)
+    queue = stack.get("/api/v1/incidents", alertname="LLMRequestQueueMedianHigh").json()
+    assert queue["total"] == 2
+    assert {i["top_category"] for i in queue["items"]} == {"arrival_surge", "kv_memory_pressure"}
+    surge = stack.get("/api/v1/incidents", label="instance=node-surge:8000").json()
+    assert [i["top_category"] for i in surge["items"]] == ["arrival_surge"]

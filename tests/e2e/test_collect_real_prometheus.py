@@ -1,0 +1,99 @@
+"""Collection and scoping against a real Prometheus holding 3 h of backfilled fleet data."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rca.collect.target import target_from_alerts
+from rca.config import Settings, TargetConfig
+from rca.pipeline import analyse
+from tests.e2e import promstack
+from tests.e2e.scenarios import MODEL, Exporter, Fleet, Host
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("collect")
+    now = time.time()
+    onset = now - 20 * 60
+    fleet = Fleet([Host("gpu-a", "arrival_surge", onset), Host("gpu-b", None, onset),
+                   Host("gpu-c", "cpu_launch_overhead", onset)], start=now - 3 * 3600 - 15 * 60)
+    promstack.backfill(fleet, now, workdir / "tsdb", workdir)
+    with Exporter(fleet, time.time) as exporter:
+        proc, url = promstack.start_prometheus(workdir, exporter.port, None)
+        try:
+            yield url
+        finally:
+            proc.stop()
+
+
+def _analyse(url: str | None, labels: dict[str, str]) -> dict:
+    settings = Settings(prometheus_url=url)
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    target = target_from_alerts([labels], [start], TargetConfig())
+    analysis = analyse(settings, target)
+    return {"analysis": analysis, "findings": {f.key: f for f in analysis.findings},
+            "top": analysis.hypotheses[0].category}
+
+
+def test_alert_on_one_instance_is_not_diluted_by_its_healthy_neighbour(prometheus: str) -> None:
+    faulty = _analyse(prometheus, {"instance": "gpu-a:8000", "model_name": MODEL, "job": "vllm"})
+    healthy = _analyse(prometheus, {"instance": "gpu-b:8000", "model_name": MODEL, "job": "vllm"})
+    assert faulty["top"] == "arrival_surge"
+    assert faulty["findings"]["queue_median"].breached
+    assert faulty["findings"]["queue_median"].value > 10  # the faulty host's own queue, not an average
+    assert healthy["top"] == "no_clear_cause"
+    assert not healthy["findings"]["queue_median"].breached
+
+
+def test_dcgm_alert_naming_the_host_in_Hostname_reaches_serving_and_node_series(prometheus: str) -> None:
+    # `instance` is the DCGM exporter's pod IP, which no other series shares; `Hostname` is the node.
+    result = _analyse(prometheus, {"alertname": "GPUUtilLow", "Hostname": "gpu-c", "instance": "10.0.0.7:9400",
+                                   "gpu": "0", "job": "dcgm"})
+    selectors = result["analysis"].collection.selectors
+    assert all("gpu-c" in (selectors[scope] or "") for scope in ("serving", "gpu", "node")), selectors
+    assert result["findings"]["cpu_bound_ratio"].breached
+    assert result["top"] == "cpu_launch_overhead"
+
+
+def test_relabelled_bare_and_fqdn_instances_match_the_same_host(prometheus: str) -> None:
+    bare = _analyse(prometheus, {"instance": "gpu-c", "job": "node"})
+    fqdn = _analyse(prometheus, {"instance": "gpu-c.cluster.example:9100", "job": "node"})
+    for result in (bare, fqdn):
+        assert result["findings"]["cpu_bound_ratio"].breached
+        assert result["top"] == "cpu_launch_overhead"
+        assert result["analysis"].collection.selectors["gpu"] is not None  # DCGM found via Hostname
+
+
+def test_unknown_target_yields_unavailable_findings_not_a_crash(prometheus: str) -> None:
+    result = _analyse(prometheus, {"instance": "no-such-host:8000"})
+    assert {f.status for f in result["findings"].values()} == {"unavailable"}
+    assert "no serving series match this target" in result["findings"]["queue_median"].detail
+    assert result["top"] == "no_clear_cause"
+    assert result["analysis"].hypotheses[0].confidence < 0.5
+
+
+def test_prometheus_down_yields_unavailable_findings_quickly() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    started = time.monotonic()
+    result = _analyse(f"http://127.0.0.1:{closed}", {"instance": "gpu-a:8000"})
+    assert time.monotonic() - started < 10
+    assert result["analysis"].collection.prometheus_error
+    assert all("unavailable" in f.detail for f in result["findings"].values())
+    assert result["top"] == "no_clear_cause"
+
+
+def test_step_keeps_every_series_under_the_point_limit(prometheus: str) -> None:
+    result = _analyse(prometheus, {"instance": "gpu-a:8000"})
+    window = result["analysis"].collection.window
+    points = (window.end - window.start).total_seconds() / window.step_seconds
+    assert points <= Settings().max_points_per_series < 11000

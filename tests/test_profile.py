@@ -1,0 +1,187 @@
+"""Signal profiles: loading, rendering, threshold overrides (rca.collect.profile)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from string import Template
+
+import pytest
+import yaml
+
+from rca.collect.profile import PROFILES_DIR, Profile, load_profile
+from rca.config import ConfigError
+
+SELECTORS = {
+    "serving": 'instance=~"gpu-node-1(:[0-9]+)?",model_name="llama"',
+    "gpu": 'Hostname=~"gpu-node-1"',
+    "node": 'instance=~"gpu-node-1"',
+}
+FOUR_SIGNALS = {"cpu_bound_ratio", "prefix_cache_hit_rate", "queue_median", "gpu_compute_to_memory"}
+
+
+@pytest.fixture(scope="module")
+def profile() -> Profile:
+    return load_profile()
+
+
+def all_queries(profile: Profile) -> list[tuple[str, str]]:
+    return [(spec.id, alt.promql) for spec in profile.signals for alt in spec.queries]
+
+
+def brackets_balanced(promql: str) -> bool:
+    """Balanced and well nested (), {}, [] outside string literals."""
+    pairs = {")": "(", "}": "{", "]": "["}
+    stack: list[str] = []
+    quote: str | None = None
+    escaped = False
+    for char in promql:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif char in "\"'`":
+            quote = char
+        elif char in "({[":
+            stack.append(char)
+        elif char in pairs and (not stack or stack.pop() != pairs[char]):
+            return False
+    return not stack and quote is None
+
+
+def write_profile(tmp_path: Path, mutate) -> Path:
+    raw = yaml.safe_load((PROFILES_DIR / "vllm_dcgm.yaml").read_text())
+    mutate(raw)
+    path = tmp_path / "custom.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_bundled_profile_loads_with_the_four_early_signals(profile: Profile) -> None:
+    assert profile.name == "vllm_dcgm"
+    signals = {s.id for s in profile.signals if s.kind == "signal"}
+    assert signals == FOUR_SIGNALS
+    assert set(profile.scopes) == {"serving", "gpu", "node"}
+
+
+def test_bundled_profile_uses_the_domain_thresholds(profile: Profile) -> None:
+    by_id = {s.id: s for s in profile.signals}
+    assert (by_id["cpu_bound_ratio"].comparison, by_id["cpu_bound_ratio"].threshold) == (">", 0.82)
+    assert (by_id["prefix_cache_hit_rate"].comparison, by_id["prefix_cache_hit_rate"].threshold) == ("<", 0.61)
+    assert (by_id["queue_median"].comparison, by_id["queue_median"].threshold) == (">", 4.7)
+    # no Prometheus metric for the Nsight ratio: a change-based proxy that says so
+    proxy = by_id["gpu_compute_to_memory"]
+    assert proxy.threshold is None and proxy.change is not None and proxy.comparison == "<"
+    assert proxy.proxy_note and "proxy" in proxy.proxy_note.lower()
+
+
+def test_signal_ids_are_unique(profile: Profile) -> None:
+    ids = [s.id for s in profile.signals]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_query_renders_with_the_three_selectors(profile: Profile) -> None:
+    for spec in profile.signals:
+        for alt in spec.queries:
+            rendered = Template(alt.promql).substitute(SELECTORS)  # KeyError/ValueError on stray `$`
+            assert "$" not in rendered, (spec.id, rendered)
+            assert SELECTORS[spec.scope] in rendered, f"{spec.id} does not use its own scope ${spec.scope}"
+            assert alt.render(SELECTORS) == rendered
+
+
+def test_every_rendered_query_has_balanced_brackets(profile: Profile) -> None:
+    for signal_id, promql in all_queries(profile):
+        rendered = Template(promql).substitute(SELECTORS)
+        assert brackets_balanced(rendered), (signal_id, rendered)
+
+
+def test_bracket_checker_catches_imbalance() -> None:
+    assert brackets_balanced('sum(rate(x{a="(",b="}"}[5m]))')
+    assert not brackets_balanced("sum(rate(x{a}[5m])")
+    assert not brackets_balanced("sum(rate(x{a)[5m]})")
+
+
+def test_every_selector_is_spliced_after_a_brace_or_comma(profile: Profile) -> None:
+    # `{$serving}` or `{...,$serving}`: an empty selector must still leave valid PromQL.
+    for signal_id, promql in all_queries(profile):
+        for match in re.finditer(r"\$(serving|gpu|node)", promql):
+            assert promql[match.start() - 1] in "{,", (signal_id, promql)
+            assert promql[match.end()] == "}", (signal_id, promql)
+
+
+def test_absolute_threshold_override_replaces_the_threshold(profile: Profile) -> None:
+    changed = profile.with_thresholds({"cpu_bound_ratio": 0.9, "queue_median": 10})
+    by_id = {s.id: s for s in changed.signals}
+    assert by_id["cpu_bound_ratio"].threshold == 0.9
+    assert by_id["cpu_bound_ratio"].change is None
+    assert by_id["queue_median"].threshold == 10
+    original = {s.id: s for s in profile.signals}
+    assert original["cpu_bound_ratio"].threshold == 0.82  # the cached profile is untouched
+    assert by_id["prefix_cache_hit_rate"] == original["prefix_cache_hit_rate"]
+
+
+def test_change_override_replaces_the_relative_change(profile: Profile) -> None:
+    changed = profile.with_thresholds({"gpu_compute_to_memory": 0.25})
+    spec = next(s for s in changed.signals if s.id == "gpu_compute_to_memory")
+    assert spec.change == 0.25
+    assert spec.threshold is None
+    original = next(s for s in profile.signals if s.id == "gpu_compute_to_memory")
+    assert spec.min_delta == original.min_delta and spec.queries == original.queries
+
+
+def test_change_override_must_be_positive(profile: Profile) -> None:
+    with pytest.raises(ConfigError, match="request_rate"):
+        profile.with_thresholds({"request_rate": 0})
+
+
+def test_unknown_override_id_is_an_error_naming_it(profile: Profile) -> None:
+    with pytest.raises(ConfigError, match="cpu_binding_rate") as info:
+        profile.with_thresholds({"cpu_bound_ratio": 0.9, "cpu_binding_rate": 0.8})
+    assert "cpu_bound_ratio" in str(info.value)  # the message lists the known ids too
+
+
+def test_no_overrides_keep_the_profile(profile: Profile) -> None:
+    assert profile.with_thresholds({}).signals == profile.signals
+
+
+def test_profile_file_with_threshold_and_change_is_refused(tmp_path: Path) -> None:
+    def both(raw: dict) -> None:
+        spec = next(s for s in raw["signals"] if s["id"] == "queue_median")
+        spec["change"] = 0.5
+
+    with pytest.raises(ConfigError) as info:
+        load_profile(str(write_profile(tmp_path, both)))
+    message = str(info.value)
+    assert "queue_median" in message and "exactly one of threshold or change" in message
+
+
+def test_profile_file_with_neither_threshold_nor_change_is_refused(tmp_path: Path) -> None:
+    def neither(raw: dict) -> None:
+        spec = next(s for s in raw["signals"] if s["id"] == "queue_median")
+        del spec["threshold"]
+
+    with pytest.raises(ConfigError, match="queue_median"):
+        load_profile(str(write_profile(tmp_path, neither)))
+
+
+def test_profile_file_with_unknown_field_is_refused(tmp_path: Path) -> None:
+    def typo(raw: dict) -> None:
+        raw["signals"][0]["treshold"] = 1
+
+    with pytest.raises(ConfigError, match="treshold"):
+        load_profile(str(write_profile(tmp_path, typo)))
+
+
+def test_profile_file_that_is_not_yaml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("signals: [unclosed\n")
+    with pytest.raises(ConfigError, match="broken.yaml"):
+        load_profile(str(path))
+
+
+def test_missing_profile_lists_the_bundled_ones() -> None:
+    with pytest.raises(ConfigError, match="vllm_dcgm"):
+        load_profile("no_such_profile")

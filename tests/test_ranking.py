@@ -1,0 +1,235 @@
+"""Deterministic ranking of causes from findings (rca.diagnosis.ranking), rules from taxonomy.yaml."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rca.collect.profile import load_profile
+from rca.diagnosis.ranking import MAX_CONFIDENCE, NO_CLEAR_CAUSE, Hypothesis, rank, taxonomy
+from rca.signals.findings import Finding
+
+PROFILE = load_profile()
+KINDS = {s.id: s.kind for s in PROFILE.signals}
+SIGNALS = [s.id for s in PROFILE.signals if s.kind == "signal"]
+CAUSES = [name for name in taxonomy() if name != NO_CLEAR_CAUSE]
+
+
+def finding(key: str, breached: bool = False, unavailable: bool = False) -> Finding:
+    status = "unavailable" if unavailable else ("breached" if breached else "ok")
+    return Finding(key=key, kind=KINDS.get(key, "supporting"), title=key, status=status, breached=breached,
+                   value=None if unavailable else 1.0, baseline=None, threshold=None, comparison=">", unit="",
+                   onset=None, query=None, source=None, series_labels=None, detail=f"{key} is {status}")
+
+
+def findings(breached: set[str] = frozenset(), unavailable: set[str] = frozenset()) -> list[Finding]:
+    """One finding per profile signal, as the pipeline produces them."""
+    return [finding(key, key in breached, key in unavailable) for key in KINDS]
+
+
+def by_category(hypotheses: list[Hypothesis]) -> dict[str, Hypothesis]:
+    return {h.category: h for h in hypotheses}
+
+
+def expected_confidence(category: str, breached: set[str]) -> float:
+    cat = taxonomy()[category]
+    score = sum(w for k, w in cat.supports.items() if k in breached)
+    score -= sum(w for k, w in cat.contradicts.items() if k in breached)
+    return MAX_CONFIDENCE * max(score, 0.0) / sum(cat.supports.values())
+
+
+# ---- the taxonomy itself ----
+
+def test_taxonomy_has_no_clear_cause_and_causes() -> None:
+    assert NO_CLEAR_CAUSE in taxonomy()
+    assert CAUSES
+
+
+@pytest.mark.parametrize("name", CAUSES)
+def test_taxonomy_category_is_well_formed(name: str) -> None:
+    cat = taxonomy()[name]
+    assert cat.anchors, "a cause without anchors can never be a candidate"
+    assert set(cat.anchors) <= set(cat.supports), "an anchor must also be supporting evidence"
+    assert not set(cat.supports) & set(cat.contradicts)
+    assert all(w > 0 for w in [*cat.supports.values(), *cat.contradicts.values()])
+    referenced = set(cat.supports) | set(cat.contradicts)
+    assert referenced <= set(KINDS), f"unknown finding ids {referenced - set(KINDS)}"
+    assert cat.next_steps
+
+
+# ---- nothing breached ----
+
+def test_nothing_breached_with_signals_measured_means_no_clear_cause_with_confidence() -> None:
+    result = rank(findings())
+    assert [h.category for h in result] == [NO_CLEAR_CAUSE]
+    assert result[0].rank == 1
+    assert result[0].confidence >= 0.5
+    assert set(result[0].evidence) == set(SIGNALS)  # the healthy signals are its evidence
+
+
+def test_nothing_breached_with_most_signals_unavailable_is_not_confident() -> None:
+    missing = set(SIGNALS[:-1])
+    result = rank(findings(unavailable=missing))
+    assert result[0].category == NO_CLEAR_CAUSE
+    assert result[0].confidence < 0.5
+    assert all(key in result[0].explanation for key in missing)
+    assert result[0].evidence == [SIGNALS[-1]]
+
+
+def test_breached_supporting_finding_without_anchor_is_no_cause() -> None:
+    result = rank(findings(breached={"itl_p95"}))  # supports several causes, anchors none
+    assert [h.category for h in result] == [NO_CLEAR_CAUSE]
+
+
+# ---- each cause, given its own evidence ----
+
+@pytest.mark.parametrize("name", CAUSES)
+def test_cause_ranks_first_given_its_anchor_and_supporting_evidence(name: str) -> None:
+    breached = set(taxonomy()[name].supports)
+    result = rank(findings(breached=breached))
+    assert result[0].category == name
+    assert result[0].confidence == pytest.approx(MAX_CONFIDENCE)
+    assert result[0].evidence == list(taxonomy()[name].supports)
+    assert result[-1].category == NO_CLEAR_CAUSE
+
+
+@pytest.mark.parametrize("name", CAUSES)
+def test_cause_is_not_a_candidate_without_a_breached_anchor(name: str) -> None:
+    cat = taxonomy()[name]
+    breached = set(cat.supports) - set(cat.anchors)
+    assert name not in by_category(rank(findings(breached=breached), limit=len(taxonomy()) + 1))
+
+
+@pytest.mark.parametrize("name", CAUSES)
+def test_cause_with_only_an_anchor_scores_its_share_of_the_weights(name: str) -> None:
+    anchor = taxonomy()[name].anchors[0]
+    result = by_category(rank(findings(breached={anchor}), limit=len(taxonomy()) + 1))
+    expected = expected_confidence(name, {anchor})
+    assert result[name].confidence == pytest.approx(expected, abs=1e-3)
+    assert result[name].confidence < MAX_CONFIDENCE
+
+
+# ---- contradictions ----
+
+def test_preemptions_and_full_kv_cache_put_memory_pressure_above_cache_misses() -> None:
+    breached = {"prefix_cache_hit_rate", "preemption_rate", "kv_cache_usage"}
+    result = rank(findings(breached=breached), limit=len(taxonomy()) + 1)
+    order = [h.category for h in result]
+    assert order[0] == "kv_memory_pressure"
+    if "prefix_cache_miss" in order:
+        assert order.index("prefix_cache_miss") > order.index("kv_memory_pressure")
+
+
+@pytest.mark.parametrize("name", [n for n in CAUSES if taxonomy()[n].contradicts])
+def test_breached_contradiction_lowers_a_cause(name: str) -> None:
+    cat = taxonomy()[name]
+    support = set(cat.supports)
+    against = next(iter(cat.contradicts))
+    without = by_category(rank(findings(breached=support), limit=len(taxonomy()) + 1))
+    with_it = by_category(rank(findings(breached=support | {against}), limit=len(taxonomy()) + 1))
+    assert name in without
+    expected = expected_confidence(name, support | {against})
+    assert expected < without[name].confidence
+    if expected > 0:
+        assert with_it[name].confidence == pytest.approx(expected, abs=1e-3)
+        assert with_it[name].contradicting == [against]
+        assert "Against it" in with_it[name].explanation
+    else:
+        assert name not in with_it  # ruled out
+
+
+def test_contradictions_can_rule_a_cause_out() -> None:
+    cat = taxonomy()["cpu_launch_overhead"]
+    breached = set(cat.anchors) | set(cat.contradicts)
+    assert expected_confidence("cpu_launch_overhead", breached) == 0
+    assert "cpu_launch_overhead" not in by_category(rank(findings(breached=breached), limit=len(taxonomy()) + 1))
+
+
+# ---- evidence and structure ----
+
+def test_evidence_lists_only_breached_supporting_findings_that_exist() -> None:
+    cat = taxonomy()["prefill_blocking"]
+    present = [f for f in findings(breached=set(cat.supports) | {"gpu_temperature"}) if f.key != "itl_p95"]
+    result = by_category(rank(present))
+    hypothesis = result["prefill_blocking"]
+    breached_present = {f.key for f in present if f.breached}
+    assert set(hypothesis.evidence) == set(cat.supports) & breached_present
+    assert "itl_p95" not in hypothesis.evidence
+    assert "gpu_temperature" not in hypothesis.evidence
+
+
+def test_ok_and_unavailable_supporting_findings_are_not_evidence() -> None:
+    result = by_category(rank(findings(breached={"queue_median"}, unavailable={"request_rate"})))
+    assert result["arrival_surge"].evidence == ["queue_median"]
+
+
+def random_cases(count: int = 200) -> list[tuple[set[str], set[str]]]:
+    rng = random.Random(7)
+    keys = list(KINDS)
+    cases = []
+    for _ in range(count):
+        breached = {k for k in keys if rng.random() < 0.3}
+        unavailable = {k for k in keys if k not in breached and rng.random() < 0.2}
+        cases.append((breached, unavailable))
+    return cases
+
+
+def test_ranking_invariants_hold_for_many_finding_sets() -> None:
+    for breached, unavailable in random_cases():
+        result = rank(findings(breached, unavailable))
+        assert [h.rank for h in result] == list(range(1, len(result) + 1))
+        assert 1 <= len(result) <= 5
+        assert [h.category for h in result].count(NO_CLEAR_CAUSE) == 1
+        assert all(0.0 <= h.confidence <= 1.0 for h in result)
+        causes = [h for h in result if h.category != NO_CLEAR_CAUSE]
+        assert [h.confidence for h in causes] == sorted((h.confidence for h in causes), reverse=True)
+        if causes:
+            assert result[-1].category == NO_CLEAR_CAUSE
+        for h in causes:
+            cat = taxonomy()[h.category]
+            assert set(cat.anchors) & breached
+            assert set(h.evidence) <= set(cat.supports) & breached
+            assert h.confidence == pytest.approx(expected_confidence(h.category, breached), abs=1e-3)
+
+
+def test_no_clear_cause_trails_a_found_cause_with_the_remaining_doubt() -> None:
+    result = rank(findings(breached=set(taxonomy()["arrival_surge"].supports)))
+    top, last = result[0], result[-1]
+    assert last.category == NO_CLEAR_CAUSE
+    assert last.confidence == pytest.approx(max(0.05, (1 - top.confidence) / 2), abs=1e-3)
+
+
+def test_limit_one_keeps_only_no_clear_cause_but_its_doubt_reflects_the_causes() -> None:
+    breached = set(taxonomy()["gpu_degraded"].supports)
+    full = rank(findings(breached=breached))
+    only = rank(findings(breached=breached), limit=1)
+    assert [h.category for h in only] == [NO_CLEAR_CAUSE]
+    assert only[0].confidence == full[-1].confidence
+    assert only[0].confidence < 0.5
+
+
+def test_limit_caps_the_number_of_hypotheses() -> None:
+    breached = {"queue_median", "ttft_p95", "requests_deferred", "prefix_cache_hit_rate", "kv_cache_usage"}
+    assert len(rank(findings(breached=breached), limit=3)) == 3
+
+
+def test_same_findings_give_the_same_ranking() -> None:
+    for breached, unavailable in random_cases(30):
+        items = findings(breached, unavailable)
+        assert [h.to_dict() for h in rank(items)] == [h.to_dict() for h in rank(list(items))]
+
+
+def comparable(hypothesis: Hypothesis) -> dict:
+    data = hypothesis.to_dict()
+    if hypothesis.category == NO_CLEAR_CAUSE:  # its healthy-signal list follows the input order
+        data["evidence"] = sorted(data["evidence"])
+    return data
+
+
+def test_ranking_does_not_depend_on_the_order_of_findings() -> None:
+    for breached, unavailable in random_cases(30):
+        items = findings(breached, unavailable)
+        shuffled = list(items)
+        random.Random(len(breached)).shuffle(shuffled)
+        assert [comparable(h) for h in rank(shuffled)] == [comparable(h) for h in rank(items)]
