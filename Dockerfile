@@ -11,10 +11,9 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY rca ./rca
 COPY workers ./workers
-# The Alembic scripts are found next to the `rca` package (rca/store/db.py: MIGRATIONS_DIR), so
-# the project is installed in place (editable) rather than copied into site-packages.
+# The Alembic scripts ship inside the package as `rca_migrations` (see pyproject.toml).
 COPY migrations ./migrations
-RUN pip install -e . \
+RUN pip install . \
     && useradd --system --create-home --home-dir /home/rca rca \
     && mkdir -p /data && chown rca /data
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
-from rca.config import ConfigError, Settings, load_settings
+from rca.config import ConfigError, Settings, first_error, load_settings
 
 log = logging.getLogger("rca")
 SAMPLE_PAYLOAD = "alertmanager_queue_high.json"
@@ -111,8 +111,7 @@ def _alerts_from_args(args: argparse.Namespace) -> tuple[list[dict[str, str]], l
         except OSError as exc:
             _fail(f"{args.payload}: {exc.strerror}")
         except ValidationError as exc:
-            err = exc.errors()[0]
-            _fail(f"{args.payload}: not an Alertmanager payload: {'.'.join(map(str, err['loc']))}: {err['msg']}")
+            _fail(f"{args.payload}: not an Alertmanager payload: {first_error(exc)}")
         firing = [a for a in payload.alerts if a.status == "firing"] or payload.alerts
         return [a.labels for a in firing], [a.startsAt for a in firing]
     labels = {}

@@ -21,6 +21,13 @@ class ConfigError(Exception):
     """A setting is wrong; the message is one line that names it and says what to do."""
 
 
+def first_error(exc: ValidationError) -> str:
+    """`where: what` for the first problem pydantic found, for one-line error messages."""
+    err = exc.errors()[0]
+    where = ".".join(str(part) for part in err["loc"]) or "top level"
+    return f"{where}: {err['msg']}"
+
+
 class TargetConfig(BaseModel):
     """How alert labels are turned into the scope of an investigation."""
 
@@ -143,9 +150,7 @@ def load_file_config(path: Path | None) -> FileConfig:
     try:
         return FileConfig.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(part) for part in err["loc"]) or "top level"
-        raise ConfigError(f"RCA_CONFIG_FILE: {path}: {where}: {err['msg']}") from None
+        raise ConfigError(f"RCA_CONFIG_FILE: {path}: {first_error(exc)}") from None
 
 
 def load_settings(**overrides: Any) -> Settings:

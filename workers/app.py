@@ -20,6 +20,9 @@ def create_app(settings: Settings | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # Bound an investigation: the soft limit lets the task record the failure, the hard one kills it.
+        task_soft_time_limit=settings.investigation_timeout_seconds,
+        task_time_limit=settings.investigation_timeout_seconds + 30,
         task_default_queue="investigations",
         task_routes={"rca.sweep": {"queue": "investigations"}},
         task_ignore_result=True,

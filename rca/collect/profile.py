@@ -14,7 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from rca.config import ConfigError
+from rca.config import ConfigError, first_error
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 DEFAULT_PROFILE = "vllm_dcgm"
@@ -110,6 +110,4 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     try:
         return Profile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"profile {path}: {where}: {err['msg']}") from None
+        raise ConfigError(f"profile {path}: {first_error(exc)}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -12,7 +13,7 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = Path(importlib.resources.files("rca_migrations"))  # type: ignore[arg-type]
 
 
 def _ensure_sqlite_dir(url: str) -> None:
