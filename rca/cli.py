@@ -218,6 +218,26 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
         thread.join(timeout=10)
 
 
+def cmd_gpu_probe(settings: Settings, args: argparse.Namespace) -> None:
+    """Sample NVML on this GPU host and serve it as Prometheus metrics: no standard exporter publishes GPM."""
+    from rca.gpu.exporter import run_once, serve
+    from rca.gpu.nvml import NoGpuError
+
+    if args.interval <= 0 or not 0 <= args.port <= 65535:
+        _fail("--interval must be > 0 and --port within 0-65535")
+    try:
+        if args.once:
+            run_once(sys.stdout)
+        else:
+            serve(args.host, args.port, args.interval)
+    except NoGpuError as exc:
+        _fail(f"no NVIDIA GPU available: {exc}", code=3)
+    except OSError as exc:
+        if args.once:
+            raise
+        _fail(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rca", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -247,6 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="start the service on embedded defaults and investigate a sample alert")
     demo.add_argument("--payload", help="send this Alertmanager payload instead of the bundled sample")
     demo.set_defaults(func=cmd_demo)
+
+    gpu = sub.add_parser("gpu-probe", help="serve this host's NVML GPU metrics (GPM included) for Prometheus")
+    gpu.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    gpu.add_argument("--port", type=int, default=9835, help="listen port (default 9835)")
+    gpu.add_argument("--interval", type=float, default=5.0, help="seconds between NVML samples (default 5)")
+    gpu.add_argument("--once", action="store_true", help="print one sample as Prometheus text and exit")
+    gpu.set_defaults(func=cmd_gpu_probe)
     return parser
 
 

@@ -54,6 +54,11 @@ class FileConfig(BaseModel):
 
     thresholds: dict[str, float] = Field(default_factory=dict)
     profile: str | None = None
+    stack: str | None = Field(default=None, description="serving stack id; unset = detect from metric names")
+    slo_ttft_seconds: float = Field(default=2.0, gt=0, allow_inf_nan=False,
+                                    description="TTFT p95 SLO for the violation-probability model (seconds)")
+    slo_probability_threshold: float = Field(default=0.5, gt=0, le=1,
+                                             description="P(SLO violation | queue depth) that breaches that finding")
     target: TargetConfig = Field(default_factory=TargetConfig)
 
 
@@ -168,7 +173,11 @@ def load_settings(**overrides: Any) -> Settings:
     from rca.collect.profile import DEFAULT_PROFILE, load_profile  # imports this module
 
     try:
-        load_profile(file_config.profile or DEFAULT_PROFILE).with_thresholds(file_config.thresholds)
+        profile = load_profile(file_config.profile or DEFAULT_PROFILE)
+        profile.with_thresholds(file_config.thresholds)
+        if file_config.stack and file_config.stack not in profile.stacks:
+            raise ConfigError(f"RCA_CONFIG_FILE: stack: unknown stack {file_config.stack!r}; "
+                              f"known: {', '.join(profile.stacks)}")
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith("RCA_") else f"RCA_CONFIG_FILE: {message}") from None

@@ -17,6 +17,7 @@ from rca.collect.target import Target, scope_candidates
 from rca.config import Settings
 from rca.diagnosis.ranking import Hypothesis, rank
 from rca.signals.findings import Finding, judge_all
+from rca.signals.slo import slo_finding
 from rca.store import investigations
 from rca.store.db import session_scope
 
@@ -43,13 +44,16 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None) -> 
     if settings.prometheus_url:
         source = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_seconds,
                                   settings.query_concurrency)
-        collection = source.collect(profile, scope_candidates(target, file_config.target), window)
+        collection = source.collect(profile, scope_candidates(target, file_config.target), window,
+                                    stack=file_config.stack)
     else:
         error = "no Prometheus configured (set RCA_PROMETHEUS_URL)"
         collection = Collection(window=window, selectors={}, prometheus_error=error,
                                 results=[SeriesResult(spec=s, error=error) for s in profile.signals])
     collect_seconds = time.perf_counter() - started
     findings = judge_all(collection, target.alert_start)
+    findings.append(slo_finding(collection, target.alert_start, file_config.slo_ttft_seconds,
+                                file_config.slo_probability_threshold))
     return Analysis(target=target, collection=collection, findings=findings, hypotheses=rank(findings),
                     collect_seconds=collect_seconds)
 

@@ -22,12 +22,12 @@ def render(target: str, findings: list[dict[str, Any]], hypotheses: list[dict[st
             lines.append(f"     against:  {', '.join(h['contradicting'])}")
     lines += ["", "Findings:"]
     for f in findings:
-        mark = {"breached": "!!", "ok": "ok", "unavailable": "--"}.get(f["status"], "  ")
+        mark = {"breached": "!!", "ok": "ok", "unavailable": "--", "not_measurable": "n/m"}.get(f["status"], "  ")
         onset = f" since {f['onset']}" if f.get("onset") else ""
         lines.append(
             f"  [{mark}] {f['id']:<24} {_value(f['value'], f['unit']):>8} "
             f"(baseline {_value(f['baseline'], f['unit'])}){onset}"
         )
-        if f["status"] == "unavailable":
+        if f["status"] in ("unavailable", "not_measurable"):
             lines.append(f"       {f['detail']}")
     return "\n".join(lines)

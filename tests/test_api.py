@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from rca.api.app import create_app
 from rca.collect.profile import DEFAULT_PROFILE, load_profile
+from rca.signals.slo import KEY as SLO_KEY
 from tests.conftest import (
     API_AUTH,
     API_TOKEN,
@@ -29,6 +30,7 @@ from tests.conftest import (
 )
 
 SIGNAL_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals}
+FINDING_IDS = SIGNAL_IDS | {SLO_KEY}  # one finding per profile signal, plus the SLO model built from two of them
 
 
 def search(client: TestClient, **params: Any) -> dict[str, Any]:
@@ -210,8 +212,12 @@ def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investi
     assert incident["investigations"] == [inv]
 
     findings = inv["findings"]
-    assert {f["id"] for f in findings} == SIGNAL_IDS
-    for finding in findings:
+    assert {f["id"] for f in findings} == FINDING_IDS
+    [slo] = [f for f in findings if f["id"] == SLO_KEY]
+    assert slo["status"] == "ok" and slo["value"] is None  # the stub's flat 0.5 s TTFT never breaks the SLO
+    assert "no TTFT SLO violation" in slo["detail"]
+    assert all(q in prometheus.queries for q in slo["query"].split("\n"))
+    for finding in (f for f in findings if f["id"] != SLO_KEY):
         assert finding["status"] in ("ok", "breached"), finding
         assert finding["value"] == pytest.approx(float(StubPrometheus.VALUE))
         assert finding["query"] and finding["query"] in prometheus.queries
@@ -236,7 +242,7 @@ def test_investigation_without_prometheus_finishes_with_findings_marked_unavaila
     inv = incident["investigation"]
     assert inv["status"] == "done"
     assert "RCA_PROMETHEUS_URL" in inv["error"]
-    assert {f["id"] for f in inv["findings"]} == SIGNAL_IDS
+    assert {f["id"] for f in inv["findings"]} == FINDING_IDS
     assert all(f["status"] == "unavailable" and f["detail"].startswith("data unavailable") for f in inv["findings"])
     assert inv["hypotheses"]
 

@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from rca.api.app import create_app
 from rca.collect.profile import DEFAULT_PROFILE, load_profile
 from rca.dispatch import CeleryDispatcher, sweep
+from rca.signals.slo import KEY as SLO_KEY
 from rca.store.db import get_engine
 from rca.store.models import Finding, Hypothesis, Investigation
 from tests.conftest import (
@@ -39,7 +40,7 @@ from tests.conftest import (
 )
 from workers.app import create_app as create_celery_app
 
-SIGNAL_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals}
+FINDING_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals} | {SLO_KEY}
 
 
 @dataclass
@@ -122,11 +123,11 @@ def test_webhook_investigation_runs_on_the_celery_worker_to_done(celery_client: 
     assert inv["status"] == "done", inv["error"]
     assert inv["id"] == reply.json()["investigation_id"] and inv["attempts"] == 1
     assert inv["target"]["host"] == "gpu-node-1"
-    assert {f["id"] for f in inv["findings"]} == SIGNAL_IDS
+    assert {f["id"] for f in inv["findings"]} == FINDING_IDS
     assert all(f["query"] and f["status"] in ("ok", "breached") for f in inv["findings"])
     assert inv["hypotheses"] and inv["hypotheses"][0]["rank"] == 1
     findings, hypotheses = stored_results(pg_db, inv["id"])
-    assert len(findings) == len(SIGNAL_IDS) and len(hypotheses) == len(inv["hypotheses"])
+    assert len(findings) == len(FINDING_IDS) and len(hypotheses) == len(inv["hypotheses"])
 
 
 def test_redelivered_finished_investigation_is_left_untouched(celery_client: TestClient, pg_db: str,
@@ -165,7 +166,7 @@ def test_investigation_delivered_twice_before_finishing_stores_its_results_once(
     after = investigation(pg_db, investigation_id)
     assert after.status == "done" and after.attempts == 2  # the second delivery found it done
     findings, hypotheses = stored_results(pg_db, investigation_id)
-    assert sorted(key for _, key in findings) == sorted(SIGNAL_IDS)
+    assert sorted(key for _, key in findings) == sorted(FINDING_IDS)
     assert [rank for _, rank in hypotheses] == list(range(1, len(old_hypotheses) + 1))
     assert {fid for fid, _ in findings}.isdisjoint(fid for fid, _ in old_findings)  # replaced, not added
 
@@ -200,7 +201,7 @@ def test_broker_outage_strands_nothing_the_sweep_hands_it_to_the_worker(
     finally:
         dispatcher.close()
     wait_for(lambda: investigation(pg_db, investigation_id).status == "done", 30, "the swept investigation")
-    assert count_for(pg_db, Finding, investigation_id=investigation_id) == len(SIGNAL_IDS)
+    assert count_for(pg_db, Finding, investigation_id=investigation_id) == len(FINDING_IDS)
     assert count_for(pg_db, Hypothesis, investigation_id=investigation_id) >= 1
 
 
@@ -218,7 +219,7 @@ def test_sweep_task_on_the_worker_reenqueues_stranded_investigations(pg_db: str,
              f"the worker's sweep to run investigation {investigation_id}\n{worker.output()}")
     [row] = investigation_rows(pg_db)
     assert row.attempts == 1 and row.error is None
-    assert count_for(pg_db, Finding, investigation_id=investigation_id) == len(SIGNAL_IDS)
+    assert count_for(pg_db, Finding, investigation_id=investigation_id) == len(FINDING_IDS)
 
 
 def test_broker_down_answers_the_webhook_promptly(pg_db: str, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ class QueryAlternative(BaseModel):
 
     source: str
     promql: str
+    stacks: list[str] | None = Field(default=None, description="serving stacks this query applies to; none = all")
 
     def render(self, selectors: dict[str, str]) -> str:
         return Template(self.promql).substitute(selectors)
@@ -62,13 +63,30 @@ class ScopeSpec(BaseModel):
     probe: str = Field(description="regex of metric names whose presence proves the scope matched")
 
 
+class StackSpec(BaseModel):
+    """A serving stack (vLLM V1, SGLang, ...), recognised by the metric names it exports."""
+
+    title: str
+    probe: str = Field(description="regex of metric names only this stack exports")
+
+
 class Profile(BaseModel):
     model_config = {"extra": "forbid"}
 
     name: str
     description: str = ""
     scopes: dict[Literal["serving", "gpu", "node"], ScopeSpec]
+    stacks: dict[str, StackSpec] = Field(default_factory=dict, description="in probing order, most specific first")
     signals: list[SignalSpec]
+
+    @model_validator(mode="after")
+    def _known_stacks(self) -> Profile:
+        for spec in self.signals:
+            for alternative in spec.queries:
+                unknown = set(alternative.stacks or ()) - set(self.stacks)
+                if unknown:
+                    raise ValueError(f"signal {spec.id}: query for unknown stack(s) {', '.join(sorted(unknown))}")
+        return self
 
     def with_thresholds(self, thresholds: dict[str, float]) -> Profile:
         """A copy with operator thresholds applied (unknown ids are an error, not ignored)."""

@@ -44,6 +44,7 @@ class SeriesResult:
     source: str | None = None
     series: list[tuple[dict[str, str], Samples]] = field(default_factory=list)
     error: str | None = None
+    not_measurable: bool = False  # the detected stack exports no source for this signal
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Collection:
     selectors: dict[str, str | None]
     results: list[SeriesResult]
     prometheus_error: str | None = None
+    stack: str | None = None
 
 
 class PrometheusSource:
@@ -82,14 +84,29 @@ class PrometheusSource:
                 return selector
         return None
 
-    def _fetch(self, spec: SignalSpec, selectors: dict[str, str | None], window: Window) -> SeriesResult:
+    def _detect_stack(self, profile: Profile, selector: str | None, window: Window) -> str | None:
+        """The first stack whose own metric names exist for the serving target."""
+        if selector is None:
+            return None
+        for name, stack in profile.stacks.items():
+            if self._probe(stack.probe, [selector], window):
+                return name
+        return None
+
+    def _fetch(self, spec: SignalSpec, selectors: dict[str, str | None], window: Window,
+               stack: str | None) -> SeriesResult:
         result = SeriesResult(spec=spec)
         selector = selectors.get(spec.scope)
         if selector is None:
             result.error = f"no {spec.scope} series match this target"
             return result
+        alternatives = [a for a in spec.queries if stack is None or a.stacks is None or stack in a.stacks]
+        if not alternatives:
+            result.not_measurable = True
+            result.error = f"not measurable on this stack ({stack}): it exports no source for this signal"
+            return result
         tried = []
-        for alternative in spec.queries:
+        for alternative in alternatives:
             promql = alternative.render({scope: sel or "" for scope, sel in selectors.items()})
             try:
                 data = self._range(promql, window)
@@ -102,11 +119,13 @@ class PrometheusSource:
                 result.promql, result.source, result.series = promql, alternative.source, series
                 return result
             tried.append(alternative.source)
-        result.promql = spec.queries[0].render({s: sel or "" for s, sel in selectors.items()})
+        result.promql = alternatives[0].render({s: sel or "" for s, sel in selectors.items()})
         result.error = "no data from: " + "; ".join(tried)
         return result
 
-    def collect(self, profile: Profile, candidates: dict[str, list[str]], window: Window) -> Collection:
+    def collect(self, profile: Profile, candidates: dict[str, list[str]], window: Window,
+                stack: str | None = None) -> Collection:
+        """Probe the scopes (and the serving stack unless given), then pull every signal."""
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             try:
                 probes = {
@@ -114,13 +133,14 @@ class PrometheusSource:
                     for scope, spec in profile.scopes.items()
                 }
                 selectors = {scope: future.result() for scope, future in probes.items()}
+                stack = stack or self._detect_stack(profile, selectors.get("serving"), window)
             except (requests.RequestException, PrometheusApiClientException) as exc:
                 error = f"Prometheus at {self.url} is unavailable: {_short(exc)}"
                 results = [SeriesResult(spec=spec, error=error) for spec in profile.signals]
                 return Collection(window=window, selectors={}, results=results, prometheus_error=error)
-            futures = [pool.submit(self._fetch, spec, selectors, window) for spec in profile.signals]
+            futures = [pool.submit(self._fetch, spec, selectors, window, stack) for spec in profile.signals]
             results = [future.result() for future in futures]
-        return Collection(window=window, selectors=selectors, results=results)
+        return Collection(window=window, selectors=selectors, results=results, stack=stack)
 
 
 def _samples(values: list[list]) -> Samples:

@@ -64,6 +64,8 @@ class Target:
     # Every host the labels name, best first: a DCGM alert's `instance` may be the exporter's IP
     # while `Hostname` names the GPU node; probing keeps the first that has series.
     hosts: list[str] = field(default_factory=list)
+    # The alert's own `instance` when every alert agrees: two engines on one host differ only here.
+    instance: str | None = None
 
     def host_candidates(self) -> list[str]:
         return self.hosts or ([self.host] if self.host else [])
@@ -104,7 +106,10 @@ def target_from_alerts(
         if len(values) == 1:
             scope[name] = values.pop()
     names = sorted({labels["alertname"] for labels in alerts if labels.get("alertname")})
-    return Target(host=host, labels=scope, alert_start=min(starts), alertnames=names, hosts=hosts)
+    instances = {labels["instance"] for labels in alerts if labels.get("instance")}
+    instance = instances.pop() if len(instances) == 1 else None
+    return Target(host=host, labels=scope, alert_start=min(starts), alertnames=names, hosts=hosts,
+                  instance=instance)
 
 
 def _matchers(**equal: str | None) -> list[str]:
@@ -112,13 +117,20 @@ def _matchers(**equal: str | None) -> list[str]:
 
 
 def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str]]:
-    """Candidate selectors (the inside of `{...}`) per scope, most specific first."""
+    """Candidate selectors (the inside of `{...}`) per scope, most specific first.
+
+    The serving scope tries the alert's exact `instance` first (an alert from the engine itself),
+    then pod/namespace, then any instance on the same host (an alert from DCGM or node_exporter).
+    """
     pod_ns = _matchers(namespace=target.labels.get("namespace"), pod=target.labels.get("pod"))
     model = _matchers(model_name=target.labels.get("model_name"))
     job = _matchers(job=target.labels.get("job"))
     by_host = [[f'instance=~"{host_regex(name)}"'] for name in target.host_candidates()]
 
     serving: list[list[str]] = []
+    if target.instance:
+        exact = _matchers(instance=target.instance)
+        serving += [exact + model + job, exact + model, exact]
     if pod_ns:
         serving += [pod_ns + model + job, pod_ns + model, pod_ns]
     for host in by_host:

@@ -94,11 +94,11 @@ def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
 def _no_clear_cause(findings: list[Finding], top: float | None) -> Hypothesis:
     cat = taxonomy()[NO_CLEAR_CAUSE]
     signals = [f for f in findings if f.kind == "signal"]
-    measured = [f for f in signals if f.status != "unavailable"]
+    measured = [f for f in signals if f.status in ("breached", "ok")]
     healthy = [f.key for f in measured if not f.breached]
     if top is None:
         confidence = 0.8 if len(measured) * 2 >= len(signals) and signals else 0.4
-        missing = [f.key for f in signals if f.status == "unavailable"]
+        missing = [f.key for f in signals if f.status not in ("breached", "ok")]
         explanation = "No finding points at a cause."
         if missing:
             explanation += f" Unavailable data: {', '.join(missing)}."

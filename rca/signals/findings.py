@@ -27,7 +27,7 @@ class Finding:
     key: str
     kind: str
     title: str
-    status: str  # breached | ok | unavailable
+    status: str  # breached | ok | unavailable | not_measurable
     breached: bool
     value: float | None
     baseline: float | None
@@ -128,6 +128,9 @@ def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding
         v for labels, samples in result.series
         if (v := _judge_series(spec, labels, samples, end.timestamp(), alert_start.timestamp()))
     ]
+    if result.not_measurable:
+        return Finding(**base, status="not_measurable", breached=False, value=None, baseline=None,
+                       onset=None, series_labels=None, detail=result.error or "not measurable on this stack")
     if not verdicts:
         why = result.error or f"no samples in the last {CURRENT_MINUTES} minutes"
         return Finding(**base, status="unavailable", breached=False, value=None, baseline=None,

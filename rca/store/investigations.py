@@ -70,7 +70,8 @@ def save_analysis(session: Session, investigation_id: int, analysis: Analysis, t
     inv.total_seconds = round(total_seconds, 4)
     inv.analyst = "rules"
     inv.window_start, inv.window_end, inv.step_seconds = window.start, window.end, window.step_seconds
-    inv.target = analysis.target.to_dict() | {"selectors": analysis.collection.selectors}
+    inv.target = analysis.target.to_dict() | {"selectors": analysis.collection.selectors,
+                                              "stack": analysis.collection.stack}
     inv.error = analysis.collection.prometheus_error
 
 

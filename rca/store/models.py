@@ -157,7 +157,7 @@ class Finding(Base):
     key: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(16))  # signal | supporting
     title: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))  # breached | ok | unavailable
+    status: Mapped[str] = mapped_column(String(16))  # breached | ok | unavailable | not_measurable
     breached: Mapped[bool] = mapped_column(default=False)
     value: Mapped[float | None] = mapped_column(Float)
     baseline: Mapped[float | None] = mapped_column(Float)

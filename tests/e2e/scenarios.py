@@ -52,7 +52,15 @@ FAULTS: dict[str, dict[str, float]] = {
     "arrival_surge": {"arrival_rate": 18.0, "waiting": 14.0, "running": 30.0, "kv_usage": 0.8, "ttft": 0.6},
     "kv_memory_pressure": {"kv_usage": 0.985, "preempt_rate": 0.8, "waiting": 9.0, "hit_rate": 0.7},
     "cpu_launch_overhead": {"pinned_busy": 0.95, "gpu_util": 50.0, "itl": 0.035},
+    "cpu_affinity_numa": {"pinned_busy": 0.9, "ctx_switches": 30000.0, "numa_miss": 2000.0, "itl": 0.03},
+    "host_device_sync": {"pcie_bytes": 1.2e9, "pinned_busy": 0.88, "gpu_util": 55.0},
+    "batching_misconfig": {"waiting": 9.0, "gpu_util": 45.0, "running": 4.0, "ttft": 0.5},
+    "prefill_blocking": {"prompt_len": 4000.0, "itl": 0.045, "ttft": 0.9, "waiting": 7.0},
+    "lora_adapter_loading": {"deferred": 6.0, "waiting": 8.0, "ttft": 0.7},
+    "memory_bandwidth_bound": {"tensor_active": 0.2, "dram_active": 0.75, "itl": 0.03},
+    "gpu_degraded": {"sm_clock": 1400.0, "gpu_temp": 92.0, "itl": 0.03},
 }
+EXPORTERS = frozenset({"serving", "dcgm", "node"})
 
 PROMPT_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
@@ -64,12 +72,20 @@ class Host:
     name: str
     fault: str | None
     onset: float  # unix seconds
+    stack: str = "vllm_v1"  # which serving engine's metric names it exports (see SERVING)
+    port: int | None = None  # serving port; default per stack
+    exporters: frozenset[str] = EXPORTERS  # drop one to simulate missing data
+    extra: tuple[tuple[str, float], ...] = ()  # red herrings: other values that move at onset
 
     def params(self, t: float) -> dict[str, float]:
         values = dict(BASELINE)
         if self.fault and t > self.onset:
             blend = min(1.0, (t - self.onset) / RAMP_SECONDS)
             for key, target in FAULTS[self.fault].items():
+                values[key] = values[key] + (target - values[key]) * blend
+        if self.extra and t > self.onset:
+            blend = min(1.0, (t - self.onset) / RAMP_SECONDS)
+            for key, target in self.extra:
                 values[key] = values[key] + (target - values[key]) * blend
         return values
 
@@ -114,30 +130,26 @@ class Series:
 
 
 def _histogram(name: str, labels: dict[str, str], buckets: list[float], median_key: str,
-               rate_key: str) -> list[Series]:
+               rate_key: str = "arrival_rate", scale: float = 1.0) -> list[Series]:
+    """Cumulative buckets of an exponential distribution with the given median (times `scale`)."""
     out = []
     for le in buckets:
         out.append(Series(f"{name}_bucket", labels | {"le": str(le)},
-                          rate=lambda p, t, le=le: p[rate_key] * _exp_cdf(le, p[median_key])))
+                          rate=lambda p, t, le=le: p[rate_key] * _exp_cdf(le, p[median_key] * scale)))
     out.append(Series(f"{name}_bucket", labels | {"le": "+Inf"}, rate=lambda p, t: p[rate_key]))
     out.append(Series(f"{name}_count", labels, rate=lambda p, t: p[rate_key]))
-    out.append(Series(f"{name}_sum", labels, rate=lambda p, t: p[rate_key] * p[median_key] / math.log(2)))
+    out.append(Series(f"{name}_sum", labels,
+                      rate=lambda p, t: p[rate_key] * p[median_key] * scale / math.log(2)))
     return out
 
 
-def host_series(host: Host) -> list[Series]:
-    """Every series one host exposes, vLLM + DCGM + node_exporter."""
-    h = host.name
-    vllm = {"job": "vllm", "instance": f"{h}:8000", "model_name": MODEL, "engine": "0"}
-    dcgm = {"job": "dcgm", "instance": f"{h}:9400", "Hostname": h, "gpu": "0",
-            "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-0000", "modelName": "NVIDIA H100 80GB HBM3",
-            "device": "nvidia0"}
-    node = {"job": "node", "instance": h}
+Gauge = Callable[..., Callable[[dict[str, float], float], float]]
 
-    def g(key: str, amp: float = 0.03, lo: float = 0.0, hi: float = math.inf) -> Callable:
-        return lambda p, t: min(hi, max(lo, p[key] * (1 + _noise(f"{h}:{key}", t, amp))))
 
-    series = [
+def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
+    """vLLM V1 names (vllm/v1/metrics/loggers.py)."""
+    vllm = {"job": "vllm", "instance": f"{h}:{port}", "model_name": MODEL, "engine": "0"}
+    return [
         Series("vllm:num_requests_waiting", vllm, gauge=g("waiting", 0.2)),
         Series("vllm:num_requests_running", vllm, gauge=g("running", 0.05)),
         Series("vllm:kv_cache_usage_perc", vllm, gauge=g("kv_usage", 0.01, hi=1.0)),
@@ -150,22 +162,94 @@ def host_series(host: Host) -> list[Series]:
         Series("vllm:num_preemptions_total", vllm, rate=lambda p, t: p["preempt_rate"]),
         Series("vllm:request_success_total", vllm | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
         Series("vllm:prompt_tokens_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
-        *_histogram("vllm:request_prompt_tokens", vllm, PROMPT_BUCKETS, "prompt_len", "arrival_rate"),
-        *_histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BUCKETS, "ttft", "arrival_rate"),
-        *_histogram("vllm:inter_token_latency_seconds", vllm, ITL_BUCKETS, "itl", "arrival_rate"),
-        Series("DCGM_FI_DEV_GPU_UTIL", dcgm, gauge=g("gpu_util", 0.03, hi=100)),
-        Series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dcgm, gauge=lambda p, t: p["gpu_util"] / 100),
-        Series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", dcgm, gauge=g("tensor_active", 0.03, hi=1)),
-        Series("DCGM_FI_PROF_DRAM_ACTIVE", dcgm, gauge=g("dram_active", 0.03, hi=1)),
-        Series("DCGM_FI_PROF_PCIE_TX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
-        Series("DCGM_FI_PROF_PCIE_RX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
-        Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=g("sm_clock", 0.005)),
-        Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=g("gpu_temp", 0.02)),
-        Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
-        Series("node_context_switches_total", node, rate=g("ctx_switches", 0.05)),
-        Series("node_memory_numa_numa_miss_total", node | {"node": "0"}, rate=g("numa_miss", 0.1)),
+        *_histogram("vllm:request_prompt_tokens", vllm, PROMPT_BUCKETS, "prompt_len"),
+        *_histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BUCKETS, "ttft"),
+        *_histogram("vllm:inter_token_latency_seconds", vllm, ITL_BUCKETS, "itl"),
     ]
-    for cpu in range(CPUS):
+
+
+def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
+    """SGLang names (python/sglang/srt/observability/metrics_collector.py)."""
+    labels = {"job": "sglang", "instance": f"{h}:{port}", "model_name": MODEL, "engine_type": "unified",
+              "tp_rank": "0", "pp_rank": "0"}
+    return [
+        Series("sglang:num_queue_reqs", labels, gauge=g("waiting", 0.2)),
+        Series("sglang:num_running_reqs", labels, gauge=g("running", 0.05)),
+        Series("sglang:token_usage", labels, gauge=g("kv_usage", 0.01, hi=1.0)),
+        Series("sglang:prefill_effective_tokens_total", labels | {"mode": "input"},
+               rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * (1 - p["hit_rate"])),
+        Series("sglang:prefill_effective_tokens_total", labels | {"mode": "device_hit"},
+               rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * p["hit_rate"]),
+        Series("sglang:prompt_tokens_total", labels, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
+        *_histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
+        *_histogram("sglang:inter_token_latency_seconds", labels, ITL_BUCKETS, "itl"),
+        *_histogram("sglang:e2e_request_latency_seconds", labels, TTFT_BUCKETS, "ttft", scale=8.0),
+    ]
+
+
+def _tgi(h: str, g: Gauge, port: int = 9000) -> list[Series]:
+    """TGI names (router/src/server.rs); no model label, no prefix-cache metric."""
+    labels = {"job": "tgi", "instance": f"{h}:{port}"}
+    return [
+        Series("tgi_queue_size", labels, gauge=g("waiting", 0.2)),
+        Series("tgi_batch_current_size", labels, gauge=g("running", 0.05)),
+        Series("tgi_request_count_total", labels, rate=lambda p, t: p["arrival_rate"]),
+        *_histogram("tgi_request_input_length", labels, PROMPT_BUCKETS, "prompt_len"),
+        *_histogram("tgi_request_queue_duration", labels, TTFT_BUCKETS, "ttft", scale=0.5),
+        *_histogram("tgi_batch_forward_duration", labels | {"method": "prefill"}, TTFT_BUCKETS, "ttft", scale=0.5),
+        *_histogram("tgi_request_mean_time_per_token_duration", labels, ITL_BUCKETS, "itl"),
+    ]
+
+
+def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
+    """Triton core + TRT-LLM backend names (core/src/metrics.cc); counters carry no `_total`."""
+    labels = {"job": "triton", "instance": f"{h}:{port}", "model": "llama", "version": "1"}
+    return [
+        Series("nv_inference_pending_request_count", labels, gauge=g("waiting", 0.2)),
+        Series("nv_inference_request_success", labels, rate=lambda p, t: p["arrival_rate"]),
+        Series("nv_trt_llm_kv_cache_block_metrics", labels | {"kv_cache_block_type": "fraction"},
+               gauge=g("kv_usage", 0.01, hi=1.0)),
+        *_histogram("nv_inference_first_response_histogram_ms", labels, [b * 1000 for b in TTFT_BUCKETS], "ttft",
+                    scale=1000.0),
+    ]
+
+
+SERVING = {"vllm_v1": _vllm_v1, "sglang": _sglang, "tgi": _tgi, "triton": _triton}
+
+
+def host_series(host: Host) -> list[Series]:
+    """Every series one host exposes: its serving engine, DCGM and node_exporter."""
+    h = host.name
+    dcgm = {"job": "dcgm", "instance": f"{h}:9400", "Hostname": h, "gpu": "0",
+            "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-0000", "modelName": "NVIDIA H100 80GB HBM3",
+            "device": "nvidia0"}
+    node = {"job": "node", "instance": h}
+
+    def g(key: str, amp: float = 0.03, lo: float = 0.0, hi: float = math.inf) -> Callable:
+        return lambda p, t: min(hi, max(lo, p[key] * (1 + _noise(f"{h}:{key}", t, amp))))
+
+    serving = SERVING[host.stack]
+    series = serving(h, g, host.port) if host.port else serving(h, g)
+    if "serving" not in host.exporters:
+        series = []
+    if "dcgm" in host.exporters:
+        series += [
+            Series("DCGM_FI_DEV_GPU_UTIL", dcgm, gauge=g("gpu_util", 0.03, hi=100)),
+            Series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dcgm, gauge=lambda p, t: p["gpu_util"] / 100),
+            Series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", dcgm, gauge=g("tensor_active", 0.03, hi=1)),
+            Series("DCGM_FI_PROF_DRAM_ACTIVE", dcgm, gauge=g("dram_active", 0.03, hi=1)),
+            Series("DCGM_FI_PROF_PCIE_TX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
+            Series("DCGM_FI_PROF_PCIE_RX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
+            Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=g("sm_clock", 0.005)),
+            Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=g("gpu_temp", 0.02)),
+            Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
+        ]
+    if "node" in host.exporters:
+        series += [
+            Series("node_context_switches_total", node, rate=g("ctx_switches", 0.05)),
+            Series("node_memory_numa_numa_miss_total", node | {"node": "0"}, rate=g("numa_miss", 0.1)),
+        ]
+    for cpu in range(CPUS if "node" in host.exporters else 0):
         busy_key = "pinned_busy" if cpu in PINNED else "other_busy"
         busy = g(busy_key, 0.03, hi=1.0)
         labels = node | {"cpu": str(cpu)}

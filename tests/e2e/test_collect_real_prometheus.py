@@ -24,7 +24,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     now = time.time()
     onset = now - 20 * 60
     fleet = Fleet([Host("gpu-a", "arrival_surge", onset), Host("gpu-b", None, onset),
-                   Host("gpu-c", "cpu_launch_overhead", onset)], start=now - 3 * 3600 - 15 * 60)
+                   Host("gpu-c", "cpu_launch_overhead", onset),
+                   Host("sg-a", "prefix_cache_miss", onset, stack="sglang"),
+                   Host("tgi-a", "arrival_surge", onset, stack="tgi"),
+                   Host("tri-a", "arrival_surge", onset, stack="triton")], start=now - 3 * 3600 - 15 * 60)
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
     with Exporter(fleet, time.time) as exporter:
         proc, url = promstack.start_prometheus(workdir, exporter.port, None)
@@ -97,3 +100,24 @@ def test_step_keeps_every_series_under_the_point_limit(prometheus: str) -> None:
     window = result["analysis"].collection.window
     points = (window.end - window.start).total_seconds() / window.step_seconds
     assert points <= Settings().max_points_per_series < 11000
+
+
+@pytest.mark.parametrize(("labels", "stack", "breached", "top"), [
+    ({"instance": "sg-a:30000", "model_name": MODEL}, "sglang", "prefix_cache_hit_rate", "prefix_cache_miss"),
+    ({"instance": "tgi-a:9000"}, "tgi", "queue_median", "arrival_surge"),
+    ({"instance": "tri-a:8002", "model": "llama"}, "triton", "queue_median", "arrival_surge"),
+])
+def test_serving_stack_is_detected_from_its_metric_names(prometheus: str, labels: dict[str, str], stack: str,
+                                                        breached: str, top: str) -> None:
+    result = _analyse(prometheus, labels)
+    assert result["analysis"].collection.stack == stack
+    assert result["findings"][breached].breached, result["findings"][breached].detail
+    assert result["top"] == top
+
+
+def test_signal_without_a_source_on_the_stack_is_not_measurable_rather_than_healthy(prometheus: str) -> None:
+    findings = _analyse(prometheus, {"instance": "tgi-a:9000"})["findings"]
+    assert findings["prefix_cache_hit_rate"].status == "not_measurable"
+    assert "not measurable on this stack (tgi)" in findings["prefix_cache_hit_rate"].detail
+    assert findings["preemption_rate"].status == "not_measurable"
+    assert findings["queue_median"].status == "breached"

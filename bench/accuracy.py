@@ -1,0 +1,49 @@
+"""Accuracy benchmark: the labelled scenario suite through the real pipeline on real Prometheus.
+
+    .venv/bin/python bench/accuracy.py
+
+Prints AC@1, AC@3, Avg@5 (as RCAEval defines them), per-category results and the false-alarm rate
+on healthy windows. Published anchors: BARO on RCAEval RE2 AC@1 0.69 / AC@3 0.82; RCACopilot
+micro-F1 0.766. The suite is this project's own (tests/e2e/suite.py), so treat the figures as a
+regression floor, not as a claim about unseen incidents.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.e2e.suite import CONFIDENT, run_suite, score, suite_prometheus  # noqa: E402
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp, suite_prometheus(Path(tmp)) as (url, suite):
+        outcomes = run_suite(url, suite)
+    print(f"{'scenario':34s} {'stack':8s} {'expected':24s} {'top answer (confidence)':36s} rank")
+    for o in outcomes:
+        top = o.ranked[0]
+        rank = o.categories.index(o.scenario.expected) + 1 if o.scenario.expected in o.categories else "-"
+        print(f"{o.scenario.name:34s} {o.stack or '-':8s} {o.scenario.expected:24s} "
+              f"{top.category + f' ({top.confidence:.2f})':36s} {rank}")
+    per_category: dict[str, list[bool]] = defaultdict(list)
+    for o in outcomes:
+        per_category[o.scenario.expected].append(o.hit_at(1))
+    print("\nper category (AC@1):")
+    for category, hits in sorted(per_category.items()):
+        print(f"  {category:24s} {sum(hits)}/{len(hits)}")
+    result = score(outcomes)
+    seconds = sorted(o.seconds for o in outcomes)
+    print(f"\nscenarios {len(outcomes)}  AC@1 {result['AC@1']:.2f}  AC@3 {result['AC@3']:.2f}  "
+          f"Avg@5 {result['Avg@5']:.2f}")
+    print(f"false-alarm rate on healthy windows {result['false_alarm_rate']:.2f}; confident (>= {CONFIDENT}) wrong "
+          f"top answers: {result['confident_wrong']} (on healthy controls: {result['healthy_confident_wrong']})")
+    print(f"analysis time per scenario: median {seconds[len(seconds) // 2]:.3f} s, max {seconds[-1]:.3f} s")
+    print("anchors: BARO RCAEval RE2 AC@1 0.69 / AC@3 0.82; RCACopilot micro-F1 0.766")
+
+
+if __name__ == "__main__":
+    main()

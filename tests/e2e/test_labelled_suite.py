@@ -1,0 +1,45 @@
+"""The labelled scenario suite through the real pipeline against real Prometheus data.
+
+The targets are the issue's: AC@1 >= 0.90, AC@3 = 1.00, no confident wrong answer on a healthy
+control. `bench/accuracy.py` prints the full table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rca.diagnosis.ranking import taxonomy
+from tests.e2e.suite import Outcome, run_suite, score, suite_prometheus
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Outcome]]:
+    workdir: Path = tmp_path_factory.mktemp("suite")
+    with suite_prometheus(workdir) as (url, suite):
+        yield run_suite(url, suite)
+
+
+def test_suite_covers_every_category_and_at_least_three_stacks(outcomes: list[Outcome]) -> None:
+    assert len(outcomes) >= 15
+    assert {o.scenario.expected for o in outcomes} == set(taxonomy())
+    assert len({o.stack for o in outcomes}) >= 3
+
+
+def test_accuracy_meets_the_targets(outcomes: list[Outcome]) -> None:
+    wrong = [(o.scenario.name, o.scenario.expected, o.categories[:3]) for o in outcomes if not o.hit_at(1)]
+    result = score(outcomes)
+    assert result["AC@1"] >= 0.90, wrong
+    assert result["AC@3"] == 1.0, wrong
+
+
+def test_healthy_controls_never_get_a_confident_wrong_answer(outcomes: list[Outcome]) -> None:
+    healthy = [o for o in outcomes if o.scenario.expected == "no_clear_cause"]
+    assert len(healthy) >= 3
+    assert score(outcomes)["healthy_confident_wrong"] == 0
+    for outcome in healthy:
+        assert outcome.breached == [], f"{outcome.scenario.name}: {outcome.breached}"
