@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class FindingOut(BaseModel):
@@ -68,15 +68,16 @@ class InvestigationOut(BaseModel):
     target: dict[str, Any] | None
     findings: list[FindingOut]
     hypotheses: list[HypothesisOut]
+    margin: float | None = Field(description="confidence of the first answer minus that of the second")
 
     @classmethod
     def from_row(cls, row: Any) -> InvestigationOut:
-        data = {name: getattr(row, name) for name in cls.model_fields if name not in ("findings", "hypotheses")}
-        return cls(
-            **data,
-            findings=[FindingOut.from_row(f) for f in row.findings],
-            hypotheses=[HypothesisOut.model_validate(h) for h in row.hypotheses],
-        )
+        computed = ("findings", "hypotheses", "margin")
+        data = {name: getattr(row, name) for name in cls.model_fields if name not in computed}
+        hypotheses = [HypothesisOut.model_validate(h) for h in row.hypotheses]
+        margin = round(hypotheses[0].confidence - hypotheses[1].confidence, 3) if len(hypotheses) > 1 else None
+        return cls(**data, findings=[FindingOut.from_row(f) for f in row.findings], hypotheses=hypotheses,
+                   margin=margin)
 
 
 class AlertOut(BaseModel):

@@ -61,7 +61,7 @@ def _limit(spec: SignalSpec, baseline: float | None) -> float | None:
     return min(baseline * (1 - spec.change), baseline - spec.min_delta)
 
 
-def _onset(samples: Samples, beyond: Any) -> float | None:
+def breach_onset(samples: Samples, beyond: Any) -> float | None:
     """Start of the breach run that reaches the end of the window, tolerating short gaps."""
     onset, gap = None, 0
     for ts, value in reversed(samples):
@@ -95,7 +95,7 @@ def _judge_series(spec: SignalSpec, labels: dict[str, str], samples: Samples, en
     limit = _limit(spec, baseline)
     compare = COMPARE[spec.comparison]
     breached = limit is not None and compare(current, limit)
-    onset = _onset(samples, lambda v: compare(v, limit)) if breached else None
+    onset = breach_onset(samples, lambda v: compare(v, limit)) if breached else None
     if breached and onset is not None and spec.threshold is not None:
         # For absolute thresholds the baseline is what the series looked like before it broke;
         # a series that starts broken has none (the pre-guard samples are part of the breach).

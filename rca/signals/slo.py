@@ -22,7 +22,7 @@ import numpy as np
 from scipy.stats import weibull_min
 
 from rca.collect.prometheus import Collection, Samples, SeriesResult
-from rca.signals.findings import BASELINE_GUARD_MINUTES, CURRENT_MINUTES, Finding, _onset
+from rca.signals.findings import BASELINE_GUARD_MINUTES, CURRENT_MINUTES, Finding, breach_onset
 
 KEY = "slo_violation_probability"
 DEPTH_SIGNAL = "queue_median"  # the same depth the queue signal reports, so the two findings agree
@@ -171,7 +171,7 @@ def slo_finding(collection: Collection, alert_start: datetime,
     onset_ts = None
     if breached:
         probabilities = fit.probabilities(d for _, d in depth)
-        onset_ts = _onset([(ts, float(p)) for (ts, _), p in zip(depth, probabilities, strict=True)],
+        onset_ts = breach_onset([(ts, float(p)) for (ts, _), p in zip(depth, probabilities, strict=True)],
                           lambda p: p >= threshold)
     trend = ("k > 1: violations accelerate with depth" if fit.shape > 1
              else "k <= 1: no acceleration with depth, violations are not concentrated at deep queues")

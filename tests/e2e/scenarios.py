@@ -39,6 +39,7 @@ BASELINE: dict[str, float] = {
     "sm_clock": 1980.0,
     "gpu_temp": 62.0,
     "xid": 0.0,
+    "throttle": 0.0,  # clocks event reasons bitmask
     "pcie_bytes": 2.0e8,
     "pinned_busy": 0.55,
     "other_busy": 0.2,
@@ -58,7 +59,7 @@ FAULTS: dict[str, dict[str, float]] = {
     "prefill_blocking": {"prompt_len": 4000.0, "itl": 0.045, "ttft": 0.9, "waiting": 7.0},
     "lora_adapter_loading": {"deferred": 6.0, "waiting": 8.0, "ttft": 0.7},
     "memory_bandwidth_bound": {"tensor_active": 0.2, "dram_active": 0.75, "itl": 0.03},
-    "gpu_degraded": {"sm_clock": 1400.0, "gpu_temp": 92.0, "itl": 0.03},
+    "gpu_degraded": {"sm_clock": 1400.0, "gpu_temp": 92.0, "itl": 0.03, "throttle": 0x40},
 }
 EXPORTERS = frozenset({"serving", "dcgm", "node"})
 
@@ -243,6 +244,7 @@ def host_series(host: Host) -> list[Series]:
             Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=g("sm_clock", 0.005)),
             Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=g("gpu_temp", 0.02)),
             Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
+            Series("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", dcgm, gauge=lambda p, t: round(p["throttle"])),
         ]
     if "node" in host.exporters:
         series += [
