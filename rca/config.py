@@ -47,6 +47,42 @@ class TargetConfig(BaseModel):
     )
 
 
+MAX_CPU_ID = 8191  # the kernel's NR_CPUS ceiling on x86_64; anything above is a typo
+
+
+def _decimal(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """A Linux CPU list (`isolcpus`, `taskset -c`, `cpuset.cpus` syntax: `4-7,12`) as sorted ids.
+
+    Raises ValueError saying what is wrong; the config file reports it under `pinned_cpus`.
+    """
+    cpus: set[int] = set()
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise ValueError("empty CPU list; write it like 4-7,12")
+    for item in items:
+        if not item:
+            raise ValueError(f"empty item in CPU list {text!r}; write it like 4-7,12")
+        low, sep, high = (part.strip() for part in item.partition("-"))
+        if not _decimal(low) or (sep and not _decimal(high)):
+            raise ValueError(f"{item!r} is not a CPU id or a range like 4-7")
+        first, last = int(low), int(high) if sep else int(low)
+        if first > last:
+            raise ValueError(f"range {item!r} runs backwards")
+        if last > MAX_CPU_ID:
+            raise ValueError(f"CPU id {last} is above {MAX_CPU_ID}")
+        cpus.update(range(first, last + 1))
+    return sorted(cpus)
+
+
+def cpu_list_regex(cpus: list[int]) -> str:
+    """`[4, 5, 12]` -> `4|5|12`, for a `cpu=~"..."` matcher (node_exporter's `cpu` label is the id)."""
+    return "|".join(str(cpu) for cpu in cpus)
+
+
 class FileConfig(BaseModel):
     """The optional config file (`RCA_CONFIG_FILE`): thresholds and profile overrides."""
 
@@ -59,7 +95,27 @@ class FileConfig(BaseModel):
                                     description="TTFT p95 SLO for the violation-probability model (seconds)")
     slo_probability_threshold: float = Field(default=0.5, gt=0, le=1,
                                              description="P(SLO violation | queue depth) that breaches that finding")
+    pinned_cpus: str | None = Field(
+        default=None,
+        description="CPUs the serving engine is pinned to (`4-7,12`), for hosts without isolcpus",
+    )
     target: TargetConfig = Field(default_factory=TargetConfig)
+
+    @field_validator("pinned_cpus", mode="before")
+    @classmethod
+    def _check_pinned_cpus(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # `pinned_cpus: 4` in YAML is an int
+        if isinstance(value, str):
+            parse_cpu_list(value)
+        return value
+
+    def query_params(self) -> dict[str, str]:
+        """Values for the profile's operator placeholders (`rca.collect.profile.PARAMETERS`)."""
+        params = {}
+        if self.pinned_cpus is not None:
+            params["pinned_cpus"] = cpu_list_regex(parse_cpu_list(self.pinned_cpus))
+        return params
 
 
 class Settings(BaseSettings):
@@ -79,7 +135,6 @@ class Settings(BaseSettings):
     config_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
-    public_url: str | None = None
     lookback_minutes: int = Field(default=180, ge=10, le=7 * 24 * 60)
     max_points_per_series: int = Field(default=1100, ge=100, le=11000)
     min_step_seconds: int = Field(default=15, ge=1)

@@ -45,7 +45,7 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None) -> 
         source = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_seconds,
                                   settings.query_concurrency)
         collection = source.collect(profile, scope_candidates(target, file_config.target), window,
-                                    stack=file_config.stack)
+                                    stack=file_config.stack, params=file_config.query_params())
     else:
         error = "no Prometheus configured (set RCA_PROMETHEUS_URL)"
         collection = Collection(window=window, selectors={}, prometheus_error=error,

@@ -31,6 +31,9 @@ from tests.conftest import (
 
 SIGNAL_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals}
 FINDING_IDS = SIGNAL_IDS | {SLO_KEY}  # one finding per profile signal, plus the SLO model built from two of them
+# Container (cAdvisor) signals: the test alerts name no pod, so these have no selector.
+POD_ONLY_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals
+                if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)}
 
 
 def search(client: TestClient, **params: Any) -> dict[str, Any]:
@@ -217,7 +220,9 @@ def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investi
     assert slo["status"] == "ok" and slo["value"] is None  # the stub's flat 0.5 s TTFT never breaks the SLO
     assert "no TTFT SLO violation" in slo["detail"]
     assert all(q in prometheus.queries for q in slo["query"].split("\n"))
-    for finding in (f for f in findings if f["id"] != SLO_KEY):
+    for finding in (f for f in findings if f["id"] in POD_ONLY_IDS):
+        assert finding["status"] == "unavailable" and "no pod series match this target" in finding["detail"]
+    for finding in (f for f in findings if f["id"] not in POD_ONLY_IDS | {SLO_KEY}):
         assert finding["status"] in ("ok", "breached"), finding
         assert finding["value"] == pytest.approx(float(StubPrometheus.VALUE))
         assert finding["query"] and finding["query"] in prometheus.queries

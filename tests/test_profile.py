@@ -16,7 +16,9 @@ SELECTORS = {
     "serving": 'instance=~"gpu-node-1(:[0-9]+)?",model_name="llama"',
     "gpu": 'Hostname=~"gpu-node-1"',
     "node": 'instance=~"gpu-node-1"',
+    "pod": 'namespace="llm",pod="vllm-0"',
 }
+PARAMS = {"pinned_cpus": "4|5|6|7"}
 FOUR_SIGNALS = {"cpu_bound_ratio", "prefix_cache_hit_rate", "queue_median", "gpu_compute_to_memory"}
 
 
@@ -64,7 +66,7 @@ def test_bundled_profile_loads_with_the_four_early_signals(profile: Profile) -> 
     assert profile.name == "vllm_dcgm"
     signals = {s.id for s in profile.signals if s.kind == "signal"}
     assert signals == FOUR_SIGNALS
-    assert set(profile.scopes) == {"serving", "gpu", "node"}
+    assert set(profile.scopes) == {"serving", "gpu", "node", "pod"}
 
 
 def test_bundled_profile_uses_the_domain_thresholds(profile: Profile) -> None:
@@ -83,18 +85,51 @@ def test_signal_ids_are_unique(profile: Profile) -> None:
     assert len(ids) == len(set(ids))
 
 
-def test_every_query_renders_with_the_three_selectors(profile: Profile) -> None:
+def test_every_query_renders_with_the_selectors_and_parameters(profile: Profile) -> None:
     for spec in profile.signals:
         for alt in spec.queries:
-            rendered = Template(alt.promql).substitute(SELECTORS)  # KeyError/ValueError on stray `$`
+            rendered = Template(alt.promql).substitute(SELECTORS | PARAMS)  # KeyError/ValueError on stray `$`
             assert "$" not in rendered, (spec.id, rendered)
-            assert SELECTORS[spec.scope] in rendered, f"{spec.id} does not use its own scope ${spec.scope}"
-            assert alt.render(SELECTORS) == rendered
+            scope = spec.scope_of(alt)
+            assert SELECTORS[scope] in rendered, f"{spec.id} does not use its own scope ${scope}"
+            assert alt.render(SELECTORS | PARAMS) == rendered
+
+
+def test_query_with_a_missing_placeholder_never_renders_blank(profile: Profile) -> None:
+    cpu = next(s for s in profile.signals if s.id == "cpu_bound_ratio")
+    configured = next(a for a in cpu.queries if "pinned_cpus" in a.placeholders())
+    assert configured.placeholders() == {"node", "pinned_cpus"}
+    with pytest.raises(KeyError):
+        configured.render(SELECTORS)
+
+
+def test_cpu_bound_ratio_tries_process_cadvisor_isolcpus_configured_then_all_cores(profile: Profile) -> None:
+    cpu = next(s for s in profile.signals if s.id == "cpu_bound_ratio")
+    sources = [(a.source.split()[0], cpu.scope_of(a), sorted(a.placeholders())) for a in cpu.queries]
+    assert sources == [("process-exporter", "node", ["node"]), ("cAdvisor", "pod", ["pod"]),
+                       ("node_exporter", "node", ["node"]), ("node_exporter", "node", ["node", "pinned_cpus"]),
+                       ("node_exporter", "node", ["node"])]
+
+
+def test_profile_query_with_an_unknown_placeholder_is_refused(tmp_path: Path) -> None:
+    def typo(raw: dict) -> None:
+        raw["signals"][0]["queries"][0]["promql"] += " * $pinned_cpu"
+
+    with pytest.raises(ConfigError, match="pinned_cpu"):
+        load_profile(str(write_profile(tmp_path, typo)))
+
+
+def test_profile_query_that_does_not_use_its_own_scope_is_refused(tmp_path: Path) -> None:
+    def wrong_scope(raw: dict) -> None:
+        raw["signals"][0]["queries"][0]["scope"] = "pod"
+
+    with pytest.raises(ConfigError, match=r"does not use its scope \$pod"):
+        load_profile(str(write_profile(tmp_path, wrong_scope)))
 
 
 def test_every_rendered_query_has_balanced_brackets(profile: Profile) -> None:
     for signal_id, promql in all_queries(profile):
-        rendered = Template(promql).substitute(SELECTORS)
+        rendered = Template(promql).substitute(SELECTORS | PARAMS)
         assert brackets_balanced(rendered), (signal_id, rendered)
 
 
@@ -107,7 +142,7 @@ def test_bracket_checker_catches_imbalance() -> None:
 def test_every_selector_is_spliced_after_a_brace_or_comma(profile: Profile) -> None:
     # `{$serving}` or `{...,$serving}`: an empty selector must still leave valid PromQL.
     for signal_id, promql in all_queries(profile):
-        for match in re.finditer(r"\$(serving|gpu|node)", promql):
+        for match in re.finditer(r"\$(serving|gpu|node|pod)\b", promql):
             assert promql[match.start() - 1] in "{,", (signal_id, promql)
             assert promql[match.end()] == "}", (signal_id, promql)
 

@@ -174,6 +174,15 @@ def test_serving_candidates_use_model_alone_without_host_or_pod() -> None:
     assert candidates["serving"] == ['model_name="llama"']
     assert candidates["gpu"] == []
     assert candidates["node"] == []
+    assert candidates["pod"] == []
+
+
+def test_pod_candidates_only_when_the_alert_names_a_pod() -> None:
+    assert scope_candidates(make_target(namespace="serving", pod="vllm-0"), CONFIG)["pod"] == [
+        'namespace="serving",pod="vllm-0"']
+    assert scope_candidates(make_target(pod="vllm-0"), CONFIG)["pod"] == ['pod="vllm-0"']
+    assert scope_candidates(make_target(namespace="serving"), CONFIG)["pod"] == []  # a namespace is many pods
+    assert scope_candidates(make_target(), CONFIG)["pod"] == []
 
 
 def test_gpu_candidates_try_pod_then_each_gpu_host_label() -> None:

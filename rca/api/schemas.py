@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rca.signals.findings import onset_order
+
 
 class FindingOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -69,15 +71,16 @@ class InvestigationOut(BaseModel):
     findings: list[FindingOut]
     hypotheses: list[HypothesisOut]
     margin: float | None = Field(description="confidence of the first answer minus that of the second")
+    onset_order: list[str] = Field(description="breached finding ids, earliest onset first: what moved first")
 
     @classmethod
     def from_row(cls, row: Any) -> InvestigationOut:
-        computed = ("findings", "hypotheses", "margin")
+        computed = ("findings", "hypotheses", "margin", "onset_order")
         data = {name: getattr(row, name) for name in cls.model_fields if name not in computed}
         hypotheses = [HypothesisOut.model_validate(h) for h in row.hypotheses]
         margin = round(hypotheses[0].confidence - hypotheses[1].confidence, 3) if len(hypotheses) > 1 else None
         return cls(**data, findings=[FindingOut.from_row(f) for f in row.findings], hypotheses=hypotheses,
-                   margin=margin)
+                   margin=margin, onset_order=onset_order(row.findings))
 
 
 class AlertOut(BaseModel):

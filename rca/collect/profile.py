@@ -1,7 +1,9 @@
 """Signal profiles as data: which series to pull, with which PromQL, judged how.
 
 A profile is a YAML file (see `rca/profiles/`), so adding a serving stack is adding a file,
-not code. Queries are `string.Template`s over the scope selectors `$serving`, `$gpu`, `$node`.
+not code. Queries are `string.Template`s over the scope selectors `$serving`, `$gpu`, `$node`,
+`$pod` and the operator parameters in `PARAMETERS` (e.g. `$pinned_cpus`). An alternative is only
+rendered when every placeholder it names has a value, so a missing one is skipped, never blanked.
 """
 
 from __future__ import annotations
@@ -19,16 +21,43 @@ from rca.config import ConfigError, first_error
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 DEFAULT_PROFILE = "vllm_dcgm"
 
+Scope = Literal["serving", "gpu", "node", "pod"]
+SCOPES: tuple[str, ...] = ("serving", "gpu", "node", "pod")
+# Placeholders filled from the config file rather than from the alert; an alternative that names
+# one runs only when the operator set it.
+PARAMETERS: dict[str, str] = {
+    "pinned_cpus": "PromQL regex of the configured pinned CPU ids (config file `pinned_cpus`)",
+}
+
 
 class QueryAlternative(BaseModel):
     """One way to compute a signal; the first alternative that returns data is used."""
 
+    model_config = {"extra": "forbid"}
+
     source: str
     promql: str
     stacks: list[str] | None = Field(default=None, description="serving stacks this query applies to; none = all")
+    scope: Scope | None = Field(default=None, description="scope of this query; unset = the signal's scope")
 
-    def render(self, selectors: dict[str, str]) -> str:
-        return Template(self.promql).substitute(selectors)
+    @model_validator(mode="after")
+    def _known_placeholders(self) -> QueryAlternative:
+        template = Template(self.promql)
+        if not template.is_valid():
+            raise ValueError(f"query {self.source!r}: stray `$` (write `$$` for a literal dollar)")
+        unknown = set(template.get_identifiers()) - set(SCOPES) - set(PARAMETERS)
+        if unknown:
+            raise ValueError(f"query {self.source!r}: unknown placeholder(s) ${', $'.join(sorted(unknown))}")
+        return self
+
+    def placeholders(self) -> set[str]:
+        """The scopes and parameters this query needs a value for."""
+        return set(Template(self.promql).get_identifiers())
+
+    def render(self, values: dict[str, str]) -> str:
+        """The PromQL with every placeholder filled; a missing value is a KeyError, never a blank.
+        Callers check `placeholders() <= values.keys()` first."""
+        return Template(self.promql).substitute(values)
 
 
 class SignalSpec(BaseModel):
@@ -43,7 +72,7 @@ class SignalSpec(BaseModel):
     id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     title: str
     kind: Literal["signal", "supporting"] = "supporting"
-    scope: Literal["serving", "gpu", "node"]
+    scope: Scope
     comparison: Literal[">", "<"]
     threshold: float | None = None
     change: float | None = Field(default=None, gt=0)
@@ -57,6 +86,10 @@ class SignalSpec(BaseModel):
         if (self.threshold is None) == (self.change is None):
             raise ValueError(f"signal {self.id}: set exactly one of threshold or change")
         return self
+
+    def scope_of(self, alternative: QueryAlternative) -> str:
+        """The scope an alternative runs in: its own, else the signal's."""
+        return alternative.scope or self.scope
 
 
 class ScopeSpec(BaseModel):
@@ -75,7 +108,7 @@ class Profile(BaseModel):
 
     name: str
     description: str = ""
-    scopes: dict[Literal["serving", "gpu", "node"], ScopeSpec]
+    scopes: dict[Scope, ScopeSpec]
     stacks: dict[str, StackSpec] = Field(default_factory=dict, description="in probing order, most specific first")
     signals: list[SignalSpec]
 
@@ -86,6 +119,13 @@ class Profile(BaseModel):
                 unknown = set(alternative.stacks or ()) - set(self.stacks)
                 if unknown:
                     raise ValueError(f"signal {spec.id}: query for unknown stack(s) {', '.join(sorted(unknown))}")
+                scope = spec.scope_of(alternative)
+                if scope not in alternative.placeholders():
+                    raise ValueError(f"signal {spec.id}: query {alternative.source!r} does not use its scope ${scope}")
+                undeclared = (alternative.placeholders() & set(SCOPES)) - set(self.scopes)
+                if undeclared:
+                    raise ValueError(f"signal {spec.id}: query uses undeclared scope(s) "
+                                     f"{', '.join(sorted(undeclared))}")
         return self
 
     def with_thresholds(self, thresholds: dict[str, float]) -> Profile:

@@ -13,7 +13,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from rca.collect.profile import Profile, SignalSpec
+from rca.collect.profile import PARAMETERS, Profile, SignalSpec
 
 Samples = list[tuple[float, float]]
 
@@ -94,38 +94,57 @@ class PrometheusSource:
         return None
 
     def _fetch(self, spec: SignalSpec, selectors: dict[str, str | None], window: Window,
-               stack: str | None) -> SeriesResult:
+               stack: str | None, params: dict[str, str] | None = None) -> SeriesResult:
+        """Try the signal's alternatives in order; the first that returns data wins.
+
+        Each alternative runs in its own scope (default: the signal's). One whose scope has no
+        selector for this target, or that names a parameter the operator did not set, is skipped
+        and the next one is tried; an alternative is never rendered with a missing placeholder.
+        """
         result = SeriesResult(spec=spec)
-        selector = selectors.get(spec.scope)
-        if selector is None:
-            result.error = f"no {spec.scope} series match this target"
-            return result
         alternatives = [a for a in spec.queries if stack is None or a.stacks is None or stack in a.stacks]
         if not alternatives:
             result.not_measurable = True
             result.error = f"not measurable on this stack ({stack}): it exports no source for this signal"
             return result
-        tried = []
+        values = {scope: sel for scope, sel in selectors.items() if sel is not None} | (params or {})
+        tried: list[str] = []
+        skipped: list[str] = []
+        first_promql: str | None = None
         for alternative in alternatives:
-            promql = alternative.render({scope: sel or "" for scope, sel in selectors.items()})
+            missing = sorted(alternative.placeholders() - values.keys())
+            if missing:
+                scopes = [m for m in missing if m not in PARAMETERS]
+                why = f"no {scopes[0]} series match this target" if scopes else f"{missing[0]} not configured"
+                skipped.append(f"{alternative.source} ({why})")
+                continue
+            promql = alternative.render(values)
+            first_promql = first_promql or promql
             try:
                 data = self._range(promql, window)
             except (requests.RequestException, PrometheusApiClientException) as exc:
                 result.promql, result.error = promql, f"query failed: {_short(exc)}"
                 return result
             series = [(item["metric"], _samples(item["values"])) for item in data]
-            series = [(labels, values) for labels, values in series if values]
+            series = [(labels, values_) for labels, values_ in series if values_]
             if series:
                 result.promql, result.source, result.series = promql, alternative.source, series
                 return result
             tried.append(alternative.source)
-        result.promql = alternatives[0].render({s: sel or "" for s, sel in selectors.items()})
+        result.promql = first_promql
+        if not tried:
+            if selectors.get(spec.scope) is None:
+                result.error = f"no {spec.scope} series match this target"
+            else:
+                result.error = "no query could run: " + "; ".join(skipped)
+            return result
         result.error = "no data from: " + "; ".join(tried)
         return result
 
     def collect(self, profile: Profile, candidates: dict[str, list[str]], window: Window,
-                stack: str | None = None) -> Collection:
-        """Probe the scopes (and the serving stack unless given), then pull every signal."""
+                stack: str | None = None, params: dict[str, str] | None = None) -> Collection:
+        """Probe the scopes (and the serving stack unless given), then pull every signal.
+        `params` fills operator placeholders such as `$pinned_cpus` (see `profile.PARAMETERS`)."""
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             try:
                 probes = {
@@ -138,7 +157,8 @@ class PrometheusSource:
                 error = f"Prometheus at {self.url} is unavailable: {_short(exc)}"
                 results = [SeriesResult(spec=spec, error=error) for spec in profile.signals]
                 return Collection(window=window, selectors={}, results=results, prometheus_error=error)
-            futures = [pool.submit(self._fetch, spec, selectors, window, stack) for spec in profile.signals]
+            futures = [pool.submit(self._fetch, spec, selectors, window, stack, params)
+                       for spec in profile.signals]
             results = [future.result() for future in futures]
         return Collection(window=window, selectors=selectors, results=results, stack=stack)
 

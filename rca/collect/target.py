@@ -3,7 +3,7 @@
 Alerts come from different exporters: vLLM's `instance` is `host:port`, node_exporter's may be a
 bare host after relabelling, DCGM names the host in `Hostname`/`hostname` and, in Kubernetes mode,
 the GPU-consuming pod in `pod`/`namespace`. We reduce an alert to a host name (port and domain
-dropped) plus its scope labels, and offer each scope (serving, gpu, node) a list of candidate
+dropped) plus its scope labels, and offer each scope (serving, gpu, node, pod) a list of candidate
 selectors, most specific first. Collection keeps the first candidate that has series.
 """
 
@@ -121,6 +121,7 @@ def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str
 
     The serving scope tries the alert's exact `instance` first (an alert from the engine itself),
     then pod/namespace, then any instance on the same host (an alert from DCGM or node_exporter).
+    The pod scope (cAdvisor container series) has a candidate only when the alert names a pod.
     """
     pod_ns = _matchers(namespace=target.labels.get("namespace"), pod=target.labels.get("pod"))
     model = _matchers(model_name=target.labels.get("model_name"))
@@ -146,6 +147,8 @@ def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str
             gpu.append([f'{label}=~"{host_regex(name)}"'])
 
     node: list[list[str]] = by_host
+    # Container series (cAdvisor) only for the alert's own pod: a host-wide guess would mix pods.
+    pod: list[list[str]] = [pod_ns] if target.labels.get("pod") else []
 
     def unique(candidates: list[list[str]]) -> list[str]:
         seen: list[str] = []
@@ -155,4 +158,4 @@ def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str
                 seen.append(text)
         return seen
 
-    return {"serving": unique(serving), "gpu": unique(gpu), "node": unique(node)}
+    return {"serving": unique(serving), "gpu": unique(gpu), "node": unique(node), "pod": unique(pod)}

@@ -158,8 +158,9 @@ def judge_all(collection: Collection, alert_start: datetime) -> list[Finding]:
     return [judge(result, collection.window.end, alert_start) for result in collection.results]
 
 
-def onset_order(findings: list[Finding]) -> list[str]:
-    """Breached finding keys in the order they started (what moved first)."""
+def onset_order(findings: list[Any]) -> list[str]:
+    """Breached finding keys in the order they started (what moved first); takes `Finding`s or
+    stored finding rows, which share `key`, `breached` and `onset`."""
     dated = [f for f in findings if f.breached and f.onset]
     return [f.key for f in sorted(dated, key=lambda f: f.onset or datetime.max.replace(tzinfo=UTC))]
 

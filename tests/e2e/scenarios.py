@@ -2,7 +2,9 @@
 
 Each host runs vLLM (instance `host:8000`), the DCGM exporter (instance `host:9400`, host name in
 `Hostname`) and node_exporter relabelled to a bare `instance="host"`, the mix of spellings the
-service must relate. A host is healthy until its fault's onset, then ramps to the fault's values
+service must relate. A host with a `pod` also runs in Kubernetes: its serving series carry
+`namespace`/`pod`, and with the `cadvisor` exporter it exposes that pod's container CPU series
+(usage, quota, CFS periods). A host is healthy until its fault's onset, then ramps to the fault's values
 over two minutes. The same model produces the backfilled history (OpenMetrics for `promtool tsdb
 create-blocks-from openmetrics`) and the live values the exporter serves, so the two join up.
 """
@@ -21,6 +23,8 @@ RAMP_SECONDS = 120.0
 MODEL = "llama-3-8b"
 CPUS = 8
 PINNED = range(4, 8)
+NAMESPACE = "llm-serving"
+CFS_PERIODS_PER_SECOND = 10.0  # the default 100 ms CFS period
 
 BASELINE: dict[str, float] = {
     "arrival_rate": 8.0,  # requests per second
@@ -45,6 +49,7 @@ BASELINE: dict[str, float] = {
     "other_busy": 0.2,
     "ctx_switches": 12000.0,
     "numa_miss": 50.0,
+    "throttled": 0.02,  # share of CFS periods in which the container was throttled
 }
 
 # What each fault changes, after onset. Values follow DOMAIN.md's descriptions of each cause.
@@ -60,8 +65,9 @@ FAULTS: dict[str, dict[str, float]] = {
     "lora_adapter_loading": {"deferred": 6.0, "waiting": 8.0, "ttft": 0.7},
     "memory_bandwidth_bound": {"tensor_active": 0.2, "dram_active": 0.75, "itl": 0.03},
     "gpu_degraded": {"sm_clock": 1400.0, "gpu_temp": 92.0, "itl": 0.03, "throttle": 0x40},
+    "cpu_quota_throttling": {"throttled": 0.6, "pinned_busy": 0.9, "itl": 0.03},
 }
-EXPORTERS = frozenset({"serving", "dcgm", "node"})
+EXPORTERS = frozenset({"serving", "dcgm", "node"})  # add "cadvisor" (and a pod) for container CPU series
 
 PROMPT_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
@@ -77,6 +83,8 @@ class Host:
     port: int | None = None  # serving port; default per stack
     exporters: frozenset[str] = EXPORTERS  # drop one to simulate missing data
     extra: tuple[tuple[str, float], ...] = ()  # red herrings: other values that move at onset
+    pod: str | None = None  # Kubernetes pod (in NAMESPACE) the engine runs in
+    isolcpus: bool = True  # False: PINNED cores are pinned by affinity only, node_cpu_isolated is absent
 
     def params(self, t: float) -> dict[str, float]:
         values = dict(BASELINE)
@@ -219,7 +227,7 @@ SERVING = {"vllm_v1": _vllm_v1, "sglang": _sglang, "tgi": _tgi, "triton": _trito
 
 
 def host_series(host: Host) -> list[Series]:
-    """Every series one host exposes: its serving engine, DCGM and node_exporter."""
+    """Every series one host exposes: its serving engine, DCGM, node_exporter and cAdvisor."""
     h = host.name
     dcgm = {"job": "dcgm", "instance": f"{h}:9400", "Hostname": h, "gpu": "0",
             "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-0000", "modelName": "NVIDIA H100 80GB HBM3",
@@ -233,6 +241,28 @@ def host_series(host: Host) -> list[Series]:
     series = serving(h, g, host.port) if host.port else serving(h, g)
     if "serving" not in host.exporters:
         series = []
+    if host.pod:
+        for s in series:
+            s.labels = s.labels | {"namespace": NAMESPACE, "pod": host.pod}
+    if "cadvisor" in host.exporters and host.pod:
+        # The engine container has a quota of len(PINNED) cores and keeps them `pinned_busy` busy.
+        # The pod-level cgroup (container="") repeats the usage, as cAdvisor does; queries drop it.
+        pod = {"job": "cadvisor", "instance": f"{h}:10250", "namespace": NAMESPACE, "pod": host.pod}
+        engine = pod | {"container": "vllm"}
+        def usage(p: dict[str, float], t: float) -> float:
+            return len(PINNED) * min(1.0, p["pinned_busy"] * (1 + _noise(f"{h}:cadvisor", t, 0.03)))
+
+        def throttled(p: dict[str, float], t: float) -> float:
+            return CFS_PERIODS_PER_SECOND * min(1.0, p["throttled"] * (1 + _noise(f"{h}:throttled", t, 0.05)))
+
+        series += [
+            Series("container_cpu_usage_seconds_total", engine | {"cpu": "total"}, rate=usage),
+            Series("container_cpu_usage_seconds_total", pod | {"container": "", "cpu": "total"}, rate=usage),
+            Series("container_spec_cpu_quota", engine, gauge=lambda p, t: 100000.0 * len(PINNED)),
+            Series("container_spec_cpu_period", engine, gauge=lambda p, t: 100000.0),
+            Series("container_cpu_cfs_periods_total", engine, rate=lambda p, t: CFS_PERIODS_PER_SECOND),
+            Series("container_cpu_cfs_throttled_periods_total", engine, rate=throttled),
+        ]
     if "dcgm" in host.exporters:
         series += [
             Series("DCGM_FI_DEV_GPU_UTIL", dcgm, gauge=g("gpu_util", 0.03, hi=100)),
@@ -258,7 +288,7 @@ def host_series(host: Host) -> list[Series]:
         idle = lambda p, t, b=busy: 1 - b(p, t)  # noqa: E731
         series.append(Series("node_cpu_seconds_total", labels | {"mode": "idle"}, rate=idle))
         series.append(Series("node_cpu_seconds_total", labels | {"mode": "user"}, rate=busy))
-        if cpu in PINNED:
+        if cpu in PINNED and host.isolcpus:
             series.append(Series("node_cpu_isolated", labels, gauge=lambda p, t: 1.0))
     for s in series:
         s.host = host

@@ -21,7 +21,7 @@ from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
-from tests.e2e.scenarios import MODEL, Exporter, Fleet, Host
+from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host
 
 ONSET_MINUTES_AGO = 25
 CONFIDENT = 0.5
@@ -96,6 +96,11 @@ def scenarios(onset: float) -> list[Scenario]:
                  _vllm_alert("s20", "LLMPrefixCacheHitRateLow"), "request rate up 25 %, below a surge"),
         Scenario("healthy-no-gpu-data", "no_clear_cause",
                  [host("s21", None, exporters=frozenset({"serving", "node"}))], _vllm_alert("s21")),
+        Scenario("k8s-cpu-quota-throttling", "cpu_quota_throttling",
+                 [host("s22", "cpu_quota_throttling", pod="vllm-s22-0",
+                       exporters=frozenset({"serving", "dcgm", "cadvisor"}))],
+                 _vllm_alert("s22", "LLMInterTokenLatencyHigh") | {"namespace": NAMESPACE, "pod": "vllm-s22-0"},
+                 "Kubernetes pod without node_exporter: the CPU-bound ratio comes from cAdvisor"),
     ]
 
 

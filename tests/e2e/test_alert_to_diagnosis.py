@@ -84,6 +84,8 @@ def test_each_alert_group_becomes_one_investigated_incident_with_the_right_cause
             assert breached["status"] == "breached" and breached["breached"]
             assert breached["onset"] is not None and breached["query"]
             assert finding_id in top["evidence"]
+            assert finding_id in investigation["onset_order"]
+            assert investigation["margin"] > 0.2, "the right cause must stand clear of the next one"
         else:
             assert not [f for f in findings.values() if f["kind"] == "signal" and f["breached"]]
         # Scoped to the alerting host only, never the neighbour.

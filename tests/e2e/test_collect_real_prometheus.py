@@ -6,6 +6,7 @@ import socket
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from rca.collect.target import target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.pipeline import analyse
 from tests.e2e import promstack
-from tests.e2e.scenarios import MODEL, Exporter, Fleet, Host
+from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +28,11 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                    Host("gpu-c", "cpu_launch_overhead", onset),
                    Host("sg-a", "prefix_cache_miss", onset, stack="sglang"),
                    Host("tgi-a", "arrival_surge", onset, stack="tgi"),
-                   Host("tri-a", "arrival_surge", onset, stack="triton")], start=now - 3 * 3600 - 15 * 60)
+                   Host("tri-a", "arrival_surge", onset, stack="triton"),
+                   Host("k8s-a", "cpu_quota_throttling", onset, pod="vllm-k8s-a-0",
+                        exporters=frozenset({"serving", "dcgm", "cadvisor"})),
+                   Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False)],
+                  start=now - 3 * 3600 - 15 * 60)
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
     with Exporter(fleet, time.time) as exporter:
         proc, url = promstack.start_prometheus(workdir, exporter.port, None)
@@ -37,8 +42,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.stop()
 
 
-def _analyse(url: str | None, labels: dict[str, str]) -> dict:
-    settings = Settings(prometheus_url=url)
+def _analyse(url: str | None, labels: dict[str, str], settings: Settings | None = None) -> dict:
+    settings = settings or Settings(prometheus_url=url)
     start = datetime.now(UTC) - timedelta(minutes=1)
     target = target_from_alerts([labels], [start], TargetConfig())
     analysis = analyse(settings, target)
@@ -121,3 +126,45 @@ def test_signal_without_a_source_on_the_stack_is_not_measurable_rather_than_heal
     assert "not measurable on this stack (tgi)" in findings["prefix_cache_hit_rate"].detail
     assert findings["preemption_rate"].status == "not_measurable"
     assert findings["queue_median"].status == "breached"
+
+
+K8S_ALERT = {"alertname": "LLMInterTokenLatencyHigh", "instance": "k8s-a:8000", "namespace": NAMESPACE,
+             "pod": "vllm-k8s-a-0", "model_name": MODEL, "job": "vllm"}
+
+
+def test_cpu_bound_ratio_comes_from_cadvisor_when_node_exporter_is_absent(prometheus: str) -> None:
+    result = _analyse(prometheus, K8S_ALERT)
+    selectors = result["analysis"].collection.selectors
+    assert selectors["node"] is None  # no node_exporter on this host
+    assert selectors["pod"] == f'namespace="{NAMESPACE}",pod="vllm-k8s-a-0"'
+    cpu = result["findings"]["cpu_bound_ratio"]
+    assert cpu.source and cpu.source.startswith("cAdvisor"), cpu.detail
+    assert cpu.breached and 0.82 < cpu.value < 1.0  # 4 quota cores, 90 % busy (the pod cgroup is not counted)
+    throttling = result["findings"]["cpu_throttling"]
+    assert throttling.breached and throttling.value == pytest.approx(0.6, abs=0.08)
+    assert result["top"] == "cpu_quota_throttling"
+
+
+def test_pod_scope_without_a_pod_in_the_alert_falls_through_to_node_exporter(prometheus: str) -> None:
+    result = _analyse(prometheus, {"instance": "gpu-c", "job": "node"})
+    assert result["analysis"].collection.selectors["pod"] is None
+    assert result["findings"]["cpu_bound_ratio"].source == "node_exporter busy share of the pinned (isolcpus) cores"
+    assert result["findings"]["cpu_throttling"].status == "unavailable"
+    assert "no pod series match this target" in result["findings"]["cpu_throttling"].detail
+
+
+def test_configured_pinned_cpu_list_is_used_when_the_host_has_no_isolcpus(prometheus: str, tmp_path: Path) -> None:
+    # nopin-a pins the engine to CPUs 4-7 without isolcpus: only the operator's list names them.
+    labels = {"instance": "nopin-a", "job": "node"}
+    unconfigured = _analyse(prometheus, labels)["findings"]["cpu_bound_ratio"]
+    assert unconfigured.source == "node_exporter busy share of all cores (no pinned cores are known)"
+    assert not unconfigured.breached  # 4 busy cores diluted by 4 quiet ones
+
+    config = tmp_path / "rca.yaml"
+    config.write_text("pinned_cpus: 4-7\n")
+    result = _analyse(prometheus, labels, Settings(prometheus_url=prometheus, config_file=config))
+    cpu = result["findings"]["cpu_bound_ratio"]
+    assert cpu.source == "node_exporter busy share of the configured pinned cores (pinned_cpus)"
+    assert 'cpu=~"4|5|6|7"' in (cpu.query or "")
+    assert cpu.breached and cpu.value > 0.9
+    assert result["top"] == "cpu_launch_overhead"

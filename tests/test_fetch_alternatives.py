@@ -1,0 +1,79 @@
+"""Query alternatives across scopes and operator parameters (PrometheusSource._fetch), without a
+Prometheus: `_range` is replaced by a table of which queries return data."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rca.collect.profile import load_profile
+from rca.collect.prometheus import PrometheusSource, Window
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+WINDOW = Window(start=NOW - timedelta(hours=1), end=NOW, step_seconds=15)
+CPU = next(s for s in load_profile().signals if s.id == "cpu_bound_ratio")
+THROTTLING = next(s for s in load_profile().signals if s.id == "cpu_throttling")
+NODE = 'instance=~"h"'
+POD = 'namespace="ns",pod="p"'
+
+
+class Fake(PrometheusSource):
+    def __init__(self, answers: dict[str, bool]) -> None:  # metric-name fragment -> has data
+        self.answers = answers
+        self.asked: list[str] = []
+
+    def _range(self, promql: str, window: Window) -> list[dict]:
+        self.asked.append(promql)
+        if any(fragment in promql for fragment, has in self.answers.items() if has):
+            return [{"metric": {}, "values": [[NOW.timestamp(), "0.9"]]}]
+        return []
+
+
+def fetch(fake: Fake, spec=CPU, node: str | None = NODE, pod: str | None = None,
+          params: dict[str, str] | None = None):
+    return fake._fetch(spec, {"serving": None, "gpu": None, "node": node, "pod": pod}, WINDOW, None, params)
+
+
+def test_cadvisor_is_used_when_the_pod_is_known_and_node_exporter_is_absent() -> None:
+    fake = Fake({"container_cpu_usage_seconds_total": True})
+    result = fetch(fake, node=None, pod=POD)
+    assert result.source.startswith("cAdvisor") and result.error is None
+    assert POD in result.promql and "$" not in result.promql
+    assert all("node_cpu" not in q and "namedprocess" not in q for q in fake.asked)  # node queries skipped
+
+
+def test_pod_alternative_is_skipped_without_a_pod_and_the_next_one_runs() -> None:
+    fake = Fake({"and on (cpu) node_cpu_isolated": True})
+    result = fetch(fake)
+    assert result.source == "node_exporter busy share of the pinned (isolcpus) cores"
+    assert not any("container_" in q for q in fake.asked)
+
+
+def test_configured_list_runs_only_when_set_and_never_renders_blank() -> None:
+    fake = Fake({'cpu=~"4|5"': True})
+    unset = fetch(fake)
+    assert unset.source is None and "pinned_cpus" not in " ".join(fake.asked)
+    assert unset.error.startswith("no data from:")
+    fake = Fake({'cpu=~"4|5"': True})
+    result = fetch(fake, params={"pinned_cpus": "4|5"})
+    assert result.source == "node_exporter busy share of the configured pinned cores (pinned_cpus)"
+
+
+def test_no_selector_for_any_alternative_keeps_the_scope_message() -> None:
+    result = fetch(Fake({}), node=None, pod=None)
+    assert result.error == "no node series match this target"
+    assert result.promql is None
+
+
+def test_pod_signal_without_a_pod_says_so() -> None:
+    result = fetch(Fake({}), spec=THROTTLING)
+    assert result.error == "no pod series match this target"
+
+
+@pytest.mark.parametrize("has_pod", [True, False])
+def test_empty_selector_is_never_substituted(has_pod: bool) -> None:
+    fake = Fake({})
+    fetch(fake, pod=POD if has_pod else None)
+    assert all("{container!=\"\",container!=\"POD\",}" not in q for q in fake.asked)
+    assert any("container_" in q for q in fake.asked) == has_pod
