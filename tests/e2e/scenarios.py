@@ -223,7 +223,39 @@ def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
     ]
 
 
-SERVING = {"vllm_v1": _vllm_v1, "sglang": _sglang, "tgi": _tgi, "triton": _triton}
+def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
+    """vLLM V0 names (vllm/engine/metrics.py): only a model_name label, the GPU-cache gauges and
+    TPOT instead of ITL. (The real V0 hit-rate gauge is lifetime; here it follows the window.)"""
+    labels = {"job": "vllm", "instance": f"{h}:{port}", "model_name": MODEL}
+    return [
+        Series("vllm:num_requests_waiting", labels, gauge=g("waiting", 0.2)),
+        Series("vllm:num_requests_running", labels, gauge=g("running", 0.05)),
+        Series("vllm:gpu_cache_usage_perc", labels, gauge=g("kv_usage", 0.01, hi=1.0)),
+        Series("vllm:gpu_prefix_cache_hit_rate", labels, gauge=g("hit_rate", 0.01, hi=1.0)),
+        Series("vllm:num_preemptions_total", labels, rate=lambda p, t: p["preempt_rate"]),
+        Series("vllm:request_success_total", labels | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
+        *_histogram("vllm:request_prompt_tokens", labels, PROMPT_BUCKETS, "prompt_len"),
+        *_histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
+        *_histogram("vllm:time_per_output_token_seconds", labels, ITL_BUCKETS, "itl"),
+    ]
+
+
+def _triton_trtllm(h: str, g: Gauge, port: int = 8002) -> list[Series]:
+    """Triton with the TRT-LLM backend: decoupled, so requests queue inside the engine and the
+    core pending-request gauge stays near zero; only `nv_trt_llm_request_metrics` sees them."""
+    labels = {"job": "triton", "instance": f"{h}:{port}", "model": "tensorrt_llm", "version": "1"}
+    return [
+        Series("nv_inference_pending_request_count", labels, gauge=lambda p, t: 0.0),
+        Series("nv_inference_request_success", labels, rate=lambda p, t: p["arrival_rate"]),
+        Series("nv_trt_llm_request_metrics", labels | {"request_type": "waiting"}, gauge=g("waiting", 0.2)),
+        Series("nv_trt_llm_request_metrics", labels | {"request_type": "active"}, gauge=g("running", 0.05)),
+        Series("nv_trt_llm_kv_cache_block_metrics", labels | {"kv_cache_block_type": "fraction"},
+               gauge=g("kv_usage", 0.01, hi=1.0)),
+    ]
+
+
+SERVING = {"vllm_v1": _vllm_v1, "vllm_v0": _vllm_v0, "sglang": _sglang, "tgi": _tgi, "triton": _triton,
+           "triton_trtllm": _triton_trtllm}
 
 
 def host_series(host: Host) -> list[Series]:

@@ -29,6 +29,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                    Host("sg-a", "prefix_cache_miss", onset, stack="sglang"),
                    Host("tgi-a", "arrival_surge", onset, stack="tgi"),
                    Host("tri-a", "arrival_surge", onset, stack="triton"),
+                   Host("v0-a", "kv_memory_pressure", onset, stack="vllm_v0"),
+                   Host("trt-a", "arrival_surge", onset, stack="triton_trtllm"),
                    Host("k8s-a", "cpu_quota_throttling", onset, pod="vllm-k8s-a-0",
                         exporters=frozenset({"serving", "dcgm", "cadvisor"})),
                    Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False)],
@@ -111,6 +113,8 @@ def test_step_keeps_every_series_under_the_point_limit(prometheus: str) -> None:
     ({"instance": "sg-a:30000", "model_name": MODEL}, "sglang", "prefix_cache_hit_rate", "prefix_cache_miss"),
     ({"instance": "tgi-a:9000"}, "tgi", "queue_median", "arrival_surge"),
     ({"instance": "tri-a:8002", "model": "llama"}, "triton", "queue_median", "arrival_surge"),
+    ({"instance": "v0-a:8000", "model_name": MODEL}, "vllm_v0", "kv_cache_usage", "kv_memory_pressure"),
+    ({"instance": "trt-a:8002", "model": "tensorrt_llm"}, "triton", "queue_median", "arrival_surge"),
 ])
 def test_serving_stack_is_detected_from_its_metric_names(prometheus: str, labels: dict[str, str], stack: str,
                                                         breached: str, top: str) -> None:
@@ -168,3 +172,18 @@ def test_configured_pinned_cpu_list_is_used_when_the_host_has_no_isolcpus(promet
     assert 'cpu=~"4|5|6|7"' in (cpu.query or "")
     assert cpu.breached and cpu.value > 0.9
     assert result["top"] == "cpu_launch_overhead"
+
+
+def test_decoupled_trtllm_queue_is_read_from_the_backend_not_the_idle_core_gauge(prometheus: str) -> None:
+    queue = _analyse(prometheus, {"instance": "trt-a:8002"})["findings"]["queue_median"]
+    assert queue.breached and queue.value > 10
+    assert "TRT-LLM" in (queue.source or "")
+
+
+def test_vllm_v0_reads_its_own_cache_gauges(prometheus: str) -> None:
+    findings = _analyse(prometheus, {"instance": "v0-a:8000", "model_name": MODEL})["findings"]
+    assert "vllm:gpu_cache_usage_perc" in (findings["kv_cache_usage"].query or "")
+    assert findings["prefix_cache_hit_rate"].status == "ok"
+    assert "V0" in (findings["prefix_cache_hit_rate"].source or "")
+    assert "time_per_output_token" in (findings["itl_p95"].query or "")
+    assert findings["requests_deferred"].status == "not_measurable"
