@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -34,6 +33,7 @@ from rca.api.app import create_app
 from rca.config import Settings, get_settings, load_settings
 from rca.store.db import get_engine, migrate
 from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation, Notification
+from tests.e2e.promstack import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -70,12 +70,6 @@ def _hermetic_environment() -> Iterator[None]:
     yield
     mp.undo()
     get_settings.cache_clear()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def subprocess_env(**rca: str) -> dict[str, str]:
