@@ -211,7 +211,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
         print(f"Incident {incident_id}: {incident['title']}")
         if inv.get("error"):
             print(f"Note: {inv['error']}")
-        target = " ".join(f"{k}={v}" for k, v in (inv.get("target") or {}).get("labels", {}).items())
+        stored = inv.get("target") or {}
+        named = ({"host": stored["host"]} if stored.get("host") else {}) | stored.get("labels", {})
+        target = " ".join(f"{k}={v}" for k, v in named.items())
         print(render(target or "-", inv["findings"], inv["hypotheses"]))
     finally:
         server.should_exit = True

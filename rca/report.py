@@ -21,13 +21,18 @@ def render(target: str, findings: list[dict[str, Any]], hypotheses: list[dict[st
         if h.get("contradicting"):
             lines.append(f"     against:  {', '.join(h['contradicting'])}")
     lines += ["", "Findings:"]
+    missing: dict[str, list[str]] = {}  # reason -> finding ids, so one outage is said once
     for f in findings:
-        mark = {"breached": "!!", "ok": "ok", "unavailable": "--", "not_measurable": "n/m"}.get(f["status"], "  ")
+        if f["status"] in ("unavailable", "not_measurable"):
+            missing.setdefault(f["detail"], []).append(f["id"])
+            continue
+        mark = "!!" if f["status"] == "breached" else "ok"
         onset = f" since {f['onset']}" if f.get("onset") else ""
         lines.append(
-            f"  [{mark}] {f['id']:<24} {_value(f['value'], f['unit']):>8} "
+            f"  [{mark}] {f['id']:<26} {_value(f['value'], f['unit']):>8} "
             f"(baseline {_value(f['baseline'], f['unit'])}){onset}"
         )
-        if f["status"] in ("unavailable", "not_measurable"):
-            lines.append(f"       {f['detail']}")
+    for reason, ids in missing.items():
+        lines.append(f"  [--] {', '.join(ids)}")
+        lines.append(f"       {reason}")
     return "\n".join(lines)
