@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -122,6 +122,7 @@ class Settings(BaseSettings):
     """Service settings. Unset database and broker mean the embedded mode (SQLite, in-process)."""
 
     model_config = SettingsConfigDict(env_prefix="RCA_", extra="ignore")
+    _file_config: FileConfig | None = PrivateAttr(default=None)
 
     database_url: str | None = None
     broker_url: str | None = None
@@ -194,7 +195,10 @@ class Settings(BaseSettings):
         return not self.broker_url
 
     def file_config(self) -> FileConfig:
-        return load_file_config(self.config_file)
+        """The config file, read once per Settings (not once per investigation)."""
+        if self._file_config is None:
+            self._file_config = load_file_config(self.config_file)
+        return self._file_config
 
 
 def load_file_config(path: Path | None) -> FileConfig:
@@ -224,15 +228,10 @@ def load_settings(**overrides: Any) -> Settings:
         secret = "token" in name.lower() or "url" in name.lower()
         shown = "" if secret or isinstance(given, dict) or given is None else f" (got {given!r})"
         raise ConfigError(f"{name}: {err['msg']}{shown}") from None
-    file_config = settings.file_config()  # validate the file now, not at the first investigation
-    from rca.collect.profile import DEFAULT_PROFILE, load_profile  # imports this module
+    from rca.collect.profile import profile_for  # imports this module
 
-    try:
-        profile = load_profile(file_config.profile or DEFAULT_PROFILE)
-        profile.with_thresholds(file_config.thresholds)
-        if file_config.stack and file_config.stack not in profile.stacks:
-            raise ConfigError(f"RCA_CONFIG_FILE: stack: unknown stack {file_config.stack!r}; "
-                              f"known: {', '.join(profile.stacks)}")
+    try:  # validate the file and the profile it selects now, not at the first investigation
+        profile_for(settings.file_config())
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith("RCA_") else f"RCA_CONFIG_FILE: {message}") from None

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from rca.collect.profile import DEFAULT_PROFILE, load_profile
+from rca.collect.profile import profile_for
 from rca.collect.prometheus import Collection, PrometheusSource, SeriesResult, choose_window
 from rca.collect.target import Target, scope_candidates
 from rca.config import Settings
@@ -37,7 +37,7 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None) -> 
     """Collect the window around the alert, judge every signal and rank the causes."""
     now = now or datetime.now(UTC)
     file_config = settings.file_config()
-    profile = load_profile(file_config.profile or DEFAULT_PROFILE).with_thresholds(file_config.thresholds)
+    profile = profile_for(file_config)
     window = choose_window(target.alert_start, now, timedelta(minutes=settings.lookback_minutes),
                            settings.max_points_per_series, settings.min_step_seconds)
     started = time.perf_counter()

@@ -16,7 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from rca.config import ConfigError, first_error
+from rca.config import ConfigError, FileConfig, first_error
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 DEFAULT_PROFILE = "vllm_dcgm"
@@ -150,6 +150,14 @@ class Profile(BaseModel):
                     ) from None
             signals.append(spec)
         return self.model_copy(update={"signals": signals})
+
+
+def profile_for(config: FileConfig) -> Profile:
+    """The profile the operator chose, with their thresholds, checked against their stack override."""
+    profile = load_profile(config.profile or DEFAULT_PROFILE).with_thresholds(config.thresholds)
+    if config.stack and config.stack not in profile.stacks:
+        raise ConfigError(f"RCA_CONFIG_FILE: stack: unknown stack {config.stack!r}; known: {', '.join(profile.stacks)}")
+    return profile
 
 
 @lru_cache(maxsize=16)

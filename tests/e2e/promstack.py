@@ -117,14 +117,10 @@ def start_prometheus(workdir: Path, exporter_port: int, alertmanager_port: int |
     if alertmanager_port:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    proc = Process("prometheus", [
+    return _start_ready("prometheus", free_port(), workdir, 60, [
         PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d", "--log.level=warn",
-    ], workdir)
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, 60, "prometheus", proc.proc)
-    return proc, url
+        "--storage.tsdb.retention.time=30d", "--log.level=warn",
+    ])
 
 
 def start_alertmanager(workdir: Path, webhook_url: str, token: str, port: int | None = None) -> tuple[Process, str]:
@@ -137,13 +133,17 @@ def start_alertmanager(workdir: Path, webhook_url: str, token: str, port: int | 
         }]}],
     }
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    port = port or free_port()
-    proc = Process("alertmanager", [
+    return _start_ready("alertmanager", port or free_port(), workdir, 30, [
         ALERTMANAGER, f"--config.file={workdir / 'alertmanager.yml'}", f"--storage.path={workdir / 'am-data'}",
-        f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn",
-    ], workdir)
+        "--cluster.listen-address=", "--log.level=warn",
+    ])
+
+
+def _start_ready(name: str, port: int, workdir: Path, timeout: float, argv: list[str]) -> tuple[Process, str]:
+    """Start a Prometheus-family server on a loopback port and wait until `/-/ready` answers."""
+    proc = Process(name, [*argv, f"--web.listen-address=127.0.0.1:{port}"], workdir)
     url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, 30, "alertmanager", proc.proc)
+    wait_until(lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, timeout, name, proc.proc)
     return proc, url
 
 
