@@ -40,7 +40,7 @@ VENV_BIN = REPO / ".venv" / "bin"
 PG_ADMIN_URL = os.environ.get("TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test")
 # A URL with a database number pins it; otherwise the session claims a spare, empty one.
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379")
-REDIS_DB_PREFERENCE = (11, 12, 14, 15, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+REDIS_DB_PREFERENCE = (11, 12, 13, 14, 15, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 REDIS_CLAIM_KEY = "rca-tests:claimed-by"
 CLOSED_PORT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
 CLOSED_PORT_BROKER_URL = "redis://127.0.0.1:1/0"
@@ -192,12 +192,13 @@ def count_for(url: str, model: type, **where: Any) -> int:
 # --------------------------------------------------------------------------- redis
 
 
-def _claim_redis_db() -> tuple[str, redis.Redis]:
-    """The pinned database, or the first empty one we can mark as ours (so that concurrent test
-    sessions, each with its own worker consuming the same queue name, never share a broker)."""
+def claim_redis_db(pinned_offset: int = 0) -> tuple[str, redis.Redis]:
+    """The pinned database (plus `pinned_offset`, so that two workers of one session get two), or
+    the first empty one we can mark as ours (so that concurrent test sessions, each with its own
+    worker consuming the same queue name, never share a broker)."""
     parts = urlsplit(REDIS_URL)
     pinned = parts.path.strip("/")
-    candidates = [int(pinned)] if pinned else list(REDIS_DB_PREFERENCE)
+    candidates = [(int(pinned) + pinned_offset) % 16] if pinned else list(REDIS_DB_PREFERENCE)
     token = uuid.uuid4().hex
     for db in candidates:
         url = parts._replace(path=f"/{db}").geturl()
@@ -223,7 +224,7 @@ def _claim_redis_db() -> tuple[str, redis.Redis]:
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A Redis database of our own for the Celery broker, flushed at the end of the session."""
-    url, client = _claim_redis_db()
+    url, client = claim_redis_db()
     try:
         yield url
     finally:

@@ -7,12 +7,11 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-import redis
 
+from tests.conftest import claim_redis_db
 from tests.e2e import promstack
 
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-E2E_REDIS_DB = 13
 
 
 @pytest.fixture(scope="session")
@@ -28,12 +27,14 @@ def e2e_database_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def e2e_broker_url() -> Iterator[str]:
-    url = f"redis://127.0.0.1:6379/{E2E_REDIS_DB}"
-    client = redis.Redis.from_url(url, socket_connect_timeout=5)
-    client.flushdb()
-    yield url
-    client.flushdb()
-    client.close()
+    """A Redis database of its own, apart from the one the unit tests' worker consumes, so that
+    neither worker takes the other's tasks (nor another test session's, running at the same time)."""
+    url, client = claim_redis_db(pinned_offset=1)
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()
 
 
 @pytest.fixture(scope="session", autouse=True)
