@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from rca.collect.profile import profile_for
@@ -44,6 +44,8 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None) -> 
     if settings.prometheus_url:
         source = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_seconds,
                                   settings.query_concurrency)
+        aliases = source.aliases(profile.identities, target.host_candidates(), window)
+        target = replace(target, aliases=aliases)
         collection = source.collect(profile, scope_candidates(target, file_config.target), window,
                                     stack=file_config.stack, params=file_config.query_params())
     else:

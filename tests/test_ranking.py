@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from rca.collect.profile import load_profile
-from rca.diagnosis.ranking import MAX_CONFIDENCE, NO_CLEAR_CAUSE, Hypothesis, rank, taxonomy
+from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, Hypothesis, rank, symptoms, taxonomy
 from rca.signals.findings import Finding
 
 PROFILE = load_profile()
@@ -32,11 +33,14 @@ def by_category(hypotheses: list[Hypothesis]) -> dict[str, Hypothesis]:
     return {h.category: h for h in hypotheses}
 
 
-def expected_confidence(category: str, breached: set[str]) -> float:
+def expected_confidence(category: str, breached: set[str], unavailable: set[str] = frozenset()) -> float:
+    """docs/diagnosis.md's formula, written out independently of the implementation."""
     cat = taxonomy()[category]
     score = sum(w for k, w in cat.supports.items() if k in breached)
     score -= sum(w for k, w in cat.contradicts.items() if k in breached)
-    return MAX_CONFIDENCE * max(score, 0.0) / sum(cat.supports.values())
+    weights = cat.supports | cat.contradicts
+    coverage = sum(w for k, w in weights.items() if k in KINDS and k not in unavailable) / sum(weights.values())
+    return MAX_CONFIDENCE * max(score, 0.0) / sum(cat.supports.values()) * (0.6 + 0.4 * coverage)
 
 
 # ---- the taxonomy itself ----
@@ -184,20 +188,68 @@ def test_ranking_invariants_hold_for_many_finding_sets() -> None:
         assert all(0.0 <= h.confidence <= 1.0 for h in result)
         causes = [h for h in result if h.category != NO_CLEAR_CAUSE]
         assert [h.confidence for h in causes] == sorted((h.confidence for h in causes), reverse=True)
-        if causes:
-            assert result[-1].category == NO_CLEAR_CAUSE
+        doubt = next(h for h in result if h.category == NO_CLEAR_CAUSE)
+        assert all(h.confidence > doubt.confidence for h in result[: doubt.rank - 1])
+        assert all(h.confidence <= doubt.confidence for h in result[doubt.rank:])
         for h in causes:
             cat = taxonomy()[h.category]
             assert set(cat.anchors) & breached
             assert set(h.evidence) <= set(cat.supports) & breached
-            assert h.confidence == pytest.approx(expected_confidence(h.category, breached), abs=1e-3)
+            assert h.confidence == pytest.approx(expected_confidence(h.category, breached, unavailable), abs=1e-3)
 
 
 def test_no_clear_cause_trails_a_found_cause_with_the_remaining_doubt() -> None:
     result = rank(findings(breached=set(taxonomy()["arrival_surge"].supports)))
     top, last = result[0], result[-1]
     assert last.category == NO_CLEAR_CAUSE
-    assert last.confidence == pytest.approx(max(0.05, (1 - top.confidence) / 2), abs=1e-3)
+    assert last.confidence == pytest.approx(max(0.05, (1 - top.confidence) / 3), abs=1e-3)
+
+
+def test_a_cause_weaker_than_the_remaining_doubt_ranks_below_no_clear_cause() -> None:
+    # Only TTFT is high: a symptom of everything, a weak case for long prefills.
+    result = rank(findings(breached={"ttft_p95"}))
+    assert result[0].category == NO_CLEAR_CAUSE
+    assert [h.category for h in result] == [NO_CLEAR_CAUSE, "prefill_blocking"]
+    assert result[1].confidence <= result[0].confidence
+
+
+def test_unmeasured_look_alikes_lower_confidence_and_are_named() -> None:
+    # CPU-bound cores with no GPU or serving data: eager-mode launches cannot be told from PCIe sync.
+    breached = {"cpu_bound_ratio"}
+    full = by_category(rank(findings(breached=breached)))["cpu_launch_overhead"]
+    blind = {"pcie_traffic", "gpu_utilization", "itl_p95", "request_rate"}
+    partial = by_category(rank(findings(breached=breached, unavailable=blind)))["cpu_launch_overhead"]
+    assert partial.confidence < full.confidence
+    assert partial.confidence < 0.5
+    assert "Not measured: gpu_utilization, itl_p95" in partial.explanation
+
+
+def with_onsets(items: list[Finding], onsets: dict[str, int]) -> list[Finding]:
+    """Give breached findings onsets, in minutes after 10:00 UTC."""
+    base = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+    for f in items:
+        if f.key in onsets:
+            f.onset = base + timedelta(minutes=onsets[f.key])
+    return items
+
+
+def test_the_cause_that_moved_first_gets_the_lead_bonus() -> None:
+    # Full KV cache and missed prefixes together: which broke first decides between two causes.
+    breached = {"kv_cache_usage", "prefix_cache_hit_rate", "ttft_p95"}
+    kv_first = rank(with_onsets(findings(breached), {"kv_cache_usage": 0, "prefix_cache_hit_rate": 6, "ttft_p95": 7}))
+    miss_first = rank(with_onsets(findings(breached), {"kv_cache_usage": 6, "prefix_cache_hit_rate": 0, "ttft_p95": 1}))
+    kv_a, miss_a = by_category(kv_first)["kv_memory_pressure"], by_category(kv_first)["prefix_cache_miss"]
+    kv_b, miss_b = by_category(miss_first)["kv_memory_pressure"], by_category(miss_first)["prefix_cache_miss"]
+    assert kv_a.score == kv_b.score + LEAD_BONUS and "moved first" in kv_a.explanation
+    assert miss_b.score == miss_a.score + LEAD_BONUS and "moved first" in miss_b.explanation
+
+
+@pytest.mark.parametrize("gap", [0, 2])
+def test_no_lead_bonus_when_onsets_are_close(gap: int) -> None:
+    breached = {"kv_cache_usage", "prefix_cache_hit_rate"}
+    items = with_onsets(findings(breached), {"kv_cache_usage": 0, "prefix_cache_hit_rate": gap})
+    assert all("moved first" not in h.explanation for h in rank(items))
+    assert rank(items) == rank(findings(breached))
 
 
 def test_limit_one_keeps_only_no_clear_cause_but_its_doubt_reflects_the_causes() -> None:
@@ -233,3 +285,9 @@ def test_ranking_does_not_depend_on_the_order_of_findings() -> None:
         shuffled = list(items)
         random.Random(len(breached)).shuffle(shuffled)
         assert [comparable(h) for h in rank(shuffled)] == [comparable(h) for h in rank(items)]
+
+
+def test_symptoms_are_known_findings_and_never_a_cause_of_their_own() -> None:
+    assert symptoms() and symptoms() <= set(KINDS)
+    for name in CAUSES:
+        assert set(taxonomy()[name].anchors) - symptoms(), f"{name} is anchored on symptoms alone"

@@ -158,8 +158,19 @@ def test_serving_candidates_start_with_pod_then_fall_back_to_host() -> None:
     assert pod_first and host_based
     assert max(pod_first) < min(host_based)
     assert serving[0] == 'namespace="serving",pod="vllm-0",model_name="llama",job="vllm"'
-    assert serving[-1] == f'instance=~"{host_regex("gpu-node-1")}"'
+    assert f'instance=~"{host_regex("gpu-node-1")}"' in serving
     assert any('model_name="llama"' in s and s.startswith("instance=~") for s in serving)
+
+
+def test_host_candidates_try_instance_then_the_other_host_labels_then_aliases() -> None:
+    # node_exporter relabelled to carry the host in `nodename`, and an alias found in Prometheus.
+    target = Target(host="gpu-node-1", labels={}, alert_start=T0, aliases=["10.0.3.7"])
+    assert target.host_candidates() == ["gpu-node-1", "10.0.3.7"]
+    node = scope_candidates(target, CONFIG)["node"]
+    labels = ["instance"] + [name for name in CONFIG.host_labels if name != "instance"]
+    assert node == [f'{label}=~"{host_regex(host)}"' for host in ("gpu-node-1", "10.0.3.7") for label in labels]
+    assert full_match(selector_regex(node[labels.index("nodename")], "nodename"), "gpu-node-1.example.com")
+    assert full_match(selector_regex(node[len(labels)], "instance"), "10.0.3.7:9100")
 
 
 def test_serving_candidates_narrow_before_they_widen() -> None:
@@ -193,7 +204,7 @@ def test_gpu_candidates_try_pod_then_each_gpu_host_label() -> None:
 
 def test_host_selectors_match_each_exporter_spelling() -> None:
     candidates = scope_candidates(make_target(), CONFIG)
-    serving = selector_regex(candidates["serving"][-1], "instance")
+    serving = selector_regex(next(s for s in candidates["serving"] if s.startswith("instance=~")), "instance")
     assert full_match(serving, "gpu-node-1:8000")
     node = selector_regex(candidates["node"][0], "instance")
     assert full_match(node, "gpu-node-1")

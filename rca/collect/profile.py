@@ -103,12 +103,29 @@ class StackSpec(BaseModel):
     probe: str = Field(description="regex of metric names only this stack exports")
 
 
+class IdentitySpec(BaseModel):
+    """A series whose labels name one machine in several ways (an address and a name).
+
+    `same` labels are interchangeable spellings of the machine. `leads_to_same` labels name
+    something that lives on exactly one machine (a pod IP): they lead to the machine, but the
+    machine does not lead back to them, since it may run many pods.
+    """
+
+    model_config = {"extra": "forbid"}
+
+    metric: str = Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+    same: list[str] = Field(min_length=1)
+    leads_to_same: list[str] = Field(default_factory=list)
+
+
 class Profile(BaseModel):
     model_config = {"extra": "forbid"}
 
     name: str
     description: str = ""
     scopes: dict[Scope, ScopeSpec]
+    identities: list[IdentitySpec] = Field(
+        default_factory=list, description="series that join a host's spellings across exporters")
     stacks: dict[str, StackSpec] = Field(default_factory=dict, description="in probing order, most specific first")
     signals: list[SignalSpec]
 

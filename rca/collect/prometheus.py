@@ -13,7 +13,8 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from rca.collect.profile import PARAMETERS, Profile, SignalSpec
+from rca.collect.aliases import resolve_aliases
+from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
 
 Samples = list[tuple[float, float]]
 
@@ -74,6 +75,15 @@ class PrometheusSource:
         return self.client.custom_query_range(
             promql, start_time=window.start, end_time=window.end, step=f"{window.step_seconds}s"
         )
+
+    def aliases(self, identities: list[IdentitySpec], hosts: list[str], window: Window) -> list[str]:
+        """Other spellings of the hosts, from the profile's identity series. Best effort: a failed
+        lookup returns none, and collection reports the outage with every signal."""
+        lookback = max(60, int((window.end - window.start).total_seconds()))
+        try:
+            return resolve_aliases(lambda promql: self._instant(promql, window.end), identities, hosts, lookback)
+        except (requests.RequestException, PrometheusApiClientException):
+            return []
 
     def _probe(self, probe: str, candidates: list[str], window: Window) -> str | None:
         """The first candidate selector under which any probe metric has data in the window."""

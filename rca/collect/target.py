@@ -66,9 +66,12 @@ class Target:
     hosts: list[str] = field(default_factory=list)
     # The alert's own `instance` when every alert agrees: two engines on one host differ only here.
     instance: str | None = None
+    # Other spellings of the host found in Prometheus's identity series (see `aliases.py`).
+    aliases: list[str] = field(default_factory=list)
 
     def host_candidates(self) -> list[str]:
-        return self.hosts or ([self.host] if self.host else [])
+        named = self.hosts or ([self.host] if self.host else [])
+        return named + [alias for alias in self.aliases if alias not in named]
 
     def describe(self) -> str:
         parts = [f"host={self.host}"] if self.host else []
@@ -126,7 +129,9 @@ def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str
     pod_ns = _matchers(namespace=target.labels.get("namespace"), pod=target.labels.get("pod"))
     model = _matchers(model_name=target.labels.get("model_name"))
     job = _matchers(job=target.labels.get("job"))
-    by_host = [[f'instance=~"{host_regex(name)}"'] for name in target.host_candidates()]
+    # `instance` first; then any other label a relabelling may have put the host name in.
+    labels = ["instance"] + [name for name in config.host_labels if name != "instance"]
+    by_host = [[f'{label}=~"{host_regex(name)}"'] for name in target.host_candidates() for label in labels]
 
     serving: list[list[str]] = []
     if target.instance:
@@ -134,8 +139,8 @@ def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str
         serving += [exact + model + job, exact + model, exact]
     if pod_ns:
         serving += [pod_ns + model + job, pod_ns + model, pod_ns]
-    for host in by_host:
-        serving += [host + model + job, host + model, host]
+    for narrowing in (model + job, model, []):  # every spelling of the host narrow, before any wide
+        serving += [host + narrowing for host in by_host]
     if not serving and model:
         serving.append(model)
 

@@ -1,16 +1,21 @@
 """Deterministic ranking of root causes from findings (the rules analyst).
 
-Scoring, per category of `taxonomy.yaml`:
+Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules):
   - it is a candidate only if one of its anchor findings is breached;
-  - score = sum of weights of breached supporting findings - sum of breached contradicting ones;
-  - confidence = 0.9 * max(score, 0) / (sum of all its support weights), so missing or healthy
-    supporting evidence lowers confidence, and a contradiction can rule a cause out.
-With no candidate, `no_clear_cause` ranks first; otherwise it ranks last.
+  - score = sum of weights of breached supporting findings - sum of breached contradicting ones,
+    plus a lead bonus when its anchor clearly moved before every other candidate's (causes come
+    before their symptoms);
+  - confidence = 0.9 * max(score, 0) / (sum of its support weights) * (0.6 + 0.4 * coverage), where
+    coverage is the weight share of its supporting and contradicting findings that could be
+    measured: a cause whose look-alikes could not be ruled out is less certain.
+`no_clear_cause` ranks first with no candidate; otherwise it takes the doubt left by the best
+cause, and ranks above a cause that is weaker than that doubt.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,10 @@ from rca.signals.findings import Finding
 TAXONOMY_FILE = Path(__file__).with_name("taxonomy.yaml")
 NO_CLEAR_CAUSE = "no_clear_cause"
 MAX_CONFIDENCE = 0.9
+UNCOVERED_FLOOR = 0.6  # the confidence factor of a cause none of whose evidence could be measured
+LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at least LEAD_MINUTES
+LEAD_MINUTES = 3.0
+MEASURED = ("ok", "breached")
 
 
 class Category(BaseModel):
@@ -36,9 +45,18 @@ class Category(BaseModel):
 
 
 @lru_cache(maxsize=1)
+def _taxonomy_file() -> dict[str, Any]:
+    return yaml.safe_load(TAXONOMY_FILE.read_text())
+
+
+@lru_cache(maxsize=1)
 def taxonomy() -> dict[str, Category]:
-    raw = yaml.safe_load(TAXONOMY_FILE.read_text())["categories"]
-    return {name: Category.model_validate(spec) for name, spec in raw.items()}
+    return {name: Category.model_validate(spec) for name, spec in _taxonomy_file()["categories"].items()}
+
+
+def symptoms() -> frozenset[str]:
+    """Latency findings every cause moves: evidence for many causes, lead for none."""
+    return frozenset(_taxonomy_file().get("symptoms", []))
 
 
 @dataclass
@@ -62,21 +80,53 @@ def _explain(findings: dict[str, Finding], keys: list[str]) -> str:
     return "; ".join(findings[k].detail for k in keys)
 
 
+def _coverage(cat: Category, status: dict[str, str]) -> float:
+    """Weight share of the category's evidence (for and against) that could be measured."""
+    weights = cat.supports | cat.contradicts
+    return sum(w for k, w in weights.items() if status.get(k) in MEASURED) / sum(weights.values())
+
+
+def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) -> str | None:
+    """The candidate whose earliest breached anchor leads every other candidate's by LEAD_MINUTES.
+    Symptom anchors are left out: TTFT rises after any cause, so it must not mask who led."""
+    leads: dict[str, datetime] = {}
+    for name, cat in candidates.items():
+        causal = [k for k in cat.anchors if k not in symptoms()]
+        onsets = [findings[k].onset for k in causal if k in findings and findings[k].breached]
+        dated = [onset for onset in onsets if onset is not None]
+        if dated:
+            leads[name] = min(dated)
+    if len(leads) < 2:
+        return None
+    (first, first_onset), (_, second_onset) = sorted(leads.items(), key=lambda item: item[1])[:2]
+    return first if second_onset - first_onset >= timedelta(minutes=LEAD_MINUTES) else None
+
+
 def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
     """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
     by_key = {f.key: f for f in findings}
+    status = {f.key: f.status for f in findings}
     breached = {f.key for f in findings if f.breached}
+    anchored = {name: cat for name, cat in taxonomy().items()
+                if name != NO_CLEAR_CAUSE and breached.intersection(cat.anchors)}
+    first_mover = _first_mover(anchored, by_key)
     candidates: list[Hypothesis] = []
-    for name, cat in taxonomy().items():
-        if name == NO_CLEAR_CAUSE or not breached.intersection(cat.anchors):
-            continue
+    for name, cat in anchored.items():
         evidence = [k for k in cat.supports if k in breached]
         against = [k for k in cat.contradicts if k in breached]
         score = sum(cat.supports[k] for k in evidence) - sum(cat.contradicts[k] for k in against)
-        confidence = MAX_CONFIDENCE * max(score, 0.0) / sum(cat.supports.values())
         explanation = _explain(by_key, evidence)
+        if name == first_mover and score > 0:
+            score += LEAD_BONUS
+            explanation += ". It moved first, before the other candidates' signals"
+        strength = min(1.0, max(score, 0.0) / sum(cat.supports.values()))
+        coverage = _coverage(cat, status)
+        confidence = MAX_CONFIDENCE * strength * (UNCOVERED_FLOOR + (1 - UNCOVERED_FLOOR) * coverage)
         if against:
             explanation += ". Against it: " + _explain(by_key, against)
+        unmeasured = [k for k in [*cat.supports, *cat.contradicts] if status.get(k) not in MEASURED]
+        if unmeasured:
+            explanation += f". Not measured: {', '.join(unmeasured)}"
         candidates.append(Hypothesis(rank=0, category=name, title=cat.title, confidence=round(confidence, 3),
                                      evidence=evidence, contradicting=against, next_steps=cat.next_steps,
                                      explanation=explanation, score=score))
@@ -84,11 +134,15 @@ def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
     candidates = [c for c in candidates if c.confidence > 0]
     candidates.sort(key=lambda h: (-h.confidence, -h.score, order.index(h.category)))
     top = candidates[0].confidence if candidates else None  # even when `limit` leaves no room for it
-    candidates = candidates[: limit - 1]
-    candidates.append(_no_clear_cause(findings, top=top))
-    for position, hypothesis in enumerate(candidates, start=1):
+    doubt = _no_clear_cause(findings, top=top)
+    stronger = [c for c in candidates if c.confidence > doubt.confidence]
+    weaker = [c for c in candidates if c.confidence <= doubt.confidence]
+    ranked = (stronger + [doubt] + weaker)[:limit]
+    if doubt not in ranked:
+        ranked[-1] = doubt
+    for position, hypothesis in enumerate(ranked, start=1):
         hypothesis.rank = position
-    return candidates
+    return ranked
 
 
 def _no_clear_cause(findings: list[Finding], top: float | None) -> Hypothesis:
@@ -103,7 +157,7 @@ def _no_clear_cause(findings: list[Finding], top: float | None) -> Hypothesis:
         if missing:
             explanation += f" Unavailable data: {', '.join(missing)}."
     else:
-        confidence = round(max(0.05, (1 - top) / 2), 3)
-        explanation = "Alternative if the ranked causes are ruled out."
+        confidence = round(max(0.05, (1 - top) / 3), 3)
+        explanation = "Alternative if the causes above are ruled out."
     return Hypothesis(rank=0, category=NO_CLEAR_CAUSE, title=cat.title, confidence=confidence,
                       evidence=healthy, next_steps=cat.next_steps, explanation=explanation)

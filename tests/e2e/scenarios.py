@@ -85,6 +85,10 @@ class Host:
     extra: tuple[tuple[str, float], ...] = ()  # red herrings: other values that move at onset
     pod: str | None = None  # Kubernetes pod (in NAMESPACE) the engine runs in
     isolcpus: bool = True  # False: PINNED cores are pinned by affinity only, node_cpu_isolated is absent
+    # True: exporters are scraped by address, as in Kubernetes: node_exporter as `<node IP>:9100`
+    # (its name only in node_uname_info), DCGM as `<exporter pod IP>:9400`, the engine pod (if
+    # any) as `<pod IP>:port`, with kube_pod_info relating pod, pod IP, node and node IP.
+    addresses: bool = False
 
     def params(self, t: float) -> dict[str, float]:
         values = dict(BASELINE)
@@ -240,6 +244,20 @@ def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
     ]
 
 
+def _vllm_v08(h: str, g: Gauge, port: int = 8000) -> list[Series]:
+    """vLLM 0.8 (the V1 engine before the 0.9 renames): V0's gauges and histograms, but prefix-cache
+    hits and queries as counters of KV blocks (`gpu_prefix_cache_*_total`) instead of a hit-rate gauge."""
+    blocks_per_request = 40.0
+    queries = lambda p, t: p["arrival_rate"] * blocks_per_request  # noqa: E731
+    labels = {"job": "vllm", "instance": f"{h}:{port}", "model_name": MODEL}
+    v0 = [s for s in _vllm_v0(h, g, port) if s.name != "vllm:gpu_prefix_cache_hit_rate"]
+    return v0 + [
+        Series("vllm:gpu_prefix_cache_queries_total", labels, rate=queries),
+        Series("vllm:gpu_prefix_cache_hits_total", labels,
+               rate=lambda p, t: queries(p, t) * min(1.0, p["hit_rate"] * (1 + _noise(f"{h}:hits", t, 0.01)))),
+    ]
+
+
 def _triton_trtllm(h: str, g: Gauge, port: int = 8002) -> list[Series]:
     """Triton with the TRT-LLM backend: decoupled, so requests queue inside the engine and the
     core pending-request gauge stays near zero; only `nv_trt_llm_request_metrics` sees them."""
@@ -254,17 +272,24 @@ def _triton_trtllm(h: str, g: Gauge, port: int = 8002) -> list[Series]:
     ]
 
 
-SERVING = {"vllm_v1": _vllm_v1, "vllm_v0": _vllm_v0, "sglang": _sglang, "tgi": _tgi, "triton": _triton,
-           "triton_trtllm": _triton_trtllm}
+SERVING = {"vllm_v1": _vllm_v1, "vllm_v0": _vllm_v0, "vllm_v08": _vllm_v08, "sglang": _sglang, "tgi": _tgi,
+           "triton": _triton, "triton_trtllm": _triton_trtllm}
+
+
+def address(kind: str, host: str) -> str:
+    """A stable made-up IPv4 address for a host's node, exporter pod or engine pod."""
+    subnet = {"node": 10, "exporter": 42, "pod": 244}[kind]
+    n = zlib.crc32(f"{kind}:{host}".encode())
+    return f"10.{subnet}.{n % 250 + 1}.{n // 250 % 250 + 1}"
 
 
 def host_series(host: Host) -> list[Series]:
     """Every series one host exposes: its serving engine, DCGM, node_exporter and cAdvisor."""
     h = host.name
-    dcgm = {"job": "dcgm", "instance": f"{h}:9400", "Hostname": h, "gpu": "0",
-            "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-0000", "modelName": "NVIDIA H100 80GB HBM3",
+    dcgm = {"job": "dcgm", "instance": f"{address('exporter', h) if host.addresses else h}:9400", "Hostname": h,
+            "gpu": "0", "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-0000", "modelName": "NVIDIA H100 80GB HBM3",
             "device": "nvidia0"}
-    node = {"job": "node", "instance": h}
+    node = {"job": "node", "instance": f"{address('node', h)}:9100" if host.addresses else h}
 
     def g(key: str, amp: float = 0.03, lo: float = 0.0, hi: float = math.inf) -> Callable:
         return lambda p, t: min(hi, max(lo, p[key] * (1 + _noise(f"{h}:{key}", t, amp))))
@@ -276,6 +301,15 @@ def host_series(host: Host) -> list[Series]:
     if host.pod:
         for s in series:
             s.labels = s.labels | {"namespace": NAMESPACE, "pod": host.pod}
+            if host.addresses:
+                s.labels["instance"] = s.labels["instance"].replace(h, address("pod", h), 1)
+    if host.addresses:
+        series.append(Series("node_uname_info", node | {"nodename": h, "sysname": "Linux"},
+                             gauge=lambda p, t: 1.0))
+    if host.addresses and host.pod:
+        series.append(Series("kube_pod_info", {
+            "job": "kube-state-metrics", "instance": "10.96.0.20:8080", "namespace": NAMESPACE, "pod": host.pod,
+            "node": h, "host_ip": address("node", h), "pod_ip": address("pod", h)}, gauge=lambda p, t: 1.0))
     if "cadvisor" in host.exporters and host.pod:
         # The engine container has a quota of len(PINNED) cores and keeps them `pinned_busy` busy.
         # The pod-level cgroup (container="") repeats the usage, as cAdvisor does; queries drop it.

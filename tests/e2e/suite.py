@@ -21,7 +21,7 @@ from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
-from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host
+from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host, address
 
 ONSET_MINUTES_AGO = 25
 CONFIDENT = 0.5
@@ -101,6 +101,16 @@ def scenarios(onset: float) -> list[Scenario]:
                        exporters=frozenset({"serving", "dcgm", "cadvisor"}))],
                  _vllm_alert("s22", "LLMInterTokenLatencyHigh") | {"namespace": NAMESPACE, "pod": "vllm-s22-0"},
                  "Kubernetes pod without node_exporter: the CPU-bound ratio comes from cAdvisor"),
+        Scenario("node-alert-by-ip-pcie-sync", "host_device_sync",
+                 [host("s23", "host_device_sync", addresses=True)],
+                 {"alertname": "LLMServingCPUBoundPinnedCores", "instance": f"{address('node', 's23')}:9100",
+                  "job": "node"},
+                 "node_exporter scraped by IP: the GPU and engine are reached through node_uname_info"),
+        Scenario("pod-ip-alert-numa", "cpu_affinity_numa",
+                 [host("s24", "cpu_affinity_numa", pod="vllm-s24-0", addresses=True)],
+                 {"alertname": "LLMInterTokenLatencyHigh", "instance": f"{address('pod', 's24')}:8000",
+                  "namespace": NAMESPACE, "pod": "vllm-s24-0", "model_name": MODEL},
+                 "engine pod scraped by pod IP: its node's CPUs are reached through kube_pod_info"),
     ]
 
 
@@ -111,6 +121,7 @@ class Outcome:
     stack: str | None
     seconds: float
     breached: list[str] = field(default_factory=list)
+    selectors: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def categories(self) -> list[str]:
@@ -151,7 +162,8 @@ def run_suite(prometheus_url: str, suite: list[Scenario]) -> list[Outcome]:
         began = time.perf_counter()
         analysis = analyse(settings, target)
         outcomes.append(Outcome(scenario, analysis.hypotheses, analysis.collection.stack,
-                                time.perf_counter() - began, [f.key for f in analysis.findings if f.breached]))
+                                time.perf_counter() - began, [f.key for f in analysis.findings if f.breached],
+                                analysis.collection.selectors))
     return outcomes
 
 

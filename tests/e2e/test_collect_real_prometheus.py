@@ -14,7 +14,7 @@ from rca.collect.target import target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.pipeline import analyse
 from tests.e2e import promstack
-from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host
+from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host, address
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +33,9 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                    Host("trt-a", "arrival_surge", onset, stack="triton_trtllm"),
                    Host("k8s-a", "cpu_quota_throttling", onset, pod="vllm-k8s-a-0",
                         exporters=frozenset({"serving", "dcgm", "cadvisor"})),
-                   Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False)],
+                   Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False),
+                   Host("v08-a", "prefix_cache_miss", onset, stack="vllm_v08"),
+                   Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True)],
                   start=now - 3 * 3600 - 15 * 60)
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
     with Exporter(fleet, time.time) as exporter:
@@ -187,3 +189,32 @@ def test_vllm_v0_reads_its_own_cache_gauges(prometheus: str) -> None:
     assert "V0" in (findings["prefix_cache_hit_rate"].source or "")
     assert "time_per_output_token" in (findings["itl_p95"].query or "")
     assert findings["requests_deferred"].status == "not_measurable"
+
+
+def test_vllm_08_reads_prefix_hits_from_its_block_counters(prometheus: str) -> None:
+    result = _analyse(prometheus, {"instance": "v08-a:8000", "model_name": MODEL})
+    finding = result["findings"]["prefix_cache_hit_rate"]
+    assert result["analysis"].collection.stack == "vllm_v0"
+    assert "gpu_prefix_cache_hits_total" in (finding.query or "")
+    assert finding.breached and finding.value is not None and 0.2 < finding.value < 0.4
+    assert result["top"] == "prefix_cache_miss"
+
+
+def test_engine_pod_scraped_by_pod_ip_reaches_its_nodes_cpus_through_kube_pod_info(prometheus: str) -> None:
+    result = _analyse(prometheus, {"instance": f"{address('pod', 'k8s-b')}:8000", "namespace": NAMESPACE,
+                                   "pod": "vllm-k8s-b-0", "model_name": MODEL})
+    target = result["analysis"].target
+    assert {"k8s-b", address("node", "k8s-b")} <= set(target.aliases)
+    selectors = result["analysis"].collection.selectors
+    assert address("node", "k8s-b").replace(".", "\\\\.") in (selectors["node"] or "")
+    assert 'Hostname=~"k8s-b' in (selectors["gpu"] or "")
+    assert result["top"] == "cpu_affinity_numa"
+
+
+def test_a_node_does_not_lead_back_to_the_pods_on_it(prometheus: str) -> None:
+    """kube_pod_info joins a pod IP to its node, never a node to one of its many pods."""
+    result = _analyse(prometheus, {"instance": f"{address('node', 'k8s-b')}:9100", "job": "node"})
+    target = result["analysis"].target
+    assert "k8s-b" in target.aliases
+    assert address("pod", "k8s-b") not in target.aliases
+    assert result["analysis"].collection.selectors["node"] is not None

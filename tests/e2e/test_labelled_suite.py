@@ -43,3 +43,12 @@ def test_healthy_controls_never_get_a_confident_wrong_answer(outcomes: list[Outc
     assert score(outcomes)["healthy_confident_wrong"] == 0
     for outcome in healthy:
         assert outcome.breached == [], f"{outcome.scenario.name}: {outcome.breached}"
+
+
+def test_exporters_scraped_by_address_are_joined_to_the_alerts_host(outcomes: list[Outcome]) -> None:
+    """node_exporter by node IP, DCGM by exporter IP, the engine by pod IP: every scope is found."""
+    joined = [o for o in outcomes if any(h.addresses for h in o.scenario.hosts)]
+    assert len(joined) >= 2
+    for outcome in joined:
+        missing = [scope for scope in ("serving", "gpu", "node") if not outcome.selectors.get(scope)]
+        assert not missing, f"{outcome.scenario.name}: no selector for {missing}"
