@@ -6,6 +6,7 @@ once, at start-up, and reported as one line that names it (`ConfigError`).
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -83,6 +84,11 @@ def cpu_list_regex(cpus: list[int]) -> str:
     return "|".join(str(cpu) for cpu in cpus)
 
 
+def promql_string(value: str) -> str:
+    """`value` escaped for the inside of a double-quoted PromQL string."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 class FileConfig(BaseModel):
     """The optional config file (`RCA_CONFIG_FILE`): thresholds and profile overrides."""
 
@@ -99,7 +105,18 @@ class FileConfig(BaseModel):
         default=None,
         description="CPUs the serving engine is pinned to (`4-7,12`), for hosts without isolcpus",
     )
+    process_groups: list[str] = Field(
+        default=["vllm", "sglang", "text-generation", "tritonserver"], min_length=1,
+        description="process-exporter group names of the serving engine, matched case-insensitively as substrings",
+    )
     target: TargetConfig = Field(default_factory=TargetConfig)
+
+    @field_validator("process_groups")
+    @classmethod
+    def _check_process_groups(cls, value: list[str]) -> list[str]:
+        if any(not name.strip() for name in value):
+            raise ValueError("a process group name is empty")
+        return value
 
     @field_validator("pinned_cpus", mode="before")
     @classmethod
@@ -112,9 +129,12 @@ class FileConfig(BaseModel):
 
     def query_params(self) -> dict[str, str]:
         """Values for the profile's operator placeholders (`rca.collect.profile.PARAMETERS`)."""
-        params = {}
+        names = "|".join(re.escape(name.strip()) for name in self.process_groups)
+        params = {"process_groups": promql_string(f"(?i).*({names}).*")}
         if self.pinned_cpus is not None:
-            params["pinned_cpus"] = cpu_list_regex(parse_cpu_list(self.pinned_cpus))
+            cpus = parse_cpu_list(self.pinned_cpus)
+            params["pinned_cpus"] = cpu_list_regex(cpus)
+            params["pinned_cpu_count"] = str(len(cpus))
         return params
 
 

@@ -34,10 +34,28 @@ def test_regex_lists_every_cpu() -> None:
 def test_config_file_pinned_cpus_becomes_a_query_parameter(tmp_path: Path) -> None:
     path = tmp_path / "rca.yaml"
     path.write_text("pinned_cpus: 4-7,12\n")
-    assert load_file_config(path).query_params() == {"pinned_cpus": "4|5|6|7|12"}
+    params = load_file_config(path).query_params()
+    assert (params["pinned_cpus"], params["pinned_cpu_count"]) == ("4|5|6|7|12", "5")
     path.write_text("pinned_cpus: 3\n")  # YAML reads a single id as an int
-    assert load_file_config(path).query_params() == {"pinned_cpus": "3"}
-    assert FileConfig().query_params() == {}
+    params = load_file_config(path).query_params()
+    assert (params["pinned_cpus"], params["pinned_cpu_count"]) == ("3", "1")
+    assert set(FileConfig().query_params()) == {"process_groups"}
+
+
+def test_process_groups_become_a_case_insensitive_promql_regex(tmp_path: Path) -> None:
+    default = FileConfig().query_params()["process_groups"]
+    assert default == "(?i).*(vllm|sglang|text\\\\-generation|tritonserver).*"  # `\-` inside a PromQL string
+    path = tmp_path / "rca.yaml"
+    path.write_text('process_groups: [my.engine, \'a"b\']\n')
+    assert load_file_config(path).query_params()["process_groups"] == '(?i).*(my\\\\.engine|a\\"b).*'
+
+
+@pytest.mark.parametrize("value", ["[]", "['']", "vllm"])
+def test_bad_process_groups_are_a_config_error_naming_them(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "rca.yaml"
+    path.write_text(f"process_groups: {value}\n")
+    with pytest.raises(ConfigError, match="process_groups"):
+        load_file_config(path)
 
 
 @pytest.mark.parametrize("value", ["'7-4'", "'four'", "''", "[4, 5]", "true"])

@@ -18,7 +18,7 @@ SELECTORS = {
     "node": 'instance=~"gpu-node-1"',
     "pod": 'namespace="llm",pod="vllm-0"',
 }
-PARAMS = {"pinned_cpus": "4|5|6|7"}
+PARAMS = {"pinned_cpus": "4|5|6|7", "pinned_cpu_count": "4", "process_groups": "(?i).*(vllm).*"}
 FOUR_SIGNALS = {"cpu_bound_ratio", "prefix_cache_hit_rate", "queue_median", "gpu_compute_to_memory"}
 
 
@@ -99,6 +99,7 @@ def test_query_with_a_missing_placeholder_never_renders_blank(profile: Profile) 
     cpu = next(s for s in profile.signals if s.id == "cpu_bound_ratio")
     configured = next(a for a in cpu.queries if "pinned_cpus" in a.placeholders())
     assert configured.placeholders() == {"node", "pinned_cpus"}
+    assert configured.source.startswith("node_exporter")
     with pytest.raises(KeyError):
         configured.render(SELECTORS)
 
@@ -106,7 +107,9 @@ def test_query_with_a_missing_placeholder_never_renders_blank(profile: Profile) 
 def test_cpu_bound_ratio_tries_process_cadvisor_isolcpus_configured_then_all_cores(profile: Profile) -> None:
     cpu = next(s for s in profile.signals if s.id == "cpu_bound_ratio")
     sources = [(a.source.split()[0], cpu.scope_of(a), sorted(a.placeholders())) for a in cpu.queries]
-    assert sources == [("process-exporter", "node", ["node"]), ("cAdvisor", "pod", ["pod"]),
+    assert sources == [("process-exporter", "node", ["node", "process_groups"]),
+                       ("process-exporter", "node", ["node", "pinned_cpu_count", "process_groups"]),
+                       ("cAdvisor", "pod", ["pod"]),
                        ("node_exporter", "node", ["node"]), ("node_exporter", "node", ["node", "pinned_cpus"]),
                        ("node_exporter", "node", ["node"])]
 

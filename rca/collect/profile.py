@@ -27,6 +27,8 @@ SCOPES: tuple[str, ...] = ("serving", "gpu", "node", "pod")
 # one runs only when the operator set it.
 PARAMETERS: dict[str, str] = {
     "pinned_cpus": "PromQL regex of the configured pinned CPU ids (config file `pinned_cpus`)",
+    "pinned_cpu_count": "how many CPUs `pinned_cpus` names",
+    "process_groups": "PromQL regex of the engine's process-exporter group names (config file `process_groups`)",
 }
 
 

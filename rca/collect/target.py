@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rca.config import TargetConfig
+from rca.config import TargetConfig, promql_string
 
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _HOST_CHARS = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -47,10 +47,6 @@ def host_regex(host: str) -> str:
     if _IPV4.match(host):
         return f"{escaped}(:[0-9]+)?"
     return f"{escaped}(\\\\.[^:]+)?(:[0-9]+)?"
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,7 @@ def target_from_alerts(
 
 
 def _matchers(**equal: str | None) -> list[str]:
-    return [f'{name}="{_quote(value)}"' for name, value in equal.items() if value]
+    return [f'{name}="{promql_string(value)}"' for name, value in equal.items() if value]
 
 
 def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str]]:

@@ -67,7 +67,7 @@ FAULTS: dict[str, dict[str, float]] = {
     "gpu_degraded": {"sm_clock": 1400.0, "gpu_temp": 92.0, "itl": 0.03, "throttle": 0x40},
     "cpu_quota_throttling": {"throttled": 0.6, "pinned_busy": 0.9, "itl": 0.03},
 }
-EXPORTERS = frozenset({"serving", "dcgm", "node"})  # add "cadvisor" (and a pod) for container CPU series
+EXPORTERS = frozenset({"serving", "dcgm", "node"})  # add "cadvisor" (and a pod) or "process" (process-exporter)
 
 PROMPT_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
@@ -342,6 +342,14 @@ def host_series(host: Host) -> list[Series]:
             Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
             Series("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", dcgm, gauge=lambda p, t: round(p["throttle"])),
         ]
+    if "process" in host.exporters:
+        # process-exporter's group for the engine (the name is the operator's choice; matched by
+        # engine name, case-insensitively): user + system CPU of the processes pinned to PINNED.
+        proc = {"job": "process", "instance": f"{node['instance'].split(':')[0]}:9256", "groupname": "vLLM-engine"}
+        busy = g("pinned_busy", 0.03, hi=1.0)
+        for mode, share in (("user", 0.85), ("system", 0.15)):
+            series.append(Series("namedprocess_namegroup_cpu_seconds_total", proc | {"mode": mode},
+                                 rate=lambda p, t, share=share: share * len(PINNED) * busy(p, t)))
     if "node" in host.exporters:
         series += [
             Series("node_context_switches_total", node, rate=g("ctx_switches", 0.05)),

@@ -17,6 +17,7 @@ from tests.e2e import promstack
 from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host, address
 
 pytestmark = pytest.mark.e2e
+WITH_PROCESS = frozenset({"serving", "dcgm", "node", "process"})
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                         exporters=frozenset({"serving", "dcgm", "cadvisor"})),
                    Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False),
                    Host("v08-a", "prefix_cache_miss", onset, stack="vllm_v08"),
+                   Host("proc-a", "cpu_launch_overhead", onset, isolcpus=False, exporters=WITH_PROCESS),
+                   Host("proc-b", "cpu_launch_overhead", onset, exporters=WITH_PROCESS),
                    Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True)],
                   start=now - 3 * 3600 - 15 * 60)
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
@@ -218,3 +221,28 @@ def test_a_node_does_not_lead_back_to_the_pods_on_it(prometheus: str) -> None:
     assert "k8s-b" in target.aliases
     assert address("pod", "k8s-b") not in target.aliases
     assert result["analysis"].collection.selectors["node"] is not None
+
+
+def test_process_exporter_cpu_is_divided_by_the_isolated_cores(prometheus: str) -> None:
+    cpu = _analyse(prometheus, {"instance": "proc-b:9256", "job": "process"})["findings"]["cpu_bound_ratio"]
+    assert cpu.source == "process-exporter serving process CPU per pinned (isolcpus) core"
+    assert 'groupname=~"(?i).*(vllm|sglang|text\\\\-generation|tritonserver).*"' in (cpu.query or "")
+    assert cpu.breached and 0.9 < cpu.value < 1.0
+
+
+def test_process_exporter_cpu_is_divided_by_the_configured_cpu_list(prometheus: str, tmp_path: Path) -> None:
+    config = tmp_path / "rca.yaml"
+    config.write_text("pinned_cpus: 4-7\nprocess_groups: [engine]\n")
+    settings = Settings(prometheus_url=prometheus, config_file=config)
+    cpu = _analyse(prometheus, {"instance": "proc-a:9256"}, settings)["findings"]["cpu_bound_ratio"]
+    assert cpu.source == "process-exporter serving process CPU per configured pinned core (pinned_cpus)"
+    assert cpu.query and cpu.query.endswith("/ 4") and "(?i).*(engine).*" in cpu.query
+    assert cpu.breached and 0.9 < cpu.value < 1.0
+
+
+def test_process_groups_that_match_no_group_fall_through_to_node_exporter(prometheus: str, tmp_path: Path) -> None:
+    config = tmp_path / "rca.yaml"
+    config.write_text("pinned_cpus: 4-7\nprocess_groups: [llama-server]\n")
+    settings = Settings(prometheus_url=prometheus, config_file=config)
+    cpu = _analyse(prometheus, {"instance": "proc-a:9256"}, settings)["findings"]["cpu_bound_ratio"]
+    assert cpu.source == "node_exporter busy share of the configured pinned cores (pinned_cpus)"
