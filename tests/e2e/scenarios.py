@@ -35,6 +35,7 @@ BASELINE: dict[str, float] = {
     "preempt_rate": 0.0,
     "prompt_len": 600.0,  # median tokens
     "ttft": 0.12,  # median seconds
+    "queue_time": 0.02,  # median seconds in the waiting queue
     "itl": 0.018,  # median seconds
     "deferred": 0.0,
     "gpu_util": 85.0,
@@ -55,19 +56,21 @@ BASELINE: dict[str, float] = {
 # What each fault changes, after onset. Values follow DOMAIN.md's descriptions of each cause.
 FAULTS: dict[str, dict[str, float]] = {
     "prefix_cache_miss": {"hit_rate": 0.30, "ttft": 0.35, "waiting": 2.0},
-    "arrival_surge": {"arrival_rate": 18.0, "waiting": 14.0, "running": 30.0, "kv_usage": 0.8, "ttft": 0.6},
-    "kv_memory_pressure": {"kv_usage": 0.985, "preempt_rate": 0.8, "waiting": 9.0, "hit_rate": 0.7},
+    "arrival_surge": {"arrival_rate": 18.0, "waiting": 14.0, "running": 30.0, "kv_usage": 0.8, "ttft": 0.6,
+                      "queue_time": 1.5},
+    "kv_memory_pressure": {"kv_usage": 0.985, "preempt_rate": 0.8, "waiting": 9.0, "hit_rate": 0.7, "queue_time": 0.6},
     "cpu_launch_overhead": {"pinned_busy": 0.95, "gpu_util": 50.0, "itl": 0.035},
     "cpu_affinity_numa": {"pinned_busy": 0.9, "ctx_switches": 30000.0, "numa_miss": 2000.0, "itl": 0.03},
     "host_device_sync": {"pcie_bytes": 1.2e9, "pinned_busy": 0.88, "gpu_util": 55.0},
-    "batching_misconfig": {"waiting": 9.0, "gpu_util": 45.0, "running": 4.0, "ttft": 0.5},
-    "prefill_blocking": {"prompt_len": 4000.0, "itl": 0.045, "ttft": 0.9, "waiting": 7.0},
-    "lora_adapter_loading": {"deferred": 6.0, "waiting": 8.0, "ttft": 0.7},
+    "batching_misconfig": {"waiting": 9.0, "gpu_util": 45.0, "running": 4.0, "ttft": 0.5, "queue_time": 0.9},
+    "prefill_blocking": {"prompt_len": 4000.0, "itl": 0.045, "ttft": 0.9, "waiting": 7.0, "queue_time": 0.5},
+    "lora_adapter_loading": {"deferred": 6.0, "waiting": 8.0, "ttft": 0.7, "queue_time": 0.8},
     "memory_bandwidth_bound": {"tensor_active": 0.2, "dram_active": 0.75, "itl": 0.03},
     "gpu_degraded": {"sm_clock": 1400.0, "gpu_temp": 92.0, "itl": 0.03, "throttle": 0x40},
     "cpu_quota_throttling": {"throttled": 0.6, "pinned_busy": 0.9, "itl": 0.03},
 }
-EXPORTERS = frozenset({"serving", "dcgm", "node"})  # add "cadvisor" (and a pod) or "process" (process-exporter)
+# Also: "cadvisor" (with a pod), "process" (process-exporter), "dcgm_basic" (DCGM without profiling fields).
+EXPORTERS = frozenset({"serving", "dcgm", "node"})
 
 PROMPT_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
@@ -178,6 +181,7 @@ def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         *_histogram("vllm:request_prompt_tokens", vllm, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BUCKETS, "ttft"),
         *_histogram("vllm:inter_token_latency_seconds", vllm, ITL_BUCKETS, "itl"),
+        *_histogram("vllm:request_queue_time_seconds", vllm, TTFT_BUCKETS, "queue_time"),
     ]
 
 
@@ -197,6 +201,7 @@ def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
         *_histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("sglang:inter_token_latency_seconds", labels, ITL_BUCKETS, "itl"),
         *_histogram("sglang:e2e_request_latency_seconds", labels, TTFT_BUCKETS, "ttft", scale=8.0),
+        *_histogram("sglang:queue_time_seconds", labels, TTFT_BUCKETS, "queue_time"),
     ]
 
 
@@ -220,6 +225,10 @@ def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
     return [
         Series("nv_inference_pending_request_count", labels, gauge=g("waiting", 0.2)),
         Series("nv_inference_request_success", labels, rate=lambda p, t: p["arrival_rate"]),
+        Series("nv_inference_count", labels, rate=lambda p, t: p["arrival_rate"]),
+        # Dynamic batching: `running / 4` requests per model execution (3 at the baseline).
+        Series("nv_inference_exec_count", labels, rate=lambda p, t: p["arrival_rate"] / max(1.0, p["running"] / 4)),
+        Series("nv_inference_queue_duration_us", labels, rate=lambda p, t: p["arrival_rate"] * p["queue_time"] * 1e6),
         Series("nv_trt_llm_kv_cache_block_metrics", labels | {"kv_cache_block_type": "fraction"},
                gauge=g("kv_usage", 0.01, hi=1.0)),
         *_histogram("nv_inference_first_response_histogram_ms", labels, [b * 1000 for b in TTFT_BUCKETS], "ttft",
@@ -241,6 +250,7 @@ def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         *_histogram("vllm:request_prompt_tokens", labels, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("vllm:time_per_output_token_seconds", labels, ITL_BUCKETS, "itl"),
+        *_histogram("vllm:request_queue_time_seconds", labels, TTFT_BUCKETS, "queue_time"),
     ]
 
 
@@ -328,6 +338,16 @@ def host_series(host: Host) -> list[Series]:
             Series("container_spec_cpu_period", engine, gauge=lambda p, t: 100000.0),
             Series("container_cpu_cfs_periods_total", engine, rate=lambda p, t: CFS_PERIODS_PER_SECOND),
             Series("container_cpu_cfs_throttled_periods_total", engine, rate=throttled),
+        ]
+    if "dcgm_basic" in host.exporters:
+        # dcgm-exporter without profiling (DCP) fields, e.g. on GPUs without DCP support: only
+        # device-level gauges, with memory-interface load as DCGM_FI_DEV_MEM_COPY_UTIL percent.
+        series += [
+            Series("DCGM_FI_DEV_GPU_UTIL", dcgm, gauge=g("gpu_util", 0.03, hi=100)),
+            Series("DCGM_FI_DEV_MEM_COPY_UTIL", dcgm, gauge=lambda p, t: 100 * min(1.0, g("dram_active", 0.03)(p, t))),
+            Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=g("sm_clock", 0.005)),
+            Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=g("gpu_temp", 0.02)),
+            Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
         ]
     if "dcgm" in host.exporters:
         series += [

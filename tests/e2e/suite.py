@@ -111,6 +111,10 @@ def scenarios(onset: float) -> list[Scenario]:
                  {"alertname": "LLMInterTokenLatencyHigh", "instance": f"{address('pod', 's24')}:8000",
                   "namespace": NAMESPACE, "pod": "vllm-s24-0", "model_name": MODEL},
                  "engine pod scraped by pod IP: its node's CPUs are reached through kube_pod_info"),
+        Scenario("memory-bound-without-dcgm-profiling", "memory_bandwidth_bound",
+                 [host("s25", "memory_bandwidth_bound", exporters=frozenset({"serving", "dcgm_basic", "node"}))],
+                 _vllm_alert("s25", "LLMInterTokenLatencyHigh"),
+                 "no DCP fields: the compute-to-memory ratio is not measurable, memory-copy utilisation is"),
     ]
 
 
