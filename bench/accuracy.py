@@ -1,6 +1,7 @@
 """Accuracy benchmark: the labelled scenario suite through the real pipeline on real Prometheus.
 
     .venv/bin/python bench/accuracy.py
+    .venv/bin/python bench/accuracy.py --severity 0.6 --ramp 600 --onset-minutes 60   # milder, slower faults
 
 Prints AC@1, AC@3, Avg@5 (as RCAEval defines them), per-category results and the false-alarm rate
 on healthy windows. Published anchors: BARO on RCAEval RE2 AC@1 0.69 / AC@3 0.82; RCACopilot
@@ -10,6 +11,7 @@ regression floor, not as a claim about unseen incidents.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from collections import defaultdict
@@ -17,11 +19,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.suite import CONFIDENT, run_suite, score, suite_prometheus  # noqa: E402
+from tests.e2e.scenarios import RAMP_SECONDS  # noqa: E402
+from tests.e2e.suite import CONFIDENT, ONSET_MINUTES_AGO, run_suite, score, suite_prometheus  # noqa: E402
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp, suite_prometheus(Path(tmp)) as (url, suite):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--severity", type=float, default=1.0,
+                        help="share of each fault's change that is reached (default 1.0)")
+    parser.add_argument("--ramp", type=float, default=RAMP_SECONDS, help="seconds from onset to full effect")
+    parser.add_argument("--onset-minutes", type=float, default=ONSET_MINUTES_AGO,
+                        help="minutes between the faults' onset and the investigation")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, suite_prometheus(Path(tmp), args.onset_minutes, args.severity,
+                                                                args.ramp) as (url, suite):
         outcomes = run_suite(url, suite)
     print(f"{'scenario':34s} {'stack':8s} {'expected':24s} {'top answer (confidence)':36s} rank")
     for o in outcomes:

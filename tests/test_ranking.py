@@ -40,7 +40,8 @@ def expected_confidence(category: str, breached: set[str], unavailable: set[str]
     score -= sum(w for k, w in cat.contradicts.items() if k in breached)
     weights = cat.supports | cat.contradicts
     coverage = sum(w for k, w in weights.items() if k in KINDS and k not in unavailable) / sum(weights.values())
-    return MAX_CONFIDENCE * max(score, 0.0) / sum(cat.supports.values()) * (0.6 + 0.4 * coverage)
+    full = cat.full_at or sum(cat.supports.values())
+    return MAX_CONFIDENCE * min(1.0, max(score, 0.0) / full) * (0.6 + 0.4 * coverage)
 
 
 # ---- the taxonomy itself ----
@@ -81,9 +82,11 @@ def test_nothing_breached_with_most_signals_unavailable_is_not_confident() -> No
     assert result[0].evidence == [SIGNALS[-1]]
 
 
-def test_breached_supporting_finding_without_anchor_is_no_cause() -> None:
+def test_breached_findings_that_anchor_no_cause_leave_no_clear_cause_unsure() -> None:
     result = rank(findings(breached={"itl_p95"}))  # supports several causes, anchors none
     assert [h.category for h in result] == [NO_CLEAR_CAUSE]
+    assert result[0].confidence < 0.5
+    assert "itl_p95" in result[0].explanation
 
 
 # ---- each cause, given its own evidence ----
@@ -291,3 +294,11 @@ def test_symptoms_are_known_findings_and_never_a_cause_of_their_own() -> None:
     assert symptoms() and symptoms() <= set(KINDS)
     for name in CAUSES:
         assert set(taxonomy()[name].anchors) - symptoms(), f"{name} is anchored on symptoms alone"
+
+
+def test_full_at_lets_one_of_alternative_anchors_reach_full_strength() -> None:
+    # Thermal throttling with the clock drop it causes, no XID error: a complete case of a degraded GPU.
+    cat = taxonomy()["gpu_degraded"]
+    assert cat.full_at is not None and cat.full_at < sum(cat.supports.values())
+    result = by_category(rank(findings(breached={"gpu_throttle_reasons", "sm_clock", "itl_p95"})))
+    assert result["gpu_degraded"].confidence == pytest.approx(MAX_CONFIDENCE, abs=1e-3)

@@ -5,7 +5,8 @@ Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules
   - score = sum of weights of breached supporting findings - sum of breached contradicting ones,
     plus a lead bonus when its anchor clearly moved before every other candidate's (causes come
     before their symptoms);
-  - confidence = 0.9 * max(score, 0) / (sum of its support weights) * (0.6 + 0.4 * coverage), where
+  - confidence = 0.9 * min(1, max(score, 0) / full score) * (0.6 + 0.4 * coverage), where the full
+    score is the sum of its support weights unless the category sets `full_at`, and
     coverage is the weight share of its supporting and contradicting findings that could be
     measured: a cause whose look-alikes could not be ruled out is less certain.
 `no_clear_cause` ranks first with no candidate; otherwise it takes the doubt left by the best
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from rca.signals.findings import Finding
 
@@ -32,6 +33,7 @@ UNCOVERED_FLOOR = 0.6  # the confidence factor of a cause none of whose evidence
 LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at least LEAD_MINUTES
 LEAD_MINUTES = 3.0
 MEASURED = ("ok", "breached")
+UNEXPLAINED_CONFIDENCE = 0.4  # no_clear_cause when findings are breached but none anchors a cause
 
 
 class Category(BaseModel):
@@ -42,6 +44,12 @@ class Category(BaseModel):
     supports: dict[str, float]
     contradicts: dict[str, float]
     next_steps: list[str]
+    # The score at which the evidence is complete. Default: every supporting weight. Lower for a
+    # cause whose anchors are alternatives (a degraded GPU shows XID errors *or* thermal throttling).
+    full_at: float | None = Field(default=None, gt=0)
+
+    def full_score(self) -> float:
+        return self.full_at or sum(self.supports.values())
 
 
 @lru_cache(maxsize=1)
@@ -119,7 +127,7 @@ def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
         if name == first_mover and score > 0:
             score += LEAD_BONUS
             explanation += ". It moved first, before the other candidates' signals"
-        strength = min(1.0, max(score, 0.0) / sum(cat.supports.values()))
+        strength = min(1.0, max(score, 0.0) / cat.full_score())
         coverage = _coverage(cat, status)
         confidence = MAX_CONFIDENCE * strength * (UNCOVERED_FLOOR + (1 - UNCOVERED_FLOOR) * coverage)
         if against:
@@ -151,9 +159,14 @@ def _no_clear_cause(findings: list[Finding], top: float | None) -> Hypothesis:
     measured = [f for f in signals if f.status in ("breached", "ok")]
     healthy = [f.key for f in measured if not f.breached]
     if top is None:
+        moved = sorted(f.key for f in findings if f.breached)
         confidence = 0.8 if len(measured) * 2 >= len(signals) and signals else 0.4
-        missing = [f.key for f in signals if f.status not in ("breached", "ok")]
         explanation = "No finding points at a cause."
+        if moved:
+            # Something is abnormal, only not in a way any cause is anchored on: say so, unsure.
+            confidence = min(confidence, UNEXPLAINED_CONFIDENCE)
+            explanation = f"Abnormal, but no cause's anchor signal is breached: {', '.join(moved)}."
+        missing = [f.key for f in signals if f.status not in ("breached", "ok")]
         if missing:
             explanation += f" Unavailable data: {', '.join(missing)}."
     else:

@@ -92,17 +92,19 @@ class Host:
     # (its name only in node_uname_info), DCGM as `<exporter pod IP>:9400`, the engine pod (if
     # any) as `<pod IP>:port`, with kube_pod_info relating pod, pod IP, node and node IP.
     addresses: bool = False
+    severity: float = 1.0  # share of the fault's change that is reached (0.5: half-way to FAULTS' values)
+    ramp: float = RAMP_SECONDS  # seconds from onset to full effect
 
     def params(self, t: float) -> dict[str, float]:
         values = dict(BASELINE)
-        if self.fault and t > self.onset:
-            blend = min(1.0, (t - self.onset) / RAMP_SECONDS)
+        if t <= self.onset:
+            return values
+        blend = min(1.0, (t - self.onset) / self.ramp)
+        if self.fault:
             for key, target in FAULTS[self.fault].items():
-                values[key] = values[key] + (target - values[key]) * blend
-        if self.extra and t > self.onset:
-            blend = min(1.0, (t - self.onset) / RAMP_SECONDS)
-            for key, target in self.extra:
-                values[key] = values[key] + (target - values[key]) * blend
+                values[key] = values[key] + (target - values[key]) * blend * self.severity
+        for key, target in self.extra:
+            values[key] = values[key] + (target - values[key]) * blend
         return values
 
 

@@ -21,7 +21,7 @@ from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
-from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host, address
+from tests.e2e.scenarios import MODEL, NAMESPACE, RAMP_SECONDS, Exporter, Fleet, Host, address
 
 ONSET_MINUTES_AGO = 25
 CONFIDENT = 0.5
@@ -50,9 +50,10 @@ def _dcgm_alert(host: str) -> dict[str, str]:
             "job": "dcgm"}
 
 
-def scenarios(onset: float) -> list[Scenario]:
+def scenarios(onset: float, severity: float = 1.0, ramp: float = RAMP_SECONDS) -> list[Scenario]:
+    """The suite; `severity` and `ramp` make every fault milder or slower, to test robustness."""
     def host(name: str, fault: str | None, **kw: object) -> Host:
-        return Host(name, fault, onset, **kw)  # type: ignore[arg-type]
+        return Host(name, fault, onset, severity=severity, ramp=ramp, **kw)  # type: ignore[arg-type]
 
     return [
         Scenario("vllm-prefix-miss", "prefix_cache_miss", [host("s01", "prefix_cache_miss")],
@@ -141,11 +142,12 @@ class Outcome:
 
 
 @contextmanager
-def suite_prometheus(workdir: Path) -> Iterator[tuple[str, list[Scenario]]]:
+def suite_prometheus(workdir: Path, onset_minutes_ago: float = ONSET_MINUTES_AGO, severity: float = 1.0,
+                     ramp: float = RAMP_SECONDS) -> Iterator[tuple[str, list[Scenario]]]:
     """Backfill every scenario's 3 h into one real Prometheus; yield its URL and the scenarios."""
     promstack.require_binaries()
     now = time.time()
-    suite = scenarios(now - ONSET_MINUTES_AGO * 60)
+    suite = scenarios(now - onset_minutes_ago * 60, severity, ramp)
     fleet = Fleet([h for s in suite for h in s.hosts], start=now - 3 * 3600 - 15 * 60)
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
     with Exporter(fleet, time.time) as exporter:
