@@ -44,7 +44,8 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None) -> 
     if settings.prometheus_url:
         source = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_seconds,
                                   settings.query_concurrency)
-        aliases = source.aliases(profile.identities, target.host_candidates(), window)
+        pod = {name: target.labels[name] for name in ("namespace", "pod") if target.labels.get(name)}
+        aliases = source.aliases(profile.identities, target.host_candidates(), window, pod or None)
         target = replace(target, aliases=aliases)
         collection = source.collect(profile, scope_candidates(target, file_config.target), window,
                                     stack=file_config.stack, params=file_config.query_params())

@@ -3,7 +3,8 @@
 Exporters are relabelled independently: node_exporter may be scraped as `10.0.3.7:9100`, DCGM
 names the node `gpu-7` in `Hostname`, a vLLM pod is scraped by its pod IP. Identity series
 (`node_uname_info`, DCGM's `Hostname`, kube-state-metrics) say which spellings belong together;
-the profile lists them (`identities:`), and this module follows them a few hops from the alert.
+the profile lists them (`identities:`), and this module follows them a few hops from the alert's
+host, or from its pod when the alert names no host.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 from rca.collect.profile import IdentitySpec
 from rca.collect.target import host_from_label, host_regex
+from rca.config import promql_string
 
 MAX_HOPS = 3
 MAX_ALIASES = 16  # a label that is not really an identity must not pull in a whole fleet
@@ -26,9 +28,35 @@ def _promql(spec: IdentitySpec, pattern: str, lookback_seconds: int) -> str:
     return f"group by ({', '.join(labels)}) ({either})"
 
 
+def _spellings(spec: IdentitySpec, items: list[dict]) -> list[str]:
+    found: list[str] = []
+    for item in items:
+        labels = item.get("metric", {})
+        found += [host_from_label(labels[name]) for name in spec.same if labels.get(name)]
+    return found
+
+
+def _pod_hosts(query: Query, identities: list[IdentitySpec], pod: dict[str, str], lookback_seconds: int) -> list[str]:
+    """The machine of the alert's pod, through identity series that name pods."""
+    found: list[str] = []
+    for spec in identities:
+        # The pod name is required; the namespace narrows when the alert has one.
+        if len(spec.pod_labels) != 2 or not pod.get("pod"):
+            continue
+        namespace_label, pod_label = spec.pod_labels
+        matchers = [f'{pod_label}="{promql_string(pod["pod"])}"']
+        if pod.get("namespace"):
+            matchers.append(f'{namespace_label}="{promql_string(pod["namespace"])}"')
+        promql = (f"group by ({', '.join(spec.same)}) "
+                  f"(last_over_time({spec.metric}{{{','.join(matchers)}}}[{lookback_seconds}s]))")
+        found += _spellings(spec, query(promql))
+    return found
+
+
 def resolve_aliases(query: Query, identities: list[IdentitySpec], hosts: list[str],
-                    lookback_seconds: int) -> list[str]:
-    """The other spellings of `hosts` (not including them), nearest first.
+                    lookback_seconds: int, pod: dict[str, str] | None = None) -> list[str]:
+    """The other spellings of `hosts` (not including them), nearest first; with the alert's
+    `pod` (`{"namespace": ..., "pod": ...}`), its machine's spellings too.
 
     `query` runs an instant PromQL query and returns the vector's items; errors propagate, so a
     Prometheus outage is reported once, by collection, rather than hidden here.
@@ -36,15 +64,18 @@ def resolve_aliases(query: Query, identities: list[IdentitySpec], hosts: list[st
     known = list(dict.fromkeys(hosts))
     given = len(known)
     frontier = list(known)
+    if pod:
+        found = [host for host in dict.fromkeys(_pod_hosts(query, identities, pod, lookback_seconds))
+                 if host and host not in known]
+        known += found
+        frontier += found
     for _ in range(MAX_HOPS):
         if not frontier or not identities:
             break
         pattern = "|".join(f"({host_regex(host)})" for host in frontier)
         found: list[str] = []
         for spec in identities:
-            for item in query(_promql(spec, pattern, lookback_seconds)):
-                labels = item.get("metric", {})
-                found += [host_from_label(labels[name]) for name in spec.same if labels.get(name)]
+            found += _spellings(spec, query(_promql(spec, pattern, lookback_seconds)))
         frontier = [host for host in dict.fromkeys(found) if host and host not in known]
         known += frontier
         if len(known) - given >= MAX_ALIASES:

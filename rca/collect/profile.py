@@ -110,7 +110,8 @@ class IdentitySpec(BaseModel):
 
     `same` labels are interchangeable spellings of the machine. `leads_to_same` labels name
     something that lives on exactly one machine (a pod IP): they lead to the machine, but the
-    machine does not lead back to them, since it may run many pods.
+    machine does not lead back to them, since it may run many pods. `pod_labels` do the same for
+    the pod's name.
     """
 
     model_config = {"extra": "forbid"}
@@ -118,6 +119,9 @@ class IdentitySpec(BaseModel):
     metric: str = Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
     same: list[str] = Field(min_length=1)
     leads_to_same: list[str] = Field(default_factory=list)
+    # Labels naming the Kubernetes pod a series is about (e.g. [namespace, pod]): an alert that
+    # names only its pod finds its machine through them.
+    pod_labels: list[str] = Field(default_factory=list, max_length=2)
 
 
 class Profile(BaseModel):

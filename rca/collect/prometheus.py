@@ -76,12 +76,15 @@ class PrometheusSource:
             promql, start_time=window.start, end_time=window.end, step=f"{window.step_seconds}s"
         )
 
-    def aliases(self, identities: list[IdentitySpec], hosts: list[str], window: Window) -> list[str]:
-        """Other spellings of the hosts, from the profile's identity series. Best effort: a failed
-        lookup returns none, and collection reports the outage with every signal."""
+    def aliases(self, identities: list[IdentitySpec], hosts: list[str], window: Window,
+                pod: dict[str, str] | None = None) -> list[str]:
+        """Other spellings of the hosts (and the machine of the alert's pod), from the profile's
+        identity series. Best effort: a failed lookup returns none, and collection reports the
+        outage with every signal."""
         lookback = max(60, int((window.end - window.start).total_seconds()))
         try:
-            return resolve_aliases(lambda promql: self._instant(promql, window.end), identities, hosts, lookback)
+            return resolve_aliases(lambda promql: self._instant(promql, window.end), identities, hosts, lookback,
+                                   pod)
         except (requests.RequestException, PrometheusApiClientException):
             return []
 

@@ -246,3 +246,14 @@ def test_process_groups_that_match_no_group_fall_through_to_node_exporter(promet
     settings = Settings(prometheus_url=prometheus, config_file=config)
     cpu = _analyse(prometheus, {"instance": "proc-a:9256"}, settings)["findings"]["cpu_bound_ratio"]
     assert cpu.source == "node_exporter busy share of the configured pinned cores (pinned_cpus)"
+
+
+def test_alert_naming_only_its_pod_reaches_the_node_through_kube_pod_info(prometheus: str) -> None:
+    result = _analyse(prometheus, {"alertname": "LLMInterTokenLatencyHigh", "namespace": NAMESPACE,
+                                   "pod": "vllm-k8s-b-0"})
+    target = result["analysis"].target
+    assert target.host is None
+    assert {"k8s-b", address("node", "k8s-b")} <= set(target.aliases)
+    selectors = result["analysis"].collection.selectors
+    assert all(selectors[scope] for scope in ("serving", "gpu", "node")), selectors
+    assert result["top"] == "cpu_affinity_numa"
