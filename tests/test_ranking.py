@@ -20,8 +20,9 @@ CAUSES = [name for name in taxonomy() if name != NO_CLEAR_CAUSE]
 def finding(key: str, breached: bool = False, unavailable: bool = False) -> Finding:
     status = "unavailable" if unavailable else ("breached" if breached else "ok")
     return Finding(key=key, kind=KINDS.get(key, "supporting"), title=key, status=status, breached=breached,
-                   value=None if unavailable else 1.0, baseline=None, threshold=None, comparison=">", unit="",
-                   onset=None, query=None, source=None, series_labels=None, detail=f"{key} is {status}")
+                   value=None if unavailable else 1.0, baseline=None if unavailable else 0.5, threshold=None,
+                   comparison=">", unit="", onset=None, query=None, source=None, series_labels=None,
+                   detail=f"{key} is {status}")
 
 
 def findings(breached: set[str] = frozenset(), unavailable: set[str] = frozenset()) -> list[Finding]:
@@ -302,3 +303,25 @@ def test_full_at_lets_one_of_alternative_anchors_reach_full_strength() -> None:
     assert cat.full_at is not None and cat.full_at < sum(cat.supports.values())
     result = by_category(rank(findings(breached={"gpu_throttle_reasons", "sm_clock", "itl_p95"})))
     assert result["gpu_degraded"].confidence == pytest.approx(MAX_CONFIDENCE, abs=1e-3)
+
+
+def test_a_breach_that_was_there_all_along_counts_half() -> None:
+    # A busy engine whose queue has sat above 4.7 for three hours, with nothing else breached.
+    items = findings(breached={"queue_median"})
+    fresh = by_category(rank(items))
+    for f in items:
+        if f.key == "queue_median":
+            f.baseline = None  # no healthy sample in the window: `chronic`
+            assert f.chronic
+    chronic = rank(items)
+    assert by_category(chronic)["arrival_surge"].score == fresh["arrival_surge"].score / 2
+    assert chronic[0].category == NO_CLEAR_CAUSE
+
+
+def test_a_chronic_breach_never_leads() -> None:
+    items = with_onsets(findings({"kv_cache_usage", "prefix_cache_hit_rate"}),
+                        {"kv_cache_usage": 0, "prefix_cache_hit_rate": 30})
+    for f in items:
+        if f.key == "kv_cache_usage":
+            f.baseline = None
+    assert all("moved first" not in h.explanation for h in rank(items))

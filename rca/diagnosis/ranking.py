@@ -2,9 +2,10 @@
 
 Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules):
   - it is a candidate only if one of its anchor findings is breached;
-  - score = sum of weights of breached supporting findings - sum of breached contradicting ones,
-    plus a lead bonus when its anchor clearly moved before every other candidate's (causes come
-    before their symptoms);
+  - score = sum of weights of breached supporting findings - sum of breached contradicting ones
+    (half weight for a finding breached for the whole window: it did not just change), plus a
+    lead bonus when its anchor clearly moved before every other candidate's (causes come before
+    their symptoms);
   - confidence = 0.9 * min(1, max(score, 0) / full score) * (0.6 + 0.4 * coverage), where the full
     score is the sum of its support weights unless the category sets `full_at`, and
     coverage is the weight share of its supporting and contradicting findings that could be
@@ -33,6 +34,7 @@ UNCOVERED_FLOOR = 0.6  # the confidence factor of a cause none of whose evidence
 LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at least LEAD_MINUTES
 LEAD_MINUTES = 3.0
 MEASURED = ("ok", "breached")
+CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
 UNEXPLAINED_CONFIDENCE = 0.4  # no_clear_cause when findings are breached but none anchors a cause
 
 
@@ -88,6 +90,11 @@ def _explain(findings: dict[str, Finding], keys: list[str]) -> str:
     return "; ".join(findings[k].detail for k in keys)
 
 
+def _weight(finding: Finding) -> float:
+    """A breach that was there all along says less about what just went wrong."""
+    return CHRONIC_FACTOR if finding.chronic else 1.0
+
+
 def _coverage(cat: Category, status: dict[str, str]) -> float:
     """Weight share of the category's evidence (for and against) that could be measured."""
     weights = cat.supports | cat.contradicts
@@ -96,11 +103,12 @@ def _coverage(cat: Category, status: dict[str, str]) -> float:
 
 def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) -> str | None:
     """The candidate whose earliest breached anchor leads every other candidate's by LEAD_MINUTES.
-    Symptom anchors are left out: TTFT rises after any cause, so it must not mask who led."""
+    Symptom anchors are left out: TTFT rises after any cause, so it must not mask who led; so are
+    chronic breaches, whose onset is only the start of the window."""
     leads: dict[str, datetime] = {}
     for name, cat in candidates.items():
-        causal = [k for k in cat.anchors if k not in symptoms()]
-        onsets = [findings[k].onset for k in causal if k in findings and findings[k].breached]
+        causal = [findings[k] for k in cat.anchors if k not in symptoms() and k in findings]
+        onsets = [f.onset for f in causal if f.breached and not f.chronic]
         dated = [onset for onset in onsets if onset is not None]
         if dated:
             leads[name] = min(dated)
@@ -122,7 +130,8 @@ def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
     for name, cat in anchored.items():
         evidence = [k for k in cat.supports if k in breached]
         against = [k for k in cat.contradicts if k in breached]
-        score = sum(cat.supports[k] for k in evidence) - sum(cat.contradicts[k] for k in against)
+        score = (sum(cat.supports[k] * _weight(by_key[k]) for k in evidence)
+                 - sum(cat.contradicts[k] * _weight(by_key[k]) for k in against))
         explanation = _explain(by_key, evidence)
         if name == first_mover and score > 0:
             score += LEAD_BONUS

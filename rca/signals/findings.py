@@ -40,6 +40,12 @@ class Finding:
     series_labels: dict[str, str] | None
     detail: str
 
+    @property
+    def chronic(self) -> bool:
+        """Breached for the whole window: no healthy baseline to show that it changed. Only an
+        absolute threshold can do this; a relative rule compares with the series' own past."""
+        return self.breached and self.baseline is None
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["onset"] = self.onset.isoformat() if self.onset else None
@@ -142,7 +148,9 @@ def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding
         f"{spec.title} is {_fmt(worst.current, spec.unit)} "
         f"(baseline {_fmt(worst.baseline, spec.unit)}, limit {spec.comparison} {limit_text})"
     )
-    if onset:
+    if worst.breached and worst.baseline is None:
+        detail += ", beyond its limit for the whole window (no healthy baseline)"
+    elif onset:
         detail += f" since {onset:%H:%M} UTC"
     if spec.proxy_note:
         detail += f". {spec.proxy_note}"

@@ -86,6 +86,7 @@ class Host:
     port: int | None = None  # serving port; default per stack
     exporters: frozenset[str] = EXPORTERS  # drop one to simulate missing data
     extra: tuple[tuple[str, float], ...] = ()  # red herrings: other values that move at onset
+    normal: tuple[tuple[str, float], ...] = ()  # this host's own healthy levels, where they differ from BASELINE
     pod: str | None = None  # Kubernetes pod (in NAMESPACE) the engine runs in
     isolcpus: bool = True  # False: PINNED cores are pinned by affinity only, node_cpu_isolated is absent
     # True: exporters are scraped by address, as in Kubernetes: node_exporter as `<node IP>:9100`
@@ -96,7 +97,7 @@ class Host:
     ramp: float = RAMP_SECONDS  # seconds from onset to full effect
 
     def params(self, t: float) -> dict[str, float]:
-        values = dict(BASELINE)
+        values = dict(BASELINE) | dict(self.normal)
         if t <= self.onset:
             return values
         blend = min(1.0, (t - self.onset) / self.ramp)

@@ -116,6 +116,9 @@ def scenarios(onset: float, severity: float = 1.0, ramp: float = RAMP_SECONDS) -
                  [host("s25", "memory_bandwidth_bound", exporters=frozenset({"serving", "dcgm_basic", "node"}))],
                  _vllm_alert("s25", "LLMInterTokenLatencyHigh"),
                  "no DCP fields: the compute-to-memory ratio is not measurable, memory-copy utilisation is"),
+        Scenario("healthy-busy-queue", "no_clear_cause",
+                 [host("s26", None, normal=(("waiting", 6.5), ("running", 24.0)))], _vllm_alert("s26"),
+                 "a busy but steady engine whose queue has sat above 4.7 all along: nothing changed"),
     ]
 
 
@@ -126,6 +129,7 @@ class Outcome:
     stack: str | None
     seconds: float
     breached: list[str] = field(default_factory=list)
+    chronic: list[str] = field(default_factory=list)  # breached for the whole window
     selectors: dict[str, str | None] = field(default_factory=dict)
 
     @property
@@ -169,7 +173,7 @@ def run_suite(prometheus_url: str, suite: list[Scenario]) -> list[Outcome]:
         analysis = analyse(settings, target)
         outcomes.append(Outcome(scenario, analysis.hypotheses, analysis.collection.stack,
                                 time.perf_counter() - began, [f.key for f in analysis.findings if f.breached],
-                                analysis.collection.selectors))
+                                [f.key for f in analysis.findings if f.chronic], analysis.collection.selectors))
     return outcomes
 
 
