@@ -15,7 +15,7 @@ import math
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 GRID_SECONDS = 5.0  # counters integrate their rates on this grid
@@ -87,6 +87,7 @@ class Host:
     exporters: frozenset[str] = EXPORTERS  # drop one to simulate missing data
     extra: tuple[tuple[str, float], ...] = ()  # red herrings: other values that move at onset
     normal: tuple[tuple[str, float], ...] = ()  # this host's own healthy levels, where they differ from BASELINE
+    gpus: int = 1  # GPUs on the host; a fault shows on GPU 0 only, the others stay healthy
     pod: str | None = None  # Kubernetes pod (in NAMESPACE) the engine runs in
     isolcpus: bool = True  # False: PINNED cores are pinned by affinity only, node_cpu_isolated is absent
     # True: exporters are scraped by address, as in Kubernetes: node_exporter as `<node IP>:9100`
@@ -296,12 +297,37 @@ def address(kind: str, host: str) -> str:
     return f"10.{subnet}.{n % 250 + 1}.{n // 250 % 250 + 1}"
 
 
+def _dcgm_labels(host: Host, index: int) -> dict[str, str]:
+    h = host.name
+    return {"job": "dcgm", "instance": f"{address('exporter', h) if host.addresses else h}:9400", "Hostname": h,
+            "gpu": str(index), "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-{index:04d}",
+            "modelName": "NVIDIA H100 80GB HBM3", "device": f"nvidia{index}"}
+
+
+def _dcgm(dcgm: dict[str, str], g: Gauge, params: Callable[[dict[str, float], float], dict]) -> list[Series]:
+    """One GPU's DCGM fields (default counters plus throttle reasons); `params` picks the values it sees."""
+    def v(key: str, amp: float = 0.03, hi: float = math.inf) -> Callable[[dict[str, float], float], float]:
+        inner = g(key, amp, hi=hi)
+        return lambda p, t: inner(params(p, t), t)
+
+    return [
+        Series("DCGM_FI_DEV_GPU_UTIL", dcgm, gauge=v("gpu_util", 0.03, hi=100)),
+        Series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dcgm, gauge=lambda p, t: params(p, t)["gpu_util"] / 100),
+        Series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", dcgm, gauge=v("tensor_active", 0.03, hi=1)),
+        Series("DCGM_FI_PROF_DRAM_ACTIVE", dcgm, gauge=v("dram_active", 0.03, hi=1)),
+        Series("DCGM_FI_PROF_PCIE_TX_BYTES", dcgm, gauge=v("pcie_bytes", 0.05)),
+        Series("DCGM_FI_PROF_PCIE_RX_BYTES", dcgm, gauge=v("pcie_bytes", 0.05)),
+        Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=v("sm_clock", 0.005)),
+        Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=v("gpu_temp", 0.02)),
+        Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: params(p, t)["xid"]),
+        Series("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", dcgm, gauge=lambda p, t: round(params(p, t)["throttle"])),
+    ]
+
+
 def host_series(host: Host) -> list[Series]:
     """Every series one host exposes: its serving engine, DCGM, node_exporter and cAdvisor."""
     h = host.name
-    dcgm = {"job": "dcgm", "instance": f"{address('exporter', h) if host.addresses else h}:9400", "Hostname": h,
-            "gpu": "0", "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-0000", "modelName": "NVIDIA H100 80GB HBM3",
-            "device": "nvidia0"}
+    dcgm = _dcgm_labels(host, 0)
     node = {"job": "node", "instance": f"{address('node', h)}:9100" if host.addresses else h}
 
     def g(key: str, amp: float = 0.03, lo: float = 0.0, hi: float = math.inf) -> Callable:
@@ -353,18 +379,10 @@ def host_series(host: Host) -> list[Series]:
             Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
         ]
     if "dcgm" in host.exporters:
-        series += [
-            Series("DCGM_FI_DEV_GPU_UTIL", dcgm, gauge=g("gpu_util", 0.03, hi=100)),
-            Series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dcgm, gauge=lambda p, t: p["gpu_util"] / 100),
-            Series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", dcgm, gauge=g("tensor_active", 0.03, hi=1)),
-            Series("DCGM_FI_PROF_DRAM_ACTIVE", dcgm, gauge=g("dram_active", 0.03, hi=1)),
-            Series("DCGM_FI_PROF_PCIE_TX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
-            Series("DCGM_FI_PROF_PCIE_RX_BYTES", dcgm, gauge=g("pcie_bytes", 0.05)),
-            Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=g("sm_clock", 0.005)),
-            Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=g("gpu_temp", 0.02)),
-            Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
-            Series("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", dcgm, gauge=lambda p, t: round(p["throttle"])),
-        ]
+        healthy = replace(host, fault=None, extra=())
+        series += _dcgm(dcgm, g, lambda p, t: p)
+        for index in range(1, host.gpus):
+            series += _dcgm(_dcgm_labels(host, index), g, lambda p, t: healthy.params(t))
     if "process" in host.exporters:
         # process-exporter's group for the engine (the name is the operator's choice; matched by
         # engine name, case-insensitively): user + system CPU of the processes pinned to PINNED.

@@ -38,7 +38,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                    Host("v08-a", "prefix_cache_miss", onset, stack="vllm_v08"),
                    Host("proc-a", "cpu_launch_overhead", onset, isolcpus=False, exporters=WITH_PROCESS),
                    Host("proc-b", "cpu_launch_overhead", onset, exporters=WITH_PROCESS),
-                   Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True)],
+                   Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True),
+                   Host("multi-a", "gpu_degraded", onset, gpus=4)],
                   start=now - 3 * 3600 - 15 * 60)
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
     with Exporter(fleet, time.time) as exporter:
@@ -257,3 +258,12 @@ def test_alert_naming_only_its_pod_reaches_the_node_through_kube_pod_info(promet
     selectors = result["analysis"].collection.selectors
     assert all(selectors[scope] for scope in ("serving", "gpu", "node")), selectors
     assert result["top"] == "cpu_affinity_numa"
+
+
+def test_one_throttled_gpu_of_four_is_found_and_named_by_its_uuid(prometheus: str) -> None:
+    result = _analyse(prometheus, {"instance": "multi-a:8000", "model_name": MODEL})
+    clock = result["findings"]["sm_clock"]
+    assert clock.breached and clock.value is not None and clock.value < 1500
+    assert clock.series_labels is not None and clock.series_labels["UUID"].endswith("-0000")
+    assert "[worst of 4 series]" in clock.detail
+    assert result["top"] == "gpu_degraded"
