@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rca.collect.profile import load_profile
 from rca.collect.target import target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.pipeline import analyse
@@ -267,3 +268,27 @@ def test_one_throttled_gpu_of_four_is_found_and_named_by_its_uuid(prometheus: st
     assert clock.series_labels is not None and clock.series_labels["UUID"].endswith("-0000")
     assert "[worst of 4 series]" in clock.detail
     assert result["top"] == "gpu_degraded"
+
+
+# What each stack cannot measure at all (the profile has no source for it), as docs/diagnosis.md says.
+NOT_MEASURABLE = {
+    "gpu-b:8000": set(),  # vLLM V1
+    "v0-a:8000": {"requests_deferred"},
+    "v08-a:8000": {"requests_deferred"},
+    "sg-a:30000": {"preemption_rate", "requests_deferred"},
+    "tgi-a:9000": {"prefix_cache_hit_rate", "kv_cache_usage", "preemption_rate", "requests_deferred"},
+    "tri-a:8002": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
+}
+
+
+@pytest.mark.parametrize("instance", sorted(NOT_MEASURABLE))
+def test_every_serving_query_of_the_stack_runs_and_returns_data(prometheus: str, instance: str) -> None:
+    """Each stack's own alternatives are valid PromQL with data on real Prometheus; what a stack
+    cannot measure is `not_measurable`, never `unavailable` or silently healthy."""
+    result = _analyse(prometheus, {"instance": instance})
+    profile = {s.id: s for s in load_profile().signals}
+    serving = {key: f for key, f in result["findings"].items() if key in profile and profile[key].scope == "serving"}
+    assert {k for k, f in serving.items() if f.status == "not_measurable"} == NOT_MEASURABLE[instance]
+    if instance != "tri-a:8002":  # the fake Triton exports no prompt-length or ITL histograms
+        missing = {k: f.detail for k, f in serving.items() if f.status == "unavailable"}
+        assert not missing, missing
