@@ -14,8 +14,10 @@ from rca.collect.prometheus import Collection, SeriesResult, Window, _samples
 from rca.signals.findings import (
     BASELINE_GUARD_MINUTES,
     CURRENT_MINUTES,
+    MIN_CURRENT_MINUTES,
     ONSET_GAP_SAMPLES,
     Finding,
+    current_since,
     judge,
     judge_all,
     onset_order,
@@ -91,6 +93,20 @@ def test_current_is_the_median_of_the_last_ten_minutes() -> None:
     assert finding.value == pytest.approx(statistics.median(recent))
     assert finding.value == pytest.approx(3.0)
     assert not finding.breached
+
+
+def test_an_alert_a_few_minutes_old_is_judged_on_the_minutes_since_it_started() -> None:
+    # Broken for the last 4 minutes, healthy before: the last ten minutes would vote it healthy.
+    broken = series(step(2.0, 8.0, onset_minutes=4))
+    assert not judged(spec(">", threshold=4.7), broken, alert=at(60)).breached
+    early = judged(spec(">", threshold=4.7), broken, alert=at(4))
+    assert early.breached and early.value == pytest.approx(8.0)
+
+
+def test_the_current_window_never_shrinks_below_two_minutes() -> None:
+    assert current_since(END.timestamp(), END.timestamp()) == at(MIN_CURRENT_MINUTES).timestamp()
+    assert current_since(END.timestamp(), at(5).timestamp()) == at(5).timestamp()
+    assert current_since(END.timestamp(), at(90).timestamp()) == at(CURRENT_MINUTES).timestamp()
 
 
 def test_short_spike_in_the_recent_window_is_not_a_breach() -> None:

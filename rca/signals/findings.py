@@ -15,7 +15,8 @@ from typing import Any
 from rca.collect.profile import SignalSpec
 from rca.collect.prometheus import Collection, Samples, SeriesResult
 
-CURRENT_MINUTES = 10  # "current" = median of the last ten minutes
+CURRENT_MINUTES = 10  # "current" = median of the last ten minutes (or since the alert started)
+MIN_CURRENT_MINUTES = 2
 BASELINE_GUARD_MINUTES = 30  # the baseline ends this long before the alert started
 ONSET_GAP_SAMPLES = 2  # a breach run survives this many healthy samples in a row
 
@@ -90,9 +91,17 @@ class _SeriesVerdict:
     onset: float | None
 
 
+def current_since(end: float, alert_start: float) -> float:
+    """Where "now" begins: the last CURRENT_MINUTES, or only the time since the alert started
+    when that is shorter (but at least MIN_CURRENT_MINUTES), so that a fault caught a few minutes
+    in is not outvoted by the healthy minutes before it."""
+    floor = end - MIN_CURRENT_MINUTES * 60
+    return max(end - CURRENT_MINUTES * 60, min(alert_start, floor))
+
+
 def _judge_series(spec: SignalSpec, labels: dict[str, str], samples: Samples, end: float,
                   alert_start: float) -> _SeriesVerdict | None:
-    recent = [v for ts, v in samples if ts >= end - CURRENT_MINUTES * 60]
+    recent = [v for ts, v in samples if ts >= current_since(end, alert_start)]
     current = _median(recent)
     if current is None:
         return None

@@ -22,7 +22,7 @@ import numpy as np
 from scipy.stats import weibull_min
 
 from rca.collect.prometheus import Collection, Samples, SeriesResult
-from rca.signals.findings import BASELINE_GUARD_MINUTES, CURRENT_MINUTES, Finding, breach_onset
+from rca.signals.findings import BASELINE_GUARD_MINUTES, Finding, breach_onset, current_since
 
 KEY = "slo_violation_probability"
 DEPTH_SIGNAL = "queue_median"  # the same depth the queue signal reports, so the two findings agree
@@ -138,9 +138,9 @@ def slo_finding(collection: Collection, alert_start: datetime,
     depth = _merge(depth_result, sum)  # waiting requests add up across series
     ttft = _merge(ttft_result, max)  # the SLO is broken if any series breaks it
     end = collection.window.end.timestamp()
-    recent = [v for ts, v in depth if ts >= end - CURRENT_MINUTES * 60]
+    recent = [v for ts, v in depth if ts >= current_since(end, alert_start.timestamp())]
     if not recent:
-        return _unavailable(base, f"data unavailable: {DEPTH_SIGNAL}: no samples in the last {CURRENT_MINUTES} minutes")
+        return _unavailable(base, f"data unavailable: {DEPTH_SIGNAL}: no recent samples")
     current = statistics.median(recent)
     pairs = align(depth, ttft, tolerance=collection.window.step_seconds / 2)
     if not pairs:
