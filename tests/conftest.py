@@ -51,7 +51,8 @@ WEBHOOK_AUTH = {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}
 API_AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 # Children first, so that deleting on SQLite never trips a foreign key.
-TABLES = ("hypotheses", "findings", "notifications", "alerts", "investigations", "incidents")
+TABLES = ("slack_attempts", "slack_deliveries", "hypotheses", "findings", "notifications", "alerts", "investigations",
+          "incidents")
 MODELS = {"incidents": Incident, "alerts": Alert, "notifications": Notification,
           "investigations": Investigation, "findings": Finding, "hypotheses": Hypothesis}
 
@@ -252,9 +253,14 @@ class RecordingDispatcher:
 
     def __init__(self) -> None:
         self.enqueued: list[int] = []
+        self.notified: list[tuple[int, str]] = []
 
     def enqueue(self, investigation_id: int) -> bool:
         self.enqueued.append(investigation_id)
+        return True
+
+    def notify(self, incident_id: int, event: str) -> bool:
+        self.notified.append((incident_id, event))
         return True
 
     def close(self) -> None:
