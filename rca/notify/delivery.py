@@ -20,6 +20,7 @@ and error texts are built from Slack's error codes, never from exception message
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ SDK_LOG.setLevel(logging.WARNING)  # slack_sdk's DEBUG lines carry the webhook U
 # Web API errors that arrive with `ok: false` but mean "Slack had a problem; try again later".
 RETRYABLE_ERRORS = frozenset({"ratelimited", "rate_limited", "internal_error", "fatal_error",
                               "service_unavailable", "request_timeout"})
+ERROR_CODE = re.compile(r"[a-z0-9_]{1,100}")
 NETWORK_ERRORS = (URLError, TimeoutError, ConnectionError, OSError, SlackRequestError)
 
 
@@ -72,6 +74,8 @@ def retry_after(headers: Mapping[str, Any] | None) -> float | None:
 
 
 def _http_failure(status: int, error: str | None, headers: Mapping[str, Any] | None) -> SendResult:
+    if error is not None and not ERROR_CODE.fullmatch(error):
+        error = None  # not one of Slack's error codes (an HTML error page, slack_sdk's decode note)
     retryable = status == 429 or status >= 500 or (error in RETRYABLE_ERRORS)
     return SendResult(ok=False, http_status=status, error=(error or f"HTTP {status}")[:200],
                       retry_after=retry_after(headers), retryable=retryable)
