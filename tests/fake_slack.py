@@ -156,6 +156,15 @@ class FakeSlack:
         self.server.server_close()
         self.thread.join(timeout=5)
 
+    def reset(self) -> None:
+        """Forget what was received, for the next test on a server shared by a module."""
+        with self._lock:
+            self.received.clear()
+            self.problems.clear()
+            self.messages.clear()
+            self._failures.clear()
+        self.down, self.delay = False, 0.0
+
     def fail_next(self, *failures: Failure) -> None:
         self._failures.extend(failures)
 
