@@ -93,7 +93,7 @@ def block_kit_problems(payload: dict[str, Any]) -> list[str]:
 
 @dataclass
 class Received:
-    at: float
+    at: float  # time.monotonic() when answered
     path: str
     payload: dict[str, Any]
     status: int

@@ -95,9 +95,24 @@ def test_oversized_content_is_cut_with_a_note_and_stays_within_block_kit_limits(
     assert len(payload["blocks"]) <= MAX_BLOCKS
     assert len(payload["blocks"][0]["text"]["text"]) <= 150 and payload["blocks"][0]["text"]["text"].endswith("…")
     joined = "\n".join(all_texts(payload))
-    assert "cut to fit Slack" in joined
+    assert "cut to fit Slack" in joined and "and 375 more; the incident in the API lists them all" in joined
     assert "Prometheus" not in joined  # a URL too long for a button is left out, not sent
     assert not re.search(r"&(?!amp;|lt;|gt;)", joined.replace("& more", "")), "an entity was split"
+
+
+def test_fifty_block_limit_holds_even_when_every_section_is_needed() -> None:
+    from rca.notify import blocks
+
+    many = message(hypotheses=[HypothesisLine(f"c{i}", 0.1, "why") for i in range(80)])
+    original = blocks.SHOWN_HYPOTHESES
+    blocks.SHOWN_HYPOTHESES = 80  # as if a future layout showed every hypothesis
+    try:
+        payload = render(many)
+    finally:
+        blocks.SHOWN_HYPOTHESES = original
+    assert len(payload["blocks"]) == MAX_BLOCKS and block_kit_problems(payload) == []
+    assert "more blocks cut to fit Slack" in payload["blocks"][-3]["elements"][0]["text"]
+    assert payload["blocks"][-1]["type"] == "actions"  # the links survive the cut
 
 
 def test_cut_never_splits_an_entity() -> None:

@@ -21,7 +21,9 @@ MAX_BUTTON_TEXT = 75
 MAX_URL = 3000
 MAX_FALLBACK_TEXT = 300  # the notification text; Slack allows far more, a phone shows far less
 MAX_WHY = 280
+MAX_SUMMARY = 500
 SHOWN_HYPOTHESES = 3
+SHOWN_BREACHED = 25  # a page of evidence; the rest is one click away in the incident
 
 Block = dict[str, Any]
 Payload = dict[str, Any]
@@ -74,7 +76,10 @@ def _breached_sections(breached: list[BreachedLine]) -> list[Block]:
     if not breached:
         return [_section("*Breached signals*\nNo signal breached its threshold.")]
     sections, text = [], "*Breached signals* (baseline → current)"
-    for line in (_breached_line(f) for f in breached):
+    lines = [_breached_line(f) for f in breached[:SHOWN_BREACHED]]
+    if len(breached) > SHOWN_BREACHED:
+        lines.append(f"_… and {len(breached) - SHOWN_BREACHED} more; the incident in the API lists them all_")
+    for line in lines:
         if len(text) + 1 + len(line) > MAX_SECTION_TEXT:
             sections.append(_section(text))
             text = ""
@@ -134,7 +139,8 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
                                                      "emoji": True}}]
     if note:
         head.append(_context(note))
-    body = [_section(" · ".join(status) + (f"\n{mrkdwn(single_line(message.summary))}" if message.summary else ""))]
+    summary = f"\n{cut(mrkdwn(single_line(message.summary)), MAX_SUMMARY)}" if message.summary else ""
+    body = [_section(" · ".join(status) + summary)]
     if message.hypotheses:
         body.append(_section("*Most likely causes*"))
         body += [_hypothesis(i, h) for i, h in enumerate(message.hypotheses[:SHOWN_HYPOTHESES], start=1)]
