@@ -22,11 +22,14 @@ from rca.store.models import SlackAttempt, SlackDelivery
 from tests.conftest import (
     API_AUTH,
     CLOSED_PORT_DATABASE_URL,
+    RecordingDispatcher,
     StubPrometheus,
     make_alert,
     make_payload,
+    make_settings,
     post_webhook,
     rows,
+    truncate,
     wait_for,
     wait_for_investigation,
 )
@@ -283,3 +286,17 @@ def test_database_down_for_slack_does_not_raise_into_the_investigation_path(tmp_
     started = time.monotonic()
     notify_done(settings, 1, lambda incident_id, event: True)  # logs and returns
     assert time.monotonic() - started < 30
+
+
+def test_resolve_notice_queues_a_slack_notice_only_when_slack_is_on(db_url: str, tmp_path: Path,
+                                                                    slack: FakeSlack) -> None:
+    for settings, expected in ((slack_settings(db_url, tmp_path, slack), "resolved"),
+                               (make_settings(db_url, tmp_path), None)):
+        truncate(db_url)
+        recorder = RecordingDispatcher()
+        with TestClient(create_app(settings, dispatcher=recorder)) as client:
+            firing = post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h")])).json()
+            post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h")]))  # repeated: nothing
+            post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h", status="resolved")]))
+            post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h", status="resolved")]))
+        assert recorder.notified == ([(firing["incident_id"], expected)] if expected else [])

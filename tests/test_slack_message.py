@@ -88,7 +88,7 @@ def test_oversized_content_is_cut_with_a_note_and_stays_within_block_kit_limits(
     payload = render(message(
         alertname="A" * 400, target="t" * 100, summary=huge,
         hypotheses=[HypothesisLine(f"cat_{i}", 0.5, huge) for i in range(5)],
-        breached=[BreachedLine(f"k{i}", "&" * 300, 1.0, 2.0, "requests", ">", 1.5) for i in range(400)],
+        breached=[BreachedLine(f"k{i}", "&" * 700, 1.0, 2.0, "requests", ">", 1.5) for i in range(400)],
         generator_url="http://p/" + "g" * 4000))
 
     assert block_kit_problems(payload) == []

@@ -48,10 +48,12 @@ def _queue_slack_notice(incident_id: int, event: str) -> bool:
     return True
 
 
-@app.task(name="rca.slack_notify", bind=True, soft_time_limit=120, time_limit=150)
+@app.task(name="rca.slack_notify", bind=True, soft_time_limit=120, time_limit=150, autoretry_for=TRANSIENT,
+          retry_backoff=2, retry_backoff_max=60, retry_jitter=True, max_retries=MAX_RETRIES)
 def slack_notify(self, incident_id: int, event: str) -> str:  # type: ignore[no-untyped-def]
     """Bring the incident's Slack message up to date (see `rca.notify.service`). Retries itself
-    with Slack's Retry-After or exponential backoff, at most RCA_SLACK_MAX_ATTEMPTS tries."""
+    with Slack's Retry-After or exponential backoff, at most RCA_SLACK_MAX_ATTEMPTS tries; a
+    database blip retries like an investigation does."""
     settings = get_settings()
     outcome = deliver(settings, incident_id, event, attempt=self.request.retries + 1)
     if outcome.retry_in is not None:
