@@ -83,7 +83,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     from workers.app import app
 
     argv = ["worker", "--loglevel", settings.log_level.upper(), "--concurrency", str(args.concurrency),
-            "--queues", "investigations", "--hostname", args.hostname]
+            "--queues", args.queues, "--hostname", args.hostname]
     if not args.no_beat:
         argv += ["--beat", "--schedule", str(settings.data_dir / "celerybeat-schedule")]
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -252,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a Celery worker for investigations")
     worker.add_argument("--concurrency", type=int, default=2)
     worker.add_argument("--hostname", default="rca@%h")
+    worker.add_argument("--queues", default="investigations,slack",
+                        help="comma-separated queues to consume (Slack deliveries have their own)")
     worker.add_argument("--no-beat", action="store_true", help="do not run the stranded-investigation sweeper")
     worker.set_defaults(func=cmd_worker)
 

@@ -10,6 +10,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError, field_validator
@@ -89,6 +90,24 @@ def promql_string(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class SlackRoute(BaseModel):
+    """Send incidents whose labels all equal `match` to `channel` (first matching route wins)."""
+
+    model_config = {"extra": "forbid"}
+
+    match: dict[str, str] = Field(min_length=1, description="label name -> exact value; every pair must match")
+    channel: str = Field(min_length=1, description="channel name (#sev1) or id (C0123...)")
+
+
+class SlackFileConfig(BaseModel):
+    """Slack channel routing by alert labels (bot-token mode; a webhook posts where it was created)."""
+
+    model_config = {"extra": "forbid"}
+
+    routes: list[SlackRoute] = Field(default_factory=list)
+    default_channel: str | None = Field(default=None, description="when no route matches; else RCA_SLACK_CHANNEL")
+
+
 class FileConfig(BaseModel):
     """The optional config file (`RCA_CONFIG_FILE`): thresholds and profile overrides."""
 
@@ -110,6 +129,7 @@ class FileConfig(BaseModel):
         description="process-exporter group names of the serving engine, matched case-insensitively as substrings",
     )
     target: TargetConfig = Field(default_factory=TargetConfig)
+    slack: SlackFileConfig = Field(default_factory=SlackFileConfig)
 
     @field_validator("process_groups")
     @classmethod
@@ -164,6 +184,14 @@ class Settings(BaseSettings):
     investigation_timeout_seconds: float = Field(default=60.0, gt=0)
     sweep_after_seconds: int = Field(default=60, ge=5)
     log_level: str = "INFO"
+    slack_webhook_url: SecretStr | None = None
+    slack_bot_token: SecretStr | None = None
+    slack_channel: str | None = None
+    slack_api_url: str = "https://slack.com/api/"
+    slack_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
+    slack_max_attempts: int = Field(default=6, ge=1, le=50)
+    slack_retry_backoff_seconds: float = Field(default=2.0, gt=0, le=600)
+    public_url: str | None = None
 
     @field_validator("api_tokens", mode="before")
     @classmethod
@@ -202,6 +230,38 @@ class Settings(BaseSettings):
             raise ValueError("must be an http:// or https:// URL")
         return value.rstrip("/") if value else value
 
+    @field_validator("slack_webhook_url")
+    @classmethod
+    def _check_slack_webhook_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            check_slack_url(value.get_secret_value())
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _check_slack_api_url(cls, value: str) -> str:
+        check_slack_url(value)
+        return value if value.endswith("/") else value + "/"  # slack_sdk appends the method name
+
+    @field_validator("slack_bot_token")
+    @classmethod
+    def _check_slack_bot_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith("xoxb-"):
+            raise ValueError("must be a bot token (xoxb-...)")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/") if value else value
+
+    @property
+    def slack_enabled(self) -> bool:
+        """True when incidents are posted to Slack (webhook or bot token)."""
+        return bool(self.slack_webhook_url or self.slack_bot_token)
+
     @property
     def effective_database_url(self) -> str:
         """The configured database, or the embedded SQLite file under `data_dir`."""
@@ -219,6 +279,20 @@ class Settings(BaseSettings):
         if self._file_config is None:
             self._file_config = load_file_config(self.config_file)
         return self._file_config
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def check_slack_url(url: str) -> None:
+    """Slack URLs must be https; plain http is allowed only to this machine (a local relay or a test
+    server), so a secret-bearing webhook URL never crosses a network in clear text."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS:
+        return
+    raise ValueError("must be an https:// URL (http:// only to 127.0.0.1 or localhost)")
 
 
 def load_file_config(path: Path | None) -> FileConfig:
@@ -248,6 +322,8 @@ def load_settings(**overrides: Any) -> Settings:
         secret = "token" in name.lower() or "url" in name.lower()
         shown = "" if secret or isinstance(given, dict) or given is None else f" (got {given!r})"
         raise ConfigError(f"{name}: {err['msg']}{shown}") from None
+    if settings.slack_webhook_url and settings.slack_bot_token:
+        raise ConfigError("RCA_SLACK_BOT_TOKEN: set either RCA_SLACK_WEBHOOK_URL or RCA_SLACK_BOT_TOKEN, not both")
     from rca.collect.profile import profile_for  # imports this module
 
     try:  # validate the file and the profile it selects now, not at the first investigation
@@ -255,6 +331,10 @@ def load_settings(**overrides: Any) -> Settings:
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith("RCA_") else f"RCA_CONFIG_FILE: {message}") from None
+    slack_file = settings.file_config().slack
+    if settings.slack_bot_token and not (settings.slack_channel or slack_file.default_channel):
+        raise ConfigError("RCA_SLACK_CHANNEL: not set; the bot token needs a default channel "
+                          "(or slack.default_channel in RCA_CONFIG_FILE)")
     return settings
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Protocol
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 class Dispatcher(Protocol):
     def enqueue(self, investigation_id: int) -> bool: ...
 
+    def notify(self, incident_id: int, event: str) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -33,6 +36,7 @@ class CeleryDispatcher:
     def __init__(self, settings: Settings) -> None:
         from workers.app import create_app
 
+        self.settings = settings
         self.app = create_app(settings)
         # Intake waits for this: with the broker down, fail at once (not after kombu's ~6 s of
         # reconnect sleeps); the investigation stays queued and the sweeper enqueues it later.
@@ -43,6 +47,17 @@ class CeleryDispatcher:
             self.app.send_task("rca.investigate", args=[investigation_id], retry=False)
         except Exception as exc:  # kombu raises many transport-specific types
             log.warning("enqueue of investigation %s failed, the sweeper will retry: %s", investigation_id, exc)
+            return False
+        return True
+
+    def notify(self, incident_id: int, event: str) -> bool:
+        """Queue a Slack delivery on the `slack` queue; a lost one only costs that notice."""
+        if not self.settings.slack_enabled:
+            return False
+        try:
+            self.app.send_task("rca.slack_notify", args=[incident_id, event], queue="slack", retry=False)
+        except Exception as exc:
+            log.warning("enqueue of the Slack notice for incident %s failed: %s", incident_id, exc)
             return False
         return True
 
@@ -58,6 +73,8 @@ class InlineDispatcher:
     def __init__(self, settings: Settings, workers: int = 2) -> None:
         self.settings = settings
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="investigate")
+        # One thread for Slack: deliveries queue up behind a rate limit instead of piling onto it.
+        self.slack_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slack")
         self._stop = threading.Event()
         self._sweeper = threading.Thread(target=self._sweep_forever, name="sweeper", daemon=True)
         self._sweeper.start()
@@ -75,6 +92,29 @@ class InlineDispatcher:
             log.exception("investigation %s failed", investigation_id)
             with session_scope(self.settings.effective_database_url) as session:
                 investigations.mark_failed(session, investigation_id, f"{type(exc).__name__}: {exc}", final=True)
+            return
+        notify_done(self.settings, investigation_id, self.notify)
+
+    def notify(self, incident_id: int, event: str) -> bool:
+        if not self.settings.slack_enabled:
+            return False
+        self.slack_pool.submit(self._deliver, incident_id, event)
+        return True
+
+    def _deliver(self, incident_id: int, event: str) -> None:
+        """Run a Slack delivery with the same retry policy as the Celery task, on the Slack thread."""
+        from rca.notify.service import deliver
+
+        attempt = 1
+        while True:
+            try:
+                outcome = deliver(self.settings, incident_id, event, attempt)
+            except Exception:
+                log.exception("Slack delivery for incident %s failed", incident_id)
+                return
+            if outcome.retry_in is None or self._stop.wait(outcome.retry_in):
+                return  # done, or the process is stopping (the row says `retrying`)
+            attempt += 1
 
     def _sweep_forever(self) -> None:
         # The first sweep at start-up picks up what a previous process accepted but never ran.
@@ -91,12 +131,28 @@ class InlineDispatcher:
     def close(self) -> None:
         self._stop.set()
         self.pool.shutdown(wait=True, cancel_futures=False)
+        self.slack_pool.shutdown(wait=True, cancel_futures=False)
 
 
 def sweep(settings: Settings, older_than: timedelta) -> list[int]:
     """Claim stranded investigations for re-enqueueing."""
     with session_scope(settings.effective_database_url) as session:
         return investigations.stranded(session, older_than)
+
+
+def notify_done(settings: Settings, investigation_id: int, notify: Callable[[int, str], bool]) -> None:
+    """After an investigation is saved, hand its incident to Slack. Never raises: a Slack or broker
+    problem must not turn a finished investigation into a failed one."""
+    if not settings.slack_enabled:
+        return
+    try:
+        from rca.notify.service import done_incident
+
+        incident_id = done_incident(settings, investigation_id)
+        if incident_id is not None:
+            notify(incident_id, "investigation")
+    except Exception as exc:
+        log.warning("could not queue the Slack notice of investigation %s: %s", investigation_id, exc)
 
 
 def create_dispatcher(settings: Settings) -> Dispatcher:

@@ -52,6 +52,7 @@ API_AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 # Children first, so that deleting on SQLite never trips a foreign key.
 TABLES = ("hypotheses", "findings", "notifications", "alerts", "investigations", "incidents")
+SLACK_TABLES = ("slack_attempts", "slack_deliveries")  # emptied too, before the incidents they point at
 MODELS = {"incidents": Incident, "alerts": Alert, "notifications": Notification,
           "investigations": Investigation, "findings": Finding, "hypotheses": Hypothesis}
 
@@ -142,9 +143,9 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 def truncate(url: str) -> None:
     with get_engine(url).begin() as conn:
         if url.startswith("postgresql"):
-            conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+            conn.execute(text(f"TRUNCATE {', '.join(SLACK_TABLES + TABLES)} RESTART IDENTITY CASCADE"))
         else:
-            for table in TABLES:
+            for table in SLACK_TABLES + TABLES:
                 conn.execute(text(f"DELETE FROM {table}"))
 
 
@@ -252,9 +253,14 @@ class RecordingDispatcher:
 
     def __init__(self) -> None:
         self.enqueued: list[int] = []
+        self.notified: list[tuple[int, str]] = []
 
     def enqueue(self, investigation_id: int) -> bool:
         self.enqueued.append(investigation_id)
+        return True
+
+    def notify(self, incident_id: int, event: str) -> bool:
+        self.notified.append((incident_id, event))
         return True
 
     def close(self) -> None:

@@ -20,7 +20,8 @@ from rca.store.db import alembic_config, migrate
 from rca.store.models import Base, Incident
 from tests.conftest import VENV_BIN, create_database, drop_database, subprocess_env
 
-APP_TABLES = {"incidents", "alerts", "notifications", "investigations", "findings", "hypotheses"}
+APP_TABLES = {"incidents", "alerts", "notifications", "investigations", "findings", "hypotheses",
+              "slack_deliveries", "slack_attempts"}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

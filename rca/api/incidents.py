@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from pydantic import AwareDatetime
 
 from rca.api.auth import require_api_token
-from rca.api.schemas import AlertOut, IncidentOut, IncidentPage, IncidentSummary, InvestigationOut
+from rca.api.schemas import AlertOut, IncidentOut, IncidentPage, IncidentSummary, InvestigationOut, SlackDeliveryOut
 from rca.store import incidents as incident_store
 from rca.store.db import session_scope
 from rca.store.models import Incident
@@ -71,6 +71,7 @@ def incident_out(incident: Incident) -> IncidentOut:
         resolved_at=incident.resolved_at, notification_count=incident.notification_count,
         alerts=[AlertOut.model_validate(a) for a in incident.alerts],
         investigations=investigations, investigation=investigations[-1] if investigations else None,
+        slack=SlackDeliveryOut.model_validate(incident.slack_delivery) if incident.slack_delivery else None,
     )
 
 

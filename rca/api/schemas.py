@@ -110,6 +110,35 @@ class IncidentSummary(BaseModel):
     top_confidence: float | None
 
 
+class SlackAttemptOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    at: datetime
+    event: str
+    action: str
+    outcome: str
+    http_status: int | None
+    error: str | None
+    retry_after: float | None
+
+
+class SlackDeliveryOut(BaseModel):
+    """The incident's Slack message and every attempt to deliver it (never the token or webhook URL)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    mode: str
+    status: str
+    channel: str | None
+    ts: str | None
+    messages: int
+    updates: int
+    resolved_notified_at: datetime | None
+    last_error: str | None
+    updated_at: datetime
+    attempts: list[SlackAttemptOut]
+
+
 class IncidentOut(BaseModel):
     id: int
     group_key: str
@@ -128,6 +157,7 @@ class IncidentOut(BaseModel):
     alerts: list[AlertOut]
     investigations: list[InvestigationOut]
     investigation: InvestigationOut | None  # the latest
+    slack: SlackDeliveryOut | None = None
 
 
 class IncidentPage(BaseModel):

@@ -88,5 +88,7 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
     enqueued = False
     if result.investigation_id is not None:
         enqueued = await run_in_threadpool(request.app.state.dispatcher.enqueue, result.investigation_id)
+    if result.resolved_now and settings.slack_enabled:
+        await run_in_threadpool(request.app.state.dispatcher.notify, result.incident_id, "resolved")
     return AcceptedOut(incident_id=result.incident_id, created=result.created,
                        investigation_id=result.investigation_id, enqueued=enqueued)

@@ -24,6 +24,7 @@ class IntakeResult:
     incident_id: int
     created: bool
     investigation_id: int | None  # set when an investigation must be enqueued after commit
+    resolved_now: bool = False  # this notification resolved the incident: tell Slack after commit
 
 
 def _open_incident(session: Session, group_key: str) -> Incident | None:
@@ -114,7 +115,8 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
     incident.updated_at = now
     incident.common_labels = payload.commonLabels
     incident.common_annotations = payload.commonAnnotations
-    if payload.status == "resolved" and incident.status != "resolved":
+    resolved_now = payload.status == "resolved" and incident.status != "resolved"
+    if resolved_now:
         incident.status = "resolved"
         incident.resolved_at = now
 
@@ -124,7 +126,8 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
         investigation_id = _request_investigation(
             session, incident, reason="new_incident" if created else "new_alerts"
         )
-    return IntakeResult(incident_id=incident.id, created=created, investigation_id=investigation_id)
+    return IntakeResult(incident_id=incident.id, created=created, investigation_id=investigation_id,
+                        resolved_now=resolved_now)
 
 
 def _request_investigation(session: Session, incident: Incident, reason: str) -> int | None:

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from rca.store.models import Alert, Incident, Investigation
+from rca.store.models import Alert, Incident, Investigation, SlackDelivery
 
 
 @dataclass(frozen=True)
@@ -56,5 +56,6 @@ def get(session: Session, *, incident_id: int) -> Incident | None:
             selectinload(Incident.alerts),
             selectinload(Incident.investigations).selectinload(Investigation.findings),
             selectinload(Incident.investigations).selectinload(Investigation.hypotheses),
+            selectinload(Incident.slack_delivery).selectinload(SlackDelivery.attempts),
         )
     )

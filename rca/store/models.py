@@ -65,6 +65,7 @@ class Incident(Base):
     investigations: Mapped[list[Investigation]] = relationship(
         back_populates="incident", order_by="Investigation.id"
     )
+    slack_delivery: Mapped[SlackDelivery | None] = relationship(viewonly=True)
 
     __table_args__ = (
         # At most one open incident per alert group; a resolved group may open a new one later.
@@ -197,3 +198,52 @@ class Hypothesis(Base):
     investigation: Mapped[Investigation] = relationship(back_populates="hypotheses")
 
     __table_args__ = (UniqueConstraint("investigation_id", "rank", name="uq_hypotheses_investigation_rank"),)
+
+
+class SlackDelivery(Base):
+    """The one Slack message of an incident: where it is, what evidence it shows, how delivery went.
+
+    Keyed (unique) on the incident, and locked while a delivery runs, so that a redelivered or
+    concurrent task sees what the first one did instead of posting again.
+    """
+
+    __tablename__ = "slack_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"))
+    mode: Mapped[str] = mapped_column(String(16))  # webhook | bot
+    channel: Mapped[str | None] = mapped_column(String(255))
+    ts: Mapped[str | None] = mapped_column(String(32))  # Slack's id of the message (bot mode)
+    status: Mapped[str] = mapped_column(String(16))  # pending | retrying | delivered | failed
+    fingerprint: Mapped[str | None] = mapped_column(String(64))  # evidence shown in the message
+    thread_fingerprint: Mapped[str | None] = mapped_column(String(64))  # evidence last announced
+    messages: Mapped[int] = mapped_column(Integer, default=0)  # messages and thread replies posted
+    updates: Mapped[int] = mapped_column(Integer, default=0)  # chat.update calls that succeeded
+    resolved_notified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    attempts: Mapped[list[SlackAttempt]] = relationship(
+        back_populates="delivery", order_by="SlackAttempt.id", cascade="all, delete-orphan"
+    )
+
+    __table_args__ = (UniqueConstraint("incident_id", name="uq_slack_deliveries_incident"),)
+
+
+class SlackAttempt(Base):
+    """One HTTP call to Slack and how it ended, for the incident's delivery history."""
+
+    __tablename__ = "slack_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    delivery_id: Mapped[int] = mapped_column(ForeignKey("slack_deliveries.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    event: Mapped[str] = mapped_column(String(16))  # investigation | resolved
+    action: Mapped[str] = mapped_column(String(16))  # post | update | reply
+    outcome: Mapped[str] = mapped_column(String(16))  # ok | rate_limited | retry | failed
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    retry_after: Mapped[float | None] = mapped_column(Float)
+
+    delivery: Mapped[SlackDelivery] = relationship(back_populates="attempts")

@@ -1,0 +1,173 @@
+"""Render an `IncidentMessage` as a Block Kit payload that Slack will always accept.
+
+Limits enforced here (Slack's Block Kit reference, https://docs.slack.dev/reference/block-kit/blocks):
+a message holds at most 50 blocks; a section's text at most 3,000 characters; a header's
+plain_text at most 150; a button's text 75 and its URL 3,000. Longer content is cut, with a note
+that says so, instead of being rejected. Every untrusted string goes through `escape.mrkdwn`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rca.notify.escape import code, mrkdwn, single_line
+from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage
+
+MAX_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+MAX_HEADER_TEXT = 150
+MAX_BUTTON_TEXT = 75
+MAX_URL = 3000
+MAX_FALLBACK_TEXT = 300  # the notification text; Slack allows far more, a phone shows far less
+MAX_WHY = 280
+MAX_SUMMARY = 500
+SHOWN_HYPOTHESES = 3
+SHOWN_BREACHED = 25  # a page of evidence; the rest is one click away in the incident
+
+Block = dict[str, Any]
+Payload = dict[str, Any]
+
+
+def cut(text: str, limit: int, note: str = "… (cut)") -> str:
+    """`text` within `limit` characters, ending in `note` when something was cut. Never splits an
+    `&amp;`-style entity, and prefers to end at a line break."""
+    if len(text) <= limit:
+        return text
+    end = max(limit - len(note), 0)
+    amp = text.rfind("&", max(end - 5, 0), end)
+    if amp != -1 and ";" not in text[amp:end]:
+        end = amp  # the entity would be split in half: drop it whole
+    newline = text.rfind("\n", 0, end)
+    if newline > end * 0.7:
+        end = newline
+    return text[:end].rstrip() + note
+
+
+CUT_NOTE = "\n_… cut to fit Slack; the incident in the API has the rest_"
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": cut(text, MAX_SECTION_TEXT, CUT_NOTE)}}
+
+
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": cut(text, MAX_SECTION_TEXT)}]}
+
+
+def _number(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0%}" if unit == "ratio" else f"{value:.3g}"
+
+
+def _hypothesis(rank: int, h: HypothesisLine) -> Block:
+    why = cut(mrkdwn(single_line(h.why)), MAX_WHY)
+    return _section(f"*{rank}. {code(h.category)}* — {h.confidence:.0%}\n{why}")
+
+
+def _breached_line(f: BreachedLine) -> str:
+    limit = f" (limit {f.comparison} {_number(f.threshold, f.unit)})" if f.threshold is not None else ""
+    return (f"• {mrkdwn(single_line(f.title))} {code(f.key)}: "
+            f"{_number(f.baseline, f.unit)} → *{_number(f.value, f.unit)}*{limit}")
+
+
+def _breached_sections(breached: list[BreachedLine]) -> list[Block]:
+    if not breached:
+        return [_section("*Breached signals*\nNo signal breached its threshold.")]
+    sections, text = [], "*Breached signals* (baseline → current)"
+    lines = [_breached_line(f) for f in breached[:SHOWN_BREACHED]]
+    if len(breached) > SHOWN_BREACHED:
+        lines.append(f"_… and {len(breached) - SHOWN_BREACHED} more; the incident in the API lists them all_")
+    for line in lines:
+        if len(text) + 1 + len(line) > MAX_SECTION_TEXT:
+            sections.append(_section(text))
+            text = ""
+        text = f"{text}\n{line}" if text else line
+    sections.append(_section(text))
+    return sections
+
+
+def _safe_url(url: str | None) -> str | None:
+    """Only http(s) URLs of a length Slack accepts become buttons; anything else is left out."""
+    if url and url.startswith(("http://", "https://")) and len(url) <= MAX_URL:
+        return url
+    return None
+
+
+def _links(message: IncidentMessage) -> Block | None:
+    buttons = []
+    for label, url in ((f"Incident #{message.incident_id}", message.incident_url),
+                       ("Prometheus", message.generator_url), ("Alertmanager", message.external_url)):
+        if (safe := _safe_url(url)) is not None:
+            buttons.append({"type": "button", "text": {"type": "plain_text", "text": label[:MAX_BUTTON_TEXT]},
+                            "url": safe, "action_id": f"link-{len(buttons)}"})
+    return {"type": "actions", "elements": buttons} if buttons else None
+
+
+def _cost(message: IncidentMessage) -> str:
+    who = f"model {code(message.model)}" if message.model else f"*{mrkdwn(message.analyst or 'rules')}*"
+    parts = [f"Written by {who}"]
+    parts.append(f"{message.seconds:.1f} s" if message.seconds is not None else "time n/a")
+    parts.append(f"{message.tokens:,} tokens" if message.tokens is not None else "no LLM tokens")
+    if message.cost_usd is not None:
+        parts.append(f"${message.cost_usd:.4f}")
+    return " · ".join(parts)
+
+
+def header_text(message: IncidentMessage) -> str:
+    icon = ":white_check_mark:" if message.status == "resolved" else ":rotating_light:"
+    return cut(f"{icon} {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}",
+               MAX_HEADER_TEXT, "…")
+
+
+def fallback_text(message: IncidentMessage) -> str:
+    """The plain `text` Slack shows in notifications and where blocks cannot be drawn."""
+    top = message.hypotheses[0] if message.hypotheses else None
+    cause = f": likely {top.category} ({top.confidence:.0%})" if top else ""
+    state = "resolved" if message.status == "resolved" else "firing"
+    text = f"[{state}] {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}{cause}"
+    return cut(text, MAX_FALLBACK_TEXT, "…")
+
+
+def render(message: IncidentMessage, note: str | None = None) -> Payload:
+    """The whole message: header, status, top causes, breached signals, who/cost, links."""
+    status = [f"*Incident #{message.incident_id}* · {mrkdwn(message.status)}"]
+    if message.severity:
+        status.append(f"severity {code(message.severity)}")
+    head: list[Block] = [{"type": "header", "text": {"type": "plain_text", "text": header_text(message),
+                                                     "emoji": True}}]
+    if note:
+        head.append(_context(note))
+    summary = f"\n{cut(mrkdwn(single_line(message.summary)), MAX_SUMMARY)}" if message.summary else ""
+    body = [_section(" · ".join(status) + summary)]
+    if message.hypotheses:
+        body.append(_section("*Most likely causes*"))
+        body += [_hypothesis(i, h) for i, h in enumerate(message.hypotheses[:SHOWN_HYPOTHESES], start=1)]
+    body += _breached_sections(message.breached)
+    tail = [_context(_cost(message))]
+    if (links := _links(message)) is not None:
+        tail.append(links)
+    room = MAX_BLOCKS - len(head) - len(tail)
+    if len(body) > room:
+        dropped = len(body) - room + 1
+        body = body[:room - 1] + [_context(f"_… {dropped} more blocks cut to fit Slack; the incident has them all_")]
+    return {"text": fallback_text(message), "blocks": head + body + tail}
+
+
+def change_reply(message: IncidentMessage, investigation_id: int) -> Payload:
+    """Thread reply when a re-investigation materially changed the evidence or the ranking."""
+    top = ", ".join(code(h.category) for h in message.hypotheses[:SHOWN_HYPOTHESES]) or "none"
+    breached = ", ".join(code(f.key) for f in message.breached) or "none"
+    text = (f":arrows_counterclockwise: Re-investigation #{investigation_id} changed the evidence; "
+            f"the message above is updated.\nTop causes now: {top}\nBreached: {breached}")
+    return {"text": cut(f"Re-investigation #{investigation_id} changed the evidence", MAX_FALLBACK_TEXT),
+            "blocks": [_section(text)]}
+
+
+def resolved_reply(message: IncidentMessage, resolved_at: datetime | None) -> Payload:
+    """Thread reply (or, for a webhook, a short message) when Alertmanager reports the group resolved."""
+    when = f" at {resolved_at:%Y-%m-%d %H:%M} UTC" if resolved_at else ""
+    text = (f":white_check_mark: Resolved{when}: {mrkdwn(single_line(message.alertname))} on "
+            f"{mrkdwn(single_line(message.target))} (incident #{message.incident_id})")
+    return {"text": cut(text, MAX_FALLBACK_TEXT, "…"), "blocks": [_section(text)]}

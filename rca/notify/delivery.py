@@ -1,0 +1,157 @@
+"""Talk to Slack with `slack_sdk`: an incoming webhook, or the Web API with a bot token.
+
+Every call returns a `SendResult` (never raises for Slack or network trouble) so the caller can
+record the attempt and decide about retries itself: the clients' own retry handlers are turned
+off, because a retry must be a new Celery attempt that is stored and visible in the API.
+
+Protocols followed:
+- incoming webhooks answer 200 with the body `ok`, or an HTTP error with a short string body
+  (`invalid_payload` 400, `no_service` 404, ...):
+  https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks
+- Web API methods answer JSON `{"ok": true, ...}` or `{"ok": false, "error": "..."}`:
+  https://docs.slack.dev/reference/methods/chat.postMessage, https://docs.slack.dev/reference/methods/chat.update
+- HTTP 429 carries `Retry-After` in seconds: https://docs.slack.dev/apis/web-api/rate-limits
+
+Secrets: the webhook URL and the bot token are handed to slack_sdk only. slack_sdk logs the
+webhook URL at DEBUG, so the clients get a logger of their own that never logs below WARNING,
+and error texts are built from Slack's error codes, never from exception messages with the URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.error import URLError
+
+from slack_sdk.errors import SlackApiError, SlackRequestError
+from slack_sdk.web import WebClient
+from slack_sdk.webhook import WebhookClient
+
+from rca.config import Settings
+
+SDK_LOG = logging.getLogger("rca.notify.slack_sdk")
+SDK_LOG.setLevel(logging.WARNING)  # slack_sdk's DEBUG lines carry the webhook URL
+
+# Web API errors that arrive with `ok: false` but mean "Slack had a problem; try again later".
+RETRYABLE_ERRORS = frozenset({"ratelimited", "rate_limited", "internal_error", "fatal_error",
+                              "service_unavailable", "request_timeout"})
+ERROR_CODE = re.compile(r"[a-z0-9_]{1,100}")
+NETWORK_ERRORS = (URLError, TimeoutError, ConnectionError, OSError, SlackRequestError)
+
+
+@dataclass(frozen=True)
+class SendResult:
+    ok: bool
+    http_status: int | None = None
+    error: str | None = None
+    retry_after: float | None = None
+    retryable: bool = False
+    channel: str | None = None
+    ts: str | None = None
+
+    @property
+    def outcome(self) -> str:
+        if self.ok:
+            return "ok"
+        if self.http_status == 429 or self.error in ("ratelimited", "rate_limited"):
+            return "rate_limited"
+        return "retry" if self.retryable else "failed"
+
+
+def retry_after(headers: Mapping[str, Any] | None) -> float | None:
+    """Seconds from a `Retry-After` header (Slack sends whole seconds), whatever the header's case."""
+    for name, value in (headers or {}).items():
+        if name.lower() == "retry-after":
+            raw = value[0] if isinstance(value, list) else value
+            try:
+                return max(float(raw), 0.0)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _http_failure(status: int, error: str | None, headers: Mapping[str, Any] | None) -> SendResult:
+    if error is not None and not ERROR_CODE.fullmatch(error):
+        error = None  # not one of Slack's error codes (an HTML error page, slack_sdk's decode note)
+    retryable = status == 429 or status >= 500 or (error in RETRYABLE_ERRORS)
+    return SendResult(ok=False, http_status=status, error=(error or f"HTTP {status}")[:200],
+                      retry_after=retry_after(headers), retryable=retryable)
+
+
+def _network_failure(exc: BaseException) -> SendResult:
+    reason = getattr(exc, "reason", None)  # URLError(reason) names the socket error, not the URL
+    detail = type(reason).__name__ + (f": {reason.strerror}" if getattr(reason, "strerror", None) else "") \
+        if reason is not None else type(exc).__name__
+    return SendResult(ok=False, error=f"network error ({detail})", retryable=True)
+
+
+class Sender(Protocol):
+    mode: str
+
+    def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult: ...
+
+    def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult: ...
+
+
+class WebhookSender:
+    """An incoming webhook: posts only, to the channel it was created for; cannot edit or thread."""
+
+    mode = "webhook"
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.client = WebhookClient(url, timeout=timeout, retry_handlers=[], logger=SDK_LOG)  # type: ignore[arg-type]
+
+    def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult:
+        try:
+            response = self.client.send(text=payload["text"], blocks=payload["blocks"],
+                                        unfurl_links=False, unfurl_media=False)
+        except NETWORK_ERRORS as exc:
+            return _network_failure(exc)
+        if response.status_code == 200:
+            return SendResult(ok=True, http_status=200)
+        body = (response.body or "").strip()
+        return _http_failure(response.status_code, body.splitlines()[0] if body else None, response.headers)
+
+    def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult:
+        raise NotImplementedError("an incoming webhook cannot edit a message")
+
+
+class BotSender:
+    """The Web API with a bot token: chat.postMessage, chat.update and thread replies."""
+
+    mode = "bot"
+
+    def __init__(self, token: str, base_url: str, timeout: float) -> None:
+        self.client = WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=[],  # type: ignore[arg-type]
+                                logger=SDK_LOG)
+
+    def _call(self, method: str, **kwargs: Any) -> SendResult:
+        try:
+            response = getattr(self.client, method)(**kwargs)
+        except SlackApiError as exc:
+            data = exc.response.data if isinstance(exc.response.data, dict) else {}
+            return _http_failure(exc.response.status_code, data.get("error"), exc.response.headers)
+        except NETWORK_ERRORS as exc:
+            return _network_failure(exc)
+        return SendResult(ok=True, http_status=response.status_code, channel=response.get("channel"),
+                          ts=response.get("ts"))
+
+    def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult:
+        return self._call("chat_postMessage", channel=channel, text=payload["text"], blocks=payload["blocks"],
+                          thread_ts=thread_ts, unfurl_links=False, unfurl_media=False)
+
+    def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult:
+        return self._call("chat_update", channel=channel, ts=ts, text=payload["text"], blocks=payload["blocks"])
+
+
+def make_sender(settings: Settings) -> Sender | None:
+    """The configured sender, or None when Slack is off."""
+    if settings.slack_bot_token:
+        return BotSender(settings.slack_bot_token.get_secret_value(), settings.slack_api_url,
+                         settings.slack_timeout_seconds)
+    if settings.slack_webhook_url:
+        return WebhookSender(settings.slack_webhook_url.get_secret_value(), settings.slack_timeout_seconds)
+    return None

@@ -1,0 +1,106 @@
+"""What a Slack message says about an incident, as plain data, and the evidence fingerprint.
+
+`IncidentMessage` is the only input of `blocks.render`: it is built from stored rows here and
+holds raw (unescaped) text; escaping happens once, in `blocks`. Keeping it plain data lets tests
+and other analysts (the LLM writes `model`, `tokens`, `cost_usd`) fill it without the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from rca.store.models import Incident, Investigation
+
+TOP_CATEGORIES = 3  # how many ranked causes count as "the ranking" for the fingerprint
+
+
+@dataclass(frozen=True)
+class HypothesisLine:
+    category: str
+    confidence: float
+    why: str  # one line: the hypothesis title, or the first sentence of its explanation
+
+
+@dataclass(frozen=True)
+class BreachedLine:
+    key: str
+    title: str
+    baseline: float | None
+    value: float | None
+    unit: str
+    comparison: str
+    threshold: float | None
+
+
+@dataclass(frozen=True)
+class IncidentMessage:
+    incident_id: int
+    alertname: str
+    target: str
+    status: str  # firing | resolved
+    severity: str | None = None
+    summary: str | None = None
+    hypotheses: list[HypothesisLine] = field(default_factory=list)
+    breached: list[BreachedLine] = field(default_factory=list)
+    incident_url: str | None = None
+    generator_url: str | None = None
+    external_url: str | None = None
+    analyst: str | None = None  # "rules" or a model name
+    seconds: float | None = None
+    model: str | None = None
+    tokens: int | None = None  # None when unknown (the rules analyst spends none)
+    cost_usd: float | None = None
+
+
+def _why(title: str, explanation: str) -> str:
+    first = explanation.strip().split(". ")[0].strip()
+    return first or title
+
+
+def _target(incident: Incident, investigation: Investigation) -> str:
+    target = investigation.target or {}
+    labels = incident.common_labels or {}
+    return target.get("instance") or target.get("host") or labels.get("instance") or "unknown target"
+
+
+def incident_labels(incident: Incident) -> dict[str, str]:
+    """The labels routing sees: the group's common labels over the first firing alert's."""
+    firing = [a for a in incident.alerts if a.status == "firing"] or list(incident.alerts)
+    return {**(firing[0].labels if firing else {}), **(incident.common_labels or {})}
+
+
+def from_incident(incident: Incident, investigation: Investigation, public_url: str | None) -> IncidentMessage:
+    """The message for an incident and its latest finished investigation."""
+    labels = incident_labels(incident)
+    annotations = {**next((a.annotations for a in incident.alerts), {}), **(incident.common_annotations or {})}
+    return IncidentMessage(
+        incident_id=incident.id,
+        alertname=incident.alertname or incident.title,
+        target=_target(incident, investigation),
+        status=incident.status,
+        severity=labels.get("severity"),
+        summary=annotations.get("summary") or annotations.get("description"),
+        hypotheses=[HypothesisLine(h.category, h.confidence, _why(h.title, h.explanation))
+                    for h in investigation.hypotheses],
+        breached=[BreachedLine(f.key, f.title, f.baseline, f.value, f.unit, f.comparison, f.threshold)
+                  for f in investigation.findings if f.breached],
+        incident_url=f"{public_url}/api/v1/incidents/{incident.id}" if public_url else None,
+        generator_url=next((a.generator_url for a in incident.alerts if a.generator_url), None),
+        external_url=incident.external_url,
+        analyst=investigation.analyst,
+        seconds=investigation.total_seconds,
+    )
+
+
+def evidence_fingerprint(investigation: Investigation) -> str:
+    """A hash of what the evidence says, not how it is worded: the breached findings and their
+    statuses, and the top categories of the deterministic (rules) ranking. A re-investigation
+    that only rewords an explanation or moves a confidence a little keeps the same fingerprint."""
+    rules = [h for h in investigation.hypotheses if h.analyst == "rules"] or list(investigation.hypotheses)
+    evidence = {
+        "breached": sorted((f.key, f.status) for f in investigation.findings if f.breached),
+        "top": [h.category for h in sorted(rules, key=lambda h: h.rank)[:TOP_CATEGORIES]],
+    }
+    return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,199 @@
+"""One Slack delivery run for an incident: decide what (if anything) to send, send it, record it.
+
+Idempotency. The incident's `slack_deliveries` row (unique on the incident) is locked with
+SELECT ... FOR UPDATE for the whole run, Slack calls included, and the outcome is committed with
+it. A redelivered or concurrent task therefore waits for the first one and then finds the
+message already posted with the same evidence fingerprint, and sends nothing. What is sent is
+derived from the row, not from the task's arguments, so any number of tasks converge on one
+message, at most one update per material change, and one resolved notice.
+
+The crash window. If the worker dies after Slack accepted a post and before the COMMIT (a few
+milliseconds: one UPDATE), the row is rolled back and the redelivered task posts again. Slack's
+chat.postMessage has no idempotency key, and closing the window would need a "sending" marker
+whose resolution either loses the page or searches channel history (another OAuth scope). We
+chose at-least-once for that window: a rare duplicate is better than an alert nobody sees.
+
+A Slack outage never touches investigations: this runs in its own task on its own queue, after
+the investigation was saved, and only writes the delivery rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from rca.config import Settings
+from rca.notify import blocks
+from rca.notify.delivery import Sender, SendResult, make_sender
+from rca.notify.message import IncidentMessage, evidence_fingerprint, from_incident, incident_labels
+from rca.notify.routing import route
+from rca.store.db import session_scope
+from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery, utcnow
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY_DELAY = 300.0  # seconds; also keeps Celery countdowns well inside Redis' visibility timeout
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: `delivered`, `unchanged`, `skipped`, `retrying` (then `retry_in` seconds) or `failed`."""
+
+    status: str
+    retry_in: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    action: str  # post | update | reply
+    send: Callable[[], SendResult]
+    done: Callable[[SlackDelivery, SendResult], None]
+
+
+def _lock(session: Session, incident_id: int) -> SlackDelivery | None:
+    return session.scalar(select(SlackDelivery).where(SlackDelivery.incident_id == incident_id).with_for_update())
+
+
+def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDelivery:
+    """The incident's delivery row, created if missing, locked until the transaction ends."""
+    row = _lock(session, incident_id)
+    if row is None:
+        try:
+            with session.begin_nested():
+                session.add(SlackDelivery(incident_id=incident_id, mode=mode, status="pending", messages=0,
+                                          updates=0))
+        except IntegrityError:
+            pass  # another run created it first; lock theirs
+        row = _lock(session, incident_id)
+    assert row is not None
+    row.mode = mode
+    return row
+
+
+def _latest_done(session: Session, incident_id: int) -> Investigation | None:
+    return session.scalar(
+        select(Investigation)
+        .where(Investigation.incident_id == incident_id, Investigation.status == "done")
+        .options(selectinload(Investigation.findings), selectinload(Investigation.hypotheses))
+        .order_by(Investigation.id.desc()).limit(1)
+    )
+
+
+def _main_fingerprint(evidence: str, status: str) -> str:
+    """What the main message shows: the evidence and whether the incident is still firing."""
+    return hashlib.sha256(f"{evidence}:{status}".encode()).hexdigest()
+
+
+def _plan(delivery: SlackDelivery, sender: Sender, message: IncidentMessage, investigation_id: int,
+          evidence: str, channel: str | None, resolved_at: object) -> list[Step]:
+    """The calls still owed to Slack for this incident, derived from what the row says was sent."""
+    main = _main_fingerprint(evidence, message.status)
+    resolved = message.status == "resolved" and delivery.resolved_notified_at is None
+
+    def posted(row: SlackDelivery, result: SendResult) -> None:
+        row.messages += 1
+        row.channel, row.ts = result.channel or row.channel, result.ts or row.ts
+        row.fingerprint, row.thread_fingerprint = main, evidence
+        if message.status == "resolved":
+            row.resolved_notified_at = utcnow()  # the message itself says so
+
+    def updated(row: SlackDelivery, _result: SendResult) -> None:
+        row.updates += 1
+        row.fingerprint = main
+
+    def replied_change(row: SlackDelivery, _result: SendResult) -> None:
+        row.messages += 1
+        row.thread_fingerprint = evidence
+
+    def replied_resolved(row: SlackDelivery, _result: SendResult) -> None:
+        row.messages += 1
+        row.resolved_notified_at = utcnow()
+
+    resolved_payload = blocks.resolved_reply(message, resolved_at)  # type: ignore[arg-type]
+    if sender.mode == "webhook":
+        if delivery.messages == 0:
+            return [Step("post", lambda: sender.post(None, blocks.render(message)), posted)]
+        steps = []
+        if delivery.thread_fingerprint != evidence:
+            note = f"Update: re-investigation #{investigation_id} changed the evidence"
+            steps.append(Step("post", lambda: sender.post(None, blocks.render(message, note)), posted))
+        elif resolved:
+            steps.append(Step("post", lambda: sender.post(None, resolved_payload), replied_resolved))
+        return steps
+    if delivery.ts is None or delivery.channel is None:
+        return [Step("post", lambda: sender.post(channel, blocks.render(message)), posted)]
+    ts, where = delivery.ts, delivery.channel
+    steps = []
+    if delivery.fingerprint != main:
+        steps.append(Step("update", lambda: sender.update(where, ts, blocks.render(message)), updated))
+    if delivery.thread_fingerprint != evidence:
+        reply = blocks.change_reply(message, investigation_id)
+        steps.append(Step("reply", lambda: sender.post(where, reply, thread_ts=ts), replied_change))
+    if resolved:
+        steps.append(Step("reply", lambda: sender.post(where, resolved_payload, thread_ts=ts), replied_resolved))
+    return steps
+
+
+def retry_delay(result: SendResult, attempt: int, backoff: float) -> float:
+    """Slack's Retry-After when it gave one, else exponential backoff from `backoff` seconds."""
+    if result.retry_after is not None:
+        return min(result.retry_after, MAX_RETRY_DELAY)
+    return min(backoff * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+
+
+def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
+            sender: Sender | None = None) -> Outcome:
+    """Bring the incident's Slack message up to date. `attempt` counts this task's tries (1-based);
+    after `RCA_SLACK_MAX_ATTEMPTS` a failing call is final."""
+    sender = sender or make_sender(settings)
+    if sender is None:
+        return Outcome("skipped", detail="Slack is not configured")
+    with session_scope(settings.effective_database_url) as session:
+        incident = session.scalar(select(Incident).where(Incident.id == incident_id)
+                                  .options(selectinload(Incident.alerts)))
+        if incident is None:
+            return Outcome("skipped", detail=f"incident {incident_id} not found")
+        delivery = lock_delivery(session, incident_id, sender.mode)
+        investigation = _latest_done(session, incident_id)
+        if investigation is None:
+            return Outcome("skipped", detail="no finished investigation yet; its completion will post")
+        message = from_incident(incident, investigation, settings.public_url)
+        channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
+        steps = _plan(delivery, sender, message, investigation.id, evidence_fingerprint(investigation), channel,
+                      incident.resolved_at)
+        if not steps:
+            return Outcome("unchanged", detail="Slack already shows this evidence")
+        for step in steps:
+            result = step.send()
+            delivery.attempts.append(SlackAttempt(
+                at=utcnow(), event=event, action=step.action, outcome=result.outcome, http_status=result.http_status,
+                error=result.error, retry_after=result.retry_after))
+            delivery.updated_at = utcnow()
+            if not result.ok:
+                final = not result.retryable or attempt >= settings.slack_max_attempts
+                delivery.status, delivery.last_error = ("failed" if final else "retrying"), result.error
+                log.warning("slack %s for incident %s failed (%s, HTTP %s)%s", step.action, incident_id, result.error,
+                            result.http_status, "" if final else f"; attempt {attempt}, will retry")
+                if final:
+                    return Outcome("failed", detail=result.error or "")
+                return Outcome("retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds),
+                               result.error or "")
+            step.done(delivery, result)
+        delivery.status, delivery.last_error = "delivered", None
+        log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
+        return Outcome("delivered", detail=", ".join(s.action for s in steps))
+
+
+def done_incident(settings: Settings, investigation_id: int) -> int | None:
+    """The incident of a finished investigation (None if it is not done): what to notify about."""
+    with session_scope(settings.effective_database_url) as session:
+        row = session.execute(select(Investigation.incident_id, Investigation.status)
+                              .where(Investigation.id == investigation_id)).first()
+    return row.incident_id if row is not None and row.status == "done" else None
