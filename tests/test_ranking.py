@@ -7,11 +7,13 @@ import random
 import pytest
 
 from rca.collect.profile import load_profile
+from rca.config import DEFAULT_TRACE_GROUPS
 from rca.diagnosis.ranking import MAX_CONFIDENCE, NO_CLEAR_CAUSE, Hypothesis, rank, taxonomy
 from rca.signals.findings import Finding
 
 PROFILE = load_profile()
-KINDS = {s.id: s.kind for s in PROFILE.signals}
+# Profile signals plus the trace findings the taxonomy may cite (rca/traces/findings.py).
+KINDS = {s.id: s.kind for s in PROFILE.signals} | dict.fromkeys(DEFAULT_TRACE_GROUPS, "trace")
 SIGNALS = [s.id for s in PROFILE.signals if s.kind == "signal"]
 CAUSES = [name for name in taxonomy() if name != NO_CLEAR_CAUSE]
 
