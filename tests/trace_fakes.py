@@ -250,9 +250,10 @@ PREFILL_FAULT = Phases(prefill=1500.0)
 class TraceFactory:
     """Request traces as an OpenAI-style gateway in front of a vLLM engine with LoRA adapters emits them."""
 
-    def __init__(self, seed: int = 1, service: str = SERVICE) -> None:
+    def __init__(self, seed: int = 1, service: str = SERVICE, decode_steps: int = 0) -> None:
         self.rng = random.Random(seed)
         self.service = service
+        self.decode_steps = decode_steps  # engines that trace every scheduler step emit one span each
 
     def _id(self, digits: int) -> str:
         return f"{self.rng.getrandbits(digits * 4):0{digits}x}"
@@ -288,7 +289,10 @@ class TraceFactory:
             span(load, self.service, "lora_adapter.inject_layers", cursor + 10 + read + compile_, inject)
             cursor += lora
         span(engine, self.service, "prefill", cursor, prefill)
-        span(engine, self.service, "decode", cursor + prefill, decode, error)
+        decoding = span(engine, self.service, "decode", cursor + prefill, decode, error)
+        step = decode // self.decode_steps if self.decode_steps else 0
+        for i in range(self.decode_steps):
+            span(decoding, self.service, "decode_step", cursor + prefill + i * step, step)
         return FakeTrace(tid, spans)
 
     def window(self, start_us: int, end_us: int, onset_us: int, fault: Phases, per_minute: float = 6.0,

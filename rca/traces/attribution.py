@@ -114,13 +114,16 @@ def _walk(root: Span, root_interval: tuple[int, int], inherited: frozenset[str],
 
     `weight` is the share of a span's wall time that is its own: 1 for a root, less under
     parallel siblings (their summed durations exceed the time they cover together)."""
+    matched: dict[str, set[str]] = {}  # operation name -> groups; a trace repeats few names
     stack = [(root, root_interval, inherited, 1.0)]
     while stack:
         span, interval, above, weight = stack.pop()
         if span.span_id in visited:
             continue
         visited.add(span.span_id)
-        keys = above | matching_groups(span.operation, groups)
+        if span.operation not in matched:
+            matched[span.operation] = matching_groups(span.operation, groups)
+        keys = above | matched[span.operation]
         kids = [c for c in children.get(span.span_id, ()) if c.span_id not in visited]
         placed = []
         for child in kids:
