@@ -419,3 +419,25 @@ def test_the_config_file_rejects_a_bad_operation_mapping(tmp_path) -> None:
     path.write_text("traces: {operations: {lora: ['*lora*']}}\n")
     with pytest.raises(ConfigError, match="RCA_CONFIG_FILE: .*traces.operations.*trace_<name>"):
         load_settings(config_file=path)
+
+
+def test_tempo_skips_a_trace_that_fails_to_load_but_not_a_whole_failing_slice() -> None:
+    factory = TraceFactory(9)
+    traces = [factory.request(T0 + i * 1_000_000, LORA_FAULT) for i in range(3)]
+    store = Store(traces)
+    with FakeBackend("tempo", store) as fake:
+        source = TempoSource(TraceHTTP(fake.url, {}, 5), 100, 2)
+        original = fake.tempo
+
+        def broken_first(path: str, params: dict[str, str]) -> tuple[int, object]:
+            if path.startswith("/api/traces/") and path.rsplit("/", 1)[1].rjust(32, "0") == traces[0].trace_id:
+                return 500, "internal error\n"
+            return original(path, params)
+
+        fake.tempo = broken_first  # type: ignore[method-assign]
+        got = source.search(SERVICE, T0 - 1_000_000, T0 + 5_000_000, 10)
+        assert {t.trace_id for t in got} == {t.trace_id for t in traces[1:]}
+        fake.tempo = lambda path, params: (500, "down\n") if path.startswith("/api/traces/") else original(path, params)
+        with pytest.raises(TraceSourceError, match="HTTP 500"):
+            source.search(SERVICE, T0 - 1_000_000, T0 + 5_000_000, 10)
+        source.close()

@@ -108,11 +108,22 @@ class TempoSource:
         raw = self.http.get_json(f"/api/traces/{trace_id}", missing_ok=True)
         return None if raw is None else parse_otlp(raw, trace_id, self.max_spans)
 
+    def _trace_or_error(self, trace_id: str) -> Trace | TraceSourceError | None:
+        try:
+            return self.trace(trace_id)
+        except TraceSourceError as exc:
+            return exc
+
     def search(self, service: str, start_us: int, end_us: int, limit: int) -> list[Trace]:
+        """The slice's hits, fetched by id; a trace that fails to load is skipped unless all do."""
         hits = self.find(service, start_us, end_us, limit)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            traces = list(pool.map(lambda hit: self.trace(hit.trace_id), hits))
-        return [t for t in traces if t is not None and t.spans]
+            results = list(pool.map(self._trace_or_error, (hit.trace_id for hit in hits)))
+        traces = [r for r in results if isinstance(r, Trace) and r.spans]
+        errors = [r for r in results if isinstance(r, TraceSourceError)]
+        if errors and not traces:
+            raise errors[0]
+        return traces
 
     def close(self) -> None:
         self.http.close()
