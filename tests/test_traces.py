@@ -129,6 +129,20 @@ def test_auth_headers_are_sent_and_a_refusal_names_the_setting_not_the_secret() 
     assert "401" in str(err.value) and "RCA_TRACES_HEADERS" in str(err.value) and "wrong" not in str(err.value)
 
 
+def test_credentials_in_the_url_are_used_but_never_shown() -> None:
+    store = Store([TraceFactory(2).request(T0, LORA_FAULT)], required_headers={"Authorization": "Basic dTpzM2NyZXQ="})
+    with FakeBackend("jaeger", store) as fake:
+        url = fake.url.replace("http://", "http://u:s3cret@")
+        source = JaegerSource(TraceHTTP(url, {}, 5), 100)
+        assert SERVICE in source.services()  # httpx sends the URL's user:password as basic auth
+        assert "s3cret" not in source.describe_query(SERVICE)
+        fake.store.required_headers["Authorization"] = "Basic other"
+        with pytest.raises(TraceSourceError) as err:
+            source.services()
+        source.close()
+    assert "s3cret" not in str(err.value) and fake.url in str(err.value)
+
+
 def test_an_oversized_answer_fails_clearly() -> None:
     store = Store([TraceFactory(2).request(T0, LORA_FAULT)])
     with FakeBackend("jaeger", store) as fake:

@@ -19,6 +19,8 @@ class TraceHTTP:
     def __init__(self, base_url: str, headers: dict[str, str], timeout: float,
                  max_response_bytes: int = MAX_RESPONSE_BYTES, concurrency: int = 8) -> None:
         self.base_url = base_url.rstrip("/")
+        # What errors and findings show: the URL without any user:password it may carry.
+        self.shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b"")).rstrip("/")
         self.max_response_bytes = max_response_bytes
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self.client = httpx.Client(base_url=self.base_url, headers={"Accept": "application/json", **headers},
@@ -39,15 +41,15 @@ class TraceHTTP:
                     if len(body) > self.max_response_bytes:
                         raise TraceSourceError(f"{path}: response larger than {self.max_response_bytes} bytes")
         except httpx.TimeoutException:
-            raise TraceSourceError(f"{self.base_url}{path}: timed out") from None
+            raise TraceSourceError(f"{self.shown_url}{path}: timed out") from None
         except httpx.HTTPError as exc:
-            raise TraceSourceError(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            raise TraceSourceError(f"{self.shown_url}{path}: {type(exc).__name__}: {exc}") from None
         if response.status_code in (401, 403):
-            raise TraceSourceError(f"{self.base_url}{path}: HTTP {response.status_code} (check RCA_TRACES_HEADERS)")
+            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} (check RCA_TRACES_HEADERS)")
         if response.status_code != 200:
             text = bytes(body[:200]).decode(errors="replace").strip()
-            raise TraceSourceError(f"{self.base_url}{path}: HTTP {response.status_code} {text}")
+            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} {text}")
         try:
             return json.loads(body)
         except ValueError:
-            raise TraceSourceError(f"{self.base_url}{path}: answer is not JSON") from None
+            raise TraceSourceError(f"{self.shown_url}{path}: answer is not JSON") from None

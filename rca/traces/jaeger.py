@@ -72,4 +72,4 @@ class JaegerSource:
         self.http.close()
 
     def describe_query(self, service: str) -> str:
-        return f"{self.http.base_url}/api/traces?service={service}"
+        return f"{self.http.shown_url}/api/traces?service={service}"

@@ -129,4 +129,4 @@ class TempoSource:
         self.http.close()
 
     def describe_query(self, service: str) -> str:
-        return f"{self.http.base_url}/api/search?q={traceql_for(service)}"
+        return f"{self.http.shown_url}/api/search?q={traceql_for(service)}"
