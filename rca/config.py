@@ -110,6 +110,13 @@ class TracesConfig(BaseModel):
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_TRACE_GROUPS.items()},
         description="Trace finding key -> span-name globs; replaces the defaults as a whole.",
     )
+    phase_attributes: dict[str, str] = Field(
+        default_factory=lambda: {"gen_ai.latency.time_in_queue": "queue",
+                                 "gen_ai.latency.time_in_model_prefill": "prefill",
+                                 "gen_ai.latency.time_in_model_decode": "decode"},
+        description="Span attribute (seconds) -> phase, for engines that report phases as attributes "
+                    "(vLLM's llm_request span); in this order they become child spans <span>:<phase>.",
+    )
     share_threshold: float = Field(default=0.15, gt=0, lt=1,
                                    description="Share of request time above which an operation group breaches")
     min_share_increase: float = Field(default=0.10, gt=0, lt=1,

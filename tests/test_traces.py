@@ -340,6 +340,28 @@ def test_traces_that_did_not_change_breach_nothing(phases: Phases) -> None:
     assert by_key(found)[LORA].value == pytest.approx(by_key(found)[LORA].baseline, abs=0.08)
 
 
+@pytest.mark.parametrize("kind", ["jaeger", "tempo"])
+def test_vllm_phase_attributes_become_phases_and_show_prefill_growth(kind: str) -> None:
+    store, start, now = window_store(PREFILL_FAULT, vllm_native=True)
+    assert all(len(t.spans) == 1 for t in store.traces)  # vLLM exports one span per request
+    with FakeBackend(kind, store) as fake:
+        found = by_key(trace_findings(settings_for(kind, fake.url), TracesConfig(), [{"job": SERVICE}],
+                                      now - timedelta(minutes=5), start, now))
+    prefill = found[PREFILL]
+    assert prefill.breached and prefill.detail.startswith("`llm_request:prefill`")
+    assert prefill.value > 0.4 and prefill.baseline < 0.2
+    assert not found[LORA].breached
+    assert "llm_request:decode" in found[SUMMARY_KEY].detail
+
+
+def test_phase_attributes_are_ignored_when_not_configured() -> None:
+    store, start, now = window_store(PREFILL_FAULT, vllm_native=True)
+    with FakeBackend("jaeger", store) as fake:
+        found = by_key(trace_findings(settings_for("jaeger", fake.url), TracesConfig(phase_attributes={}),
+                                      [{"job": SERVICE}], now - timedelta(minutes=5), start, now))
+    assert found[PREFILL].value == 0 and not found[PREFILL].breached
+
+
 def test_error_spans_since_the_onset_are_counted_by_operation() -> None:
     store, start, now = window_store(LORA_FAULT, error_rate_after=0.5)
     with FakeBackend("jaeger", store) as fake:

@@ -42,6 +42,7 @@ class FakeSpan:
     start_us: int
     duration_us: int
     error: bool = False
+    attributes: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +92,7 @@ def jaeger_trace(trace: FakeTrace) -> dict:
         tags = [{"key": "span.kind", "type": "string", "value": "server"}]
         if s.error:
             tags.append({"key": "error", "type": "bool", "value": True})
+        tags += [{"key": k, "type": "float64", "value": v} for k, v in s.attributes.items()]
         spans.append({"traceID": trace.trace_id, "spanID": s.span_id, "operationName": s.operation,
                       "references": refs, "startTime": s.start_us, "duration": s.duration_us, "tags": tags,
                       "logs": [], "processID": processes[s.service], "warnings": None})
@@ -119,7 +121,8 @@ def otlp_trace(trace: FakeTrace, canonical: bool) -> dict:
         for s in (x for x in trace.spans if x.service == service):
             span = {"traceId": encode(trace.trace_id), "spanId": encode(s.span_id), "name": s.operation,
                     "kind": "SPAN_KIND_INTERNAL", "startTimeUnixNano": str(s.start_us * 1000),
-                    "endTimeUnixNano": str((s.start_us + s.duration_us) * 1000), "attributes": [],
+                    "endTimeUnixNano": str((s.start_us + s.duration_us) * 1000),
+                    "attributes": [{"key": k, "value": {"doubleValue": v}} for k, v in s.attributes.items()],
                     "status": {"code": "STATUS_CODE_ERROR", "message": "failed"} if s.error else {}}
             if s.parent_id:
                 span["parentSpanId"] = encode(s.parent_id)
@@ -295,13 +298,25 @@ class TraceFactory:
             span(decoding, self.service, "decode_step", cursor + prefill + i * step, step)
         return FakeTrace(tid, spans)
 
+    def vllm_native(self, start_us: int, phases: Phases, error: bool = False) -> FakeTrace:
+        """What vLLM itself exports: one `llm_request` SERVER span, its phases as `gen_ai.latency.*`
+        attributes in seconds (vllm/tracing.py SpanAttributes; OutputProcessor.do_tracing)."""
+        queue, prefill, decode = self._ms(phases.queue), self._ms(phases.prefill), self._ms(phases.decode)
+        attributes = {"gen_ai.latency.time_in_queue": queue / 1e6,
+                      "gen_ai.latency.time_in_model_prefill": prefill / 1e6,
+                      "gen_ai.latency.time_in_model_decode": decode / 1e6,
+                      "gen_ai.latency.e2e": (queue + prefill + decode + 5000) / 1e6}
+        span = FakeSpan(self._id(16), None, self.service, "llm_request", start_us, queue + prefill + decode + 5000,
+                        error, attributes)
+        return FakeTrace(self._id(32), [span])
+
     def window(self, start_us: int, end_us: int, onset_us: int, fault: Phases, per_minute: float = 6.0,
-               error_rate_after: float = 0.0) -> list[FakeTrace]:
+               error_rate_after: float = 0.0, vllm_native: bool = False) -> list[FakeTrace]:
         """Requests every ~1/per_minute minutes over [start, end); `fault` phases from `onset`."""
         traces, t = [], start_us
+        make = self.vllm_native if vllm_native else self.request
         while t < end_us:
             after = t >= onset_us
-            traces.append(self.request(t, fault if after else HEALTHY,
-                                       error=after and self.rng.random() < error_rate_after))
+            traces.append(make(t, fault if after else HEALTHY, error=after and self.rng.random() < error_rate_after))
             t += int(self.rng.expovariate(per_minute / 60_000_000))
         return traces

@@ -33,13 +33,13 @@ def service_for(alert_labels: list[dict[str, str]], config: TracesConfig) -> str
     return None
 
 
-def open_source(settings: Settings) -> TraceSource:
+def open_source(settings: Settings, config: TracesConfig) -> TraceSource:
     headers = {name: value.get_secret_value() for name, value in settings.traces_headers.items()}
     http = TraceHTTP(settings.traces_url or "", headers, settings.traces_timeout_seconds,
                      concurrency=settings.traces_concurrency)
     if settings.traces_backend == "jaeger":
-        return JaegerSource(http, settings.traces_max_spans_per_trace)
-    return TempoSource(http, settings.traces_max_spans_per_trace, settings.traces_concurrency)
+        return JaegerSource(http, settings.traces_max_spans_per_trace, config.phase_attributes)
+    return TempoSource(http, settings.traces_max_spans_per_trace, settings.traces_concurrency, config.phase_attributes)
 
 
 def trace_findings(settings: Settings, config: TracesConfig, alert_labels: list[dict[str, str]],
@@ -51,7 +51,7 @@ def trace_findings(settings: Settings, config: TracesConfig, alert_labels: list[
     if service is None:
         return unavailable(f"the alert names no traced service (labels tried: {', '.join(config.service_labels)})",
                            status="not_measurable", source=settings.traces_backend)
-    source = open_source(settings)
+    source = open_source(settings, config)
     query = source.describe_query(service)
     try:
         known = source.services()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rca.traces.client import TraceHTTP
-from rca.traces.model import Span, SpanCap, Trace, TraceSourceError
+from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, phase_spans
 
 
 def _is_error(tags: list[dict[str, Any]]) -> bool:
@@ -22,14 +22,15 @@ def _is_error(tags: list[dict[str, Any]]) -> bool:
     return False
 
 
-def parse_trace(raw: dict[str, Any], max_spans: int) -> Trace:
-    """One element of `data`: spans whose service comes from the trace's `processes` table."""
+def parse_trace(raw: dict[str, Any], max_spans: int, phases: dict[str, str] | None = None) -> Trace:
+    """One element of `data`: spans whose service comes from the trace's `processes` table;
+    `phases` (attribute -> phase name) adds the phases an engine reports as tags."""
     processes = {pid: (proc or {}).get("serviceName", "unknown") for pid, proc in (raw.get("processes") or {}).items()}
     cap = SpanCap(max_spans)
     for span in raw.get("spans") or []:
         # The first reference is the parent, CHILD_OF or FOLLOWS_FROM alike, as jaeger-ui draws it.
         refs = [r for r in span.get("references") or [] if r.get("spanID")]
-        cap.add(Span(
+        parsed = Span(
             span_id=span["spanID"],
             parent_id=refs[0]["spanID"] if refs else None,
             service=processes.get(span.get("processID"), "unknown"),
@@ -37,7 +38,12 @@ def parse_trace(raw: dict[str, Any], max_spans: int) -> Trace:
             start_us=int(span["startTime"]),
             duration_us=max(0, int(span.get("duration") or 0)),
             error=_is_error(span.get("tags")),
-        ))
+        )
+        cap.add(parsed)
+        if phases:
+            tags = {tag.get("key"): tag.get("value") for tag in span.get("tags") or []}
+            for phase in phase_spans(parsed, tags, phases):
+                cap.add(phase)
     return cap.trace(raw.get("traceID") or "")
 
 
@@ -55,9 +61,10 @@ class JaegerSource:
 
     name = "jaeger"
 
-    def __init__(self, http: TraceHTTP, max_spans_per_trace: int) -> None:
+    def __init__(self, http: TraceHTTP, max_spans_per_trace: int, phases: dict[str, str] | None = None) -> None:
         self.http = http
         self.max_spans = max_spans_per_trace
+        self.phases = phases or {}
 
     def services(self) -> list[str]:
         return list(_payload(self.http.get_json("/api/services"), "services") or [])
@@ -66,7 +73,7 @@ class JaegerSource:
         """Up to `limit` whole traces of `service` that started within [start, end]."""
         params = {"service": service, "start": start_us, "end": end_us, "limit": limit}
         data = _payload(self.http.get_json("/api/traces", params), "search") or []
-        return [parse_trace(raw, self.max_spans) for raw in data if raw.get("spans")]
+        return [parse_trace(raw, self.max_spans, self.phases) for raw in data if raw.get("spans")]
 
     def close(self) -> None:
         self.http.close()

@@ -27,6 +27,30 @@ class Span:
         return self.start_us + self.duration_us
 
 
+def phase_spans(span: Span, attributes: dict[str, object], phases: dict[str, str]) -> list[Span]:
+    """Child spans for the latency phases an engine reports as attributes instead of spans.
+
+    vLLM's `llm_request` span carries `gen_ai.latency.time_in_queue`, `..._model_prefill` and
+    `..._model_decode` (seconds); laid out back to back from the span's start (its arrival) in
+    the configured order, they become `llm_request:queue`, `llm_request:prefill`, ... so that
+    attribution and the operation groups see them like real spans.
+    """
+    out, cursor = [], span.start_us
+    for attribute, phase in phases.items():
+        value = attributes.get(attribute)
+        try:
+            seconds = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if seconds <= 0:
+            continue
+        duration = int(seconds * 1_000_000)
+        out.append(Span(f"{span.span_id}:{phase}", span.span_id, span.service, f"{span.operation}:{phase}",
+                        cursor, duration))
+        cursor += duration
+    return out
+
+
 @dataclass
 class Trace:
     trace_id: str

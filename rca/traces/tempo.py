@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rca.traces.client import TraceHTTP
-from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, TraceSummary
+from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, TraceSummary, phase_spans
 
 HEX = frozenset(string.hexdigits)
 STATUS_ERROR = (2, "2", "STATUS_CODE_ERROR")
@@ -44,8 +44,9 @@ def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
     return out
 
 
-def parse_otlp(raw: dict[str, Any], trace_id: str, max_spans: int) -> Trace:
-    """OTLP JSON (Tempo's `batches`, the spec's `resourceSpans`) into one Trace."""
+def parse_otlp(raw: dict[str, Any], trace_id: str, max_spans: int, phases: dict[str, str] | None = None) -> Trace:
+    """OTLP JSON (Tempo's `batches`, the spec's `resourceSpans`) into one Trace; `phases`
+    (attribute -> phase name) adds the phases an engine reports as attributes."""
     if "trace" in raw and isinstance(raw["trace"], dict):
         raw = raw["trace"]
     batches = raw.get("batches") or raw.get("resourceSpans") or []
@@ -56,7 +57,7 @@ def parse_otlp(raw: dict[str, Any], trace_id: str, max_spans: int) -> Trace:
         for scope in scopes:
             for span in scope.get("spans") or []:
                 start_ns, end_ns = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
-                cap.add(Span(
+                parsed = Span(
                     span_id=hex_id(span["spanId"]) or "",
                     parent_id=hex_id(span.get("parentSpanId")),
                     service=str(service),
@@ -64,7 +65,11 @@ def parse_otlp(raw: dict[str, Any], trace_id: str, max_spans: int) -> Trace:
                     start_us=start_ns // 1000,
                     duration_us=max(0, (end_ns - start_ns) // 1000),
                     error=(span.get("status") or {}).get("code") in STATUS_ERROR,
-                ))
+                )
+                cap.add(parsed)
+                if phases:
+                    for phase in phase_spans(parsed, _attributes(span.get("attributes")), phases):
+                        cap.add(phase)
     return cap.trace(trace_id)
 
 
@@ -78,10 +83,12 @@ class TempoSource:
 
     name = "tempo"
 
-    def __init__(self, http: TraceHTTP, max_spans_per_trace: int, concurrency: int) -> None:
+    def __init__(self, http: TraceHTTP, max_spans_per_trace: int, concurrency: int,
+                 phases: dict[str, str] | None = None) -> None:
         self.http = http
         self.max_spans = max_spans_per_trace
         self.concurrency = concurrency
+        self.phases = phases or {}
 
     def services(self) -> list[str]:
         answer = self.http.get_json("/api/search/tag/service.name/values")
@@ -106,7 +113,7 @@ class TempoSource:
 
     def trace(self, trace_id: str) -> Trace | None:
         raw = self.http.get_json(f"/api/traces/{trace_id}", missing_ok=True)
-        return None if raw is None else parse_otlp(raw, trace_id, self.max_spans)
+        return None if raw is None else parse_otlp(raw, trace_id, self.max_spans, self.phases)
 
     def _trace_or_error(self, trace_id: str) -> Trace | TraceSourceError | None:
         try:
