@@ -27,6 +27,7 @@ import base64
 import json
 import random
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -137,6 +138,14 @@ TRACEQL_SERVICE = re.compile(r'^\{\s*resource\.service\.name\s*=\s*"((?:[^"\\]|\
 
 # ----------------------------------------------------------------------------- server
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client closing its keep-alive connection is normal, not an error to print."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class FakeBackend:
     """A real HTTP server on 127.0.0.1 speaking the Jaeger or Tempo query API over `store`."""
 
@@ -172,7 +181,7 @@ class FakeBackend:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
