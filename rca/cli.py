@@ -135,7 +135,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
 
     labels, starts = _alerts_from_args(args)
     target = target_from_alerts(labels, starts, settings.file_config().target)
-    analysis = analyse(settings, target)
+    analysis = analyse(settings, target, alert_labels=labels)
     findings = [f.to_dict() | {"id": f.key} for f in analysis.findings]
     hypotheses = [h.to_dict() for h in analysis.hypotheses]
     if args.json:

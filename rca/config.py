@@ -6,14 +6,15 @@ once, at start-up, and reported as one line that names it (`ConfigError`).
 
 from __future__ import annotations
 
+import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -106,6 +107,53 @@ class SlackFileConfig(BaseModel):
 
     routes: list[SlackRoute] = Field(default_factory=list)
     default_channel: str | None = Field(default=None, description="when no route matches; else RCA_SLACK_CHANNEL")
+DEFAULT_TRACE_GROUPS: dict[str, list[str]] = {
+    # Span names (globs, case-insensitive) whose time, children included, each trace finding measures.
+    # LoRA: vLLM/S-LoRA/LoRAX style adapter loads and their file I/O, compilation and injection steps.
+    "trace_lora_adapter_load_share": ["*lora*load*", "*load*lora*", "*adapter*load*", "*load*adapter*",
+                                      "lora_adapter.*"],
+    # Prefill: TGI's `prefill` / gRPC `.../Prefill` spans, engines' `prefill` and context-encoding spans.
+    "trace_prefill_share": ["*prefill*", "*context_encod*", "*prompt_processing*"],
+}
+
+
+class TracesConfig(BaseModel):
+    """How an alert maps to a traced service and which span names each trace finding measures."""
+
+    model_config = {"extra": "forbid"}
+
+    service_labels: list[str] = Field(
+        default=["service", "service_name", "app", "job", "model_name"],
+        description="Alert labels that name the traced service, in order of preference.",
+    )
+    services: dict[str, str] = Field(
+        default_factory=dict, description="Label value -> service name in the trace backend, when they differ.",
+    )
+    operations: dict[str, list[str]] = Field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_TRACE_GROUPS.items()},
+        description="Trace finding key -> span-name globs; replaces the defaults as a whole.",
+    )
+    phase_attributes: dict[str, str] = Field(
+        default_factory=lambda: {"gen_ai.latency.time_in_queue": "queue",
+                                 "gen_ai.latency.time_in_model_prefill": "prefill",
+                                 "gen_ai.latency.time_in_model_decode": "decode"},
+        description="Span attribute (seconds) -> phase, for engines that report phases as attributes "
+                    "(vLLM's llm_request span); in this order they become child spans <span>:<phase>.",
+    )
+    share_threshold: float = Field(default=0.15, gt=0, lt=1,
+                                   description="Share of request time above which an operation group breaches")
+    min_share_increase: float = Field(default=0.10, gt=0, lt=1,
+                                      description="...and by how much its share must exceed the baseline")
+
+    @field_validator("operations")
+    @classmethod
+    def _check_operations(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for key, patterns in value.items():
+            if not key.startswith("trace_") or not key.replace("_", "").isalnum():
+                raise ValueError(f"{key!r}: trace finding keys look like trace_<name>")
+            if not patterns:
+                raise ValueError(f"{key!r}: give at least one span-name pattern")
+        return value
 
 
 class FileConfig(BaseModel):
@@ -137,6 +185,7 @@ class FileConfig(BaseModel):
         if any(not name.strip() for name in value):
             raise ValueError("a process group name is empty")
         return value
+    traces: TracesConfig = Field(default_factory=TracesConfig)
 
     @field_validator("pinned_cpus", mode="before")
     @classmethod
@@ -192,6 +241,14 @@ class Settings(BaseSettings):
     slack_max_attempts: int = Field(default=6, ge=1, le=50)
     slack_retry_backoff_seconds: float = Field(default=2.0, gt=0, le=600)
     public_url: str | None = None
+    traces_backend: Literal["none", "jaeger", "tempo"] = "none"
+    traces_url: str | None = Field(default=None, validate_default=True)
+    traces_headers: Annotated[dict[str, SecretStr], NoDecode] = Field(default_factory=dict)
+    traces_timeout_seconds: float = Field(default=10.0, gt=0)
+    traces_sample_size: int = Field(default=300, ge=10, le=5000)
+    traces_max_spans_per_trace: int = Field(default=2000, ge=10, le=100_000)
+    traces_budget_seconds: float = Field(default=20.0, gt=0)
+    traces_concurrency: int = Field(default=8, ge=1, le=64)
 
     @field_validator("api_tokens", mode="before")
     @classmethod
@@ -261,6 +318,30 @@ class Settings(BaseSettings):
     def slack_enabled(self) -> bool:
         """True when incidents are posted to Slack (webhook or bot token)."""
         return bool(self.slack_webhook_url or self.slack_bot_token)
+    @field_validator("traces_url")
+    @classmethod
+    def _check_traces_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        backend = info.data.get("traces_backend", "none")
+        if value is None:
+            if backend != "none":
+                raise ValueError(f"required when RCA_TRACES_BACKEND={backend}")
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("traces_headers", mode="before")
+    @classmethod
+    def _parse_traces_headers(cls, value: Any) -> Any:
+        """`{"Authorization": "Bearer ...", "X-Scope-OrgID": "tenant"}` as JSON; values are secrets."""
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError:
+                raise ValueError("must be a JSON object of header names to values") from None
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise ValueError("must be a JSON object of header names to string values")
+        return value
 
     @property
     def effective_database_url(self) -> str:
@@ -319,7 +400,7 @@ def load_settings(**overrides: Any) -> Settings:
         err = exc.errors()[0]
         name = "RCA_" + str(err["loc"][0]).upper() if err["loc"] else "RCA_*"
         given = err.get("input")
-        secret = "token" in name.lower() or "url" in name.lower()
+        secret = any(word in name.lower() for word in ("token", "url", "header"))
         shown = "" if secret or isinstance(given, dict) or given is None else f" (got {given!r})"
         raise ConfigError(f"{name}: {err['msg']}{shown}") from None
     if settings.slack_webhook_url and settings.slack_bot_token:

@@ -20,6 +20,7 @@ from rca.signals.findings import Finding, judge_all
 from rca.signals.slo import slo_finding
 from rca.store import investigations
 from rca.store.db import session_scope
+from rca.traces.evidence import trace_findings
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,12 @@ class Analysis:
     collect_seconds: float
 
 
-def analyse(settings: Settings, target: Target, now: datetime | None = None) -> Analysis:
-    """Collect the window around the alert, judge every signal and rank the causes."""
+def analyse(settings: Settings, target: Target, now: datetime | None = None,
+            alert_labels: list[dict[str, str]] | None = None) -> Analysis:
+    """Collect the window around the alert, judge every signal and rank the causes.
+
+    `alert_labels` (the alerts' full label sets) name the traced service; without them the
+    target's scope labels are used."""
     now = now or datetime.now(UTC)
     file_config = settings.file_config()
     profile = profile_for(file_config)
@@ -57,6 +62,8 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None) -> 
     findings = judge_all(collection, target.alert_start)
     findings.append(slo_finding(collection, target.alert_start, file_config.slo_ttft_seconds,
                                 file_config.slo_probability_threshold))
+    findings += trace_findings(settings, file_config.traces, alert_labels or [target.labels], target.alert_start,
+                               window.start, window.end)
     return Analysis(target=target, collection=collection, findings=findings, hypotheses=rank(findings),
                     collect_seconds=collect_seconds)
 
@@ -73,7 +80,7 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         claim = investigations.claim(session, investigation_id)
     if claim is None:
         return "skipped"
-    analysis = analyse(settings, claim.target(settings.file_config().target))
+    analysis = analyse(settings, claim.target(settings.file_config().target), alert_labels=claim.alert_labels)
     with session_scope(url) as session:
         investigations.save_analysis(session, investigation_id, analysis,
                                      total_seconds=time.perf_counter() - started)

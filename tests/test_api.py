@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from rca.api.app import create_app
 from rca.collect.profile import DEFAULT_PROFILE, load_profile
 from rca.signals.slo import KEY as SLO_KEY
+from rca.traces.findings import SUMMARY_KEY as TRACES_KEY
 from tests.conftest import (
     API_AUTH,
     API_TOKEN,
@@ -30,7 +31,9 @@ from tests.conftest import (
 )
 
 SIGNAL_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals}
-FINDING_IDS = SIGNAL_IDS | {SLO_KEY}  # one finding per profile signal, plus the SLO model built from two of them
+# One finding per profile signal, plus the SLO model built from two of them, plus the traces' one
+# (no trace backend configured here, so it says so).
+FINDING_IDS = SIGNAL_IDS | {SLO_KEY, TRACES_KEY}
 # Container (cAdvisor) signals: the test alerts name no pod, so these have no selector.
 POD_ONLY_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals
                 if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)}
@@ -222,7 +225,9 @@ def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investi
     assert all(q in prometheus.queries for q in slo["query"].split("\n"))
     for finding in (f for f in findings if f["id"] in POD_ONLY_IDS):
         assert finding["status"] == "unavailable" and "no pod series match this target" in finding["detail"]
-    for finding in (f for f in findings if f["id"] not in POD_ONLY_IDS | {SLO_KEY}):
+    [traces] = [f for f in findings if f["id"] == TRACES_KEY]
+    assert traces["status"] == "unavailable" and "no trace backend configured" in traces["detail"]
+    for finding in (f for f in findings if f["id"] not in POD_ONLY_IDS | {SLO_KEY, TRACES_KEY}):
         assert finding["status"] in ("ok", "breached"), finding
         assert finding["value"] == pytest.approx(float(StubPrometheus.VALUE))
         assert finding["query"] and finding["query"] in prometheus.queries

@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rca.collect.profile import load_profile
+from rca.config import DEFAULT_TRACE_GROUPS
 from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, Hypothesis, rank, symptoms, taxonomy
 from rca.signals.findings import Finding
 
 PROFILE = load_profile()
-KINDS = {s.id: s.kind for s in PROFILE.signals}
+# Profile signals plus the trace findings the taxonomy may cite (rca/traces/findings.py).
+KINDS = {s.id: s.kind for s in PROFILE.signals} | dict.fromkeys(DEFAULT_TRACE_GROUPS, "trace")
 SIGNALS = [s.id for s in PROFILE.signals if s.kind == "signal"]
 CAUSES = [name for name in taxonomy() if name != NO_CLEAR_CAUSE]
 
@@ -37,12 +39,13 @@ def by_category(hypotheses: list[Hypothesis]) -> dict[str, Hypothesis]:
 def expected_confidence(category: str, breached: set[str], unavailable: set[str] = frozenset()) -> float:
     """docs/diagnosis.md's formula, written out independently of the implementation."""
     cat = taxonomy()[category]
-    score = sum(w for k, w in cat.supports.items() if k in breached)
-    score -= sum(w for k, w in cat.contradicts.items() if k in breached)
-    weights = cat.supports | cat.contradicts
+    support = sum(w for k, w in cat.supports.items() if k in breached)
+    contradiction = sum(w for k, w in cat.contradicts.items() if k in breached)
+    weights = {k: w for k, w in (cat.supports | cat.contradicts).items()
+               if KINDS.get(k) != "trace" or k not in unavailable}  # unread traces are not missed evidence
     coverage = sum(w for k, w in weights.items() if k in KINDS and k not in unavailable) / sum(weights.values())
     full = cat.full_at or sum(cat.supports.values())
-    return MAX_CONFIDENCE * min(1.0, max(score, 0.0) / full) * (0.6 + 0.4 * coverage)
+    return MAX_CONFIDENCE * max(0.0, min(1.0, support / full) - contradiction / full) * (0.6 + 0.4 * coverage)
 
 
 # ---- the taxonomy itself ----

@@ -22,6 +22,7 @@ from rca.dispatch import CeleryDispatcher, sweep
 from rca.signals.slo import KEY as SLO_KEY
 from rca.store.db import get_engine
 from rca.store.models import Finding, Hypothesis, Investigation
+from rca.traces.findings import SUMMARY_KEY as TRACES_KEY
 from tests.conftest import (
     CLOSED_PORT_BROKER_URL,
     VENV_BIN,
@@ -40,7 +41,7 @@ from tests.conftest import (
 )
 from workers.app import create_app as create_celery_app
 
-FINDING_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals} | {SLO_KEY}
+FINDING_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals} | {SLO_KEY, TRACES_KEY}
 # Container (cAdvisor) signals: the test alert names no pod, so these have no selector.
 POD_ONLY_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals
                 if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)}
@@ -127,7 +128,8 @@ def test_webhook_investigation_runs_on_the_celery_worker_to_done(celery_client: 
     assert inv["id"] == reply.json()["investigation_id"] and inv["attempts"] == 1
     assert inv["target"]["host"] == "gpu-node-1"
     assert {f["id"] for f in inv["findings"]} == FINDING_IDS
-    assert all(f["query"] and f["status"] in ("ok", "breached") for f in inv["findings"] if f["id"] not in POD_ONLY_IDS)
+    assert all(f["query"] and f["status"] in ("ok", "breached") for f in inv["findings"]
+               if f["id"] not in POD_ONLY_IDS | {TRACES_KEY})
     assert all(f["status"] == "unavailable" for f in inv["findings"] if f["id"] in POD_ONLY_IDS)
     assert inv["hypotheses"] and inv["hypotheses"][0]["rank"] == 1
     findings, hypotheses = stored_results(pg_db, inv["id"])

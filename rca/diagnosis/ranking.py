@@ -6,8 +6,9 @@ Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules
     (half weight for a finding breached for the whole window: it did not just change), plus a
     lead bonus when its anchor clearly moved before every other candidate's (causes come before
     their symptoms);
-  - confidence = 0.9 * min(1, max(score, 0) / full score) * (0.6 + 0.4 * coverage), where the full
-    score is the sum of its support weights unless the category sets `full_at`, and
+  - confidence = 0.9 * strength * (0.6 + 0.4 * coverage), where strength = min(1, support / full)
+    - contradiction / full (at least 0), full is the sum of its support weights unless the
+    category sets `full_at`, and
     coverage is the weight share of its supporting and contradicting findings that could be
     measured: a cause whose look-alikes could not be ruled out is less certain.
 `no_clear_cause` ranks first with no candidate; otherwise it takes the doubt left by the best
@@ -95,10 +96,22 @@ def _weight(finding: Finding) -> float:
     return CHRONIC_FACTOR if finding.chronic else 1.0
 
 
-def _coverage(cat: Category, status: dict[str, str]) -> float:
-    """Weight share of the category's evidence (for and against) that could be measured."""
-    weights = cat.supports | cat.contradicts
-    return sum(w for k, w in weights.items() if status.get(k) in MEASURED) / sum(weights.values())
+def _measured(key: str, findings: dict[str, Finding]) -> bool:
+    return key in findings and findings[key].status in MEASURED
+
+
+def _expected(cat: Category, findings: dict[str, Finding]) -> dict[str, float]:
+    """The category's evidence (for and against) that should have been measured. Trace evidence
+    only when traces were read: it corroborates, and many fleets have no trace backend."""
+    return {k: w for k, w in (cat.supports | cat.contradicts).items()
+            if k not in findings or findings[k].kind != "trace" or _measured(k, findings)}
+
+
+def _coverage(cat: Category, findings: dict[str, Finding]) -> float:
+    """Weight share of the expected evidence that could be measured."""
+    weights = _expected(cat, findings)
+    measured = sum(w for k, w in weights.items() if _measured(k, findings))
+    return measured / sum(weights.values()) if weights else 0.0
 
 
 def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) -> str | None:
@@ -121,7 +134,6 @@ def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) 
 def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
     """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
     by_key = {f.key: f for f in findings}
-    status = {f.key: f.status for f in findings}
     breached = {f.key for f in findings if f.breached}
     anchored = {name: cat for name, cat in taxonomy().items()
                 if name != NO_CLEAR_CAUSE and breached.intersection(cat.anchors)}
@@ -130,18 +142,20 @@ def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
     for name, cat in anchored.items():
         evidence = [k for k in cat.supports if k in breached]
         against = [k for k in cat.contradicts if k in breached]
-        score = (sum(cat.supports[k] * _weight(by_key[k]) for k in evidence)
-                 - sum(cat.contradicts[k] * _weight(by_key[k]) for k in against))
+        support = sum(cat.supports[k] * _weight(by_key[k]) for k in evidence)
+        contradiction = sum(cat.contradicts[k] * _weight(by_key[k]) for k in against)
         explanation = _explain(by_key, evidence)
-        if name == first_mover and score > 0:
-            score += LEAD_BONUS
+        if name == first_mover and support > contradiction:
+            support += LEAD_BONUS
             explanation += ". It moved first, before the other candidates' signals"
-        strength = min(1.0, max(score, 0.0) / cat.full_score())
-        coverage = _coverage(cat, status)
+        score = support - contradiction
+        # Support beyond `full_at` saturates; a contradiction always costs its weight.
+        strength = max(0.0, min(1.0, support / cat.full_score()) - contradiction / cat.full_score())
+        coverage = _coverage(cat, by_key)
         confidence = MAX_CONFIDENCE * strength * (UNCOVERED_FLOOR + (1 - UNCOVERED_FLOOR) * coverage)
         if against:
             explanation += ". Against it: " + _explain(by_key, against)
-        unmeasured = [k for k in [*cat.supports, *cat.contradicts] if status.get(k) not in MEASURED]
+        unmeasured = [k for k in _expected(cat, by_key) if not _measured(k, by_key)]
         if unmeasured:
             explanation += f". Not measured: {', '.join(unmeasured)}"
         candidates.append(Hypothesis(rank=0, category=name, title=cat.title, confidence=round(confidence, 3),
