@@ -1,5 +1,7 @@
 """Reuse an LLM answer for the same evidence: an investigation whose evidence fingerprint matches
 one the LLM answered within `RCA_LLM_CACHE_SECONDS` takes that answer instead of calling the model.
+An answer that failed validation is reused too (as the reason the rules answer): at temperature 0
+the same prompt would fail the same way. Failures without an answer (timeouts, 429, 5xx) are not.
 
 The answers live where investigations do (the database), so every worker process and the
 embedded mode share them, and a cached answer always points at the investigation it came from.
@@ -20,8 +22,9 @@ from rca.store.models import utcnow
 @dataclass
 class CachedAnswer:
     investigation_id: int
-    hypotheses: list[Hypothesis]
+    hypotheses: list[Hypothesis]  # the LLM's, or empty when its answer was invalid
     model: str | None
+    invalid_reason: str | None = None
 
 
 class AnswerCache(Protocol):
@@ -44,6 +47,8 @@ class DatabaseAnswerCache:
                                                    exclude_id=self.exclude)
             if row is None:
                 return None
+            if row.analyst != "llm":
+                return CachedAnswer(row.id, [], row.llm_model, invalid_reason=row.fallback_reason)
             hypotheses = [Hypothesis(rank=h.rank, category=h.category, title=h.title, confidence=h.confidence,
                                      evidence=list(h.evidence), contradicting=list(h.contradicting),
                                      next_steps=list(h.next_steps), explanation=h.explanation, analyst=h.analyst)

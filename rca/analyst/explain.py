@@ -26,7 +26,7 @@ from rca.analyst.summary import (
     fingerprint,
     fit_to_budget,
 )
-from rca.analyst.validate import Verdict, answer_schema, check, disagreement
+from rca.analyst.validate import INVALID_ANSWER, Verdict, answer_schema, check, disagreement
 from rca.collect.target import Target
 from rca.config import Settings
 from rca.diagnosis.ranking import Hypothesis, taxonomy
@@ -107,9 +107,12 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
     record.trimmed = summary.trimmed
 
     if cache is not None and (hit := cache.lookup(record.fingerprint or "")) is not None:
-        record.analyst, record.cached_from, record.model = "llm", hit.investigation_id, hit.model
+        record.cached_from, record.model = hit.investigation_id, hit.model
         record.prompt_tokens = record.completion_tokens = 0
         record.latency_seconds, record.estimated_cost = 0.0, 0.0
+        if hit.invalid_reason:
+            return fall_back(f"{hit.invalid_reason} (reused from investigation {hit.investigation_id}, same evidence)")
+        record.analyst = "llm"
         record.disagreement = disagreement(hit.hypotheses, rules)
         return AnalystResult(hit.hypotheses, record)
 
@@ -134,7 +137,7 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
         return fall_back(f"LLM unavailable: {exc}")
     record.dropped = verdict.dropped
     if not verdict.valid:
-        return fall_back("invalid LLM answer: " + "; ".join(verdict.errors))
+        return fall_back(f"{INVALID_ANSWER}: " + "; ".join(verdict.errors))
     record.analyst = "llm"
     record.disagreement = disagreement(verdict.hypotheses, rules)
     return AnalystResult(verdict.hypotheses, record)

@@ -23,6 +23,7 @@ from rca.diagnosis.ranking import NO_CLEAR_CAUSE, Hypothesis, taxonomy
 from rca.signals.findings import Finding
 
 MAX_HYPOTHESES = 5
+INVALID_ANSWER = "invalid LLM answer"  # how the fallback reason starts when the model answered, but wrongly
 _FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
@@ -49,7 +50,9 @@ class Answer(BaseModel):
 
 def answer_schema(finding_ids: list[str]) -> dict[str, Any]:
     """JSON Schema of `Answer` with the allowed categories and finding ids as enums, so that
-    endpoints which enforce schemas with a grammar cannot produce others at all."""
+    endpoints which enforce schemas with a grammar cannot produce others at all. Its length limits
+    keep answers short (and grammar-bound decoding fast); `Answer` itself is more lenient, since
+    endpoints without schema enforcement only read them as advice."""
     return {
         "type": "object",
         "properties": {"hypotheses": {"type": "array", "minItems": 1, "maxItems": MAX_HYPOTHESES, "items": {
@@ -57,11 +60,11 @@ def answer_schema(finding_ids: list[str]) -> dict[str, Any]:
             "properties": {
                 "rank": {"type": "integer", "minimum": 1},
                 "category": {"type": "string", "enum": list(taxonomy())},
-                "title": {"type": "string"},
+                "title": {"type": "string", "maxLength": 120},
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                "evidence": {"type": "array", "items": {"type": "string", "enum": finding_ids}},
-                "explanation": {"type": "string"},
-                "next_steps": {"type": "array", "items": {"type": "string"}},
+                "evidence": {"type": "array", "maxItems": 8, "items": {"type": "string", "enum": finding_ids}},
+                "explanation": {"type": "string", "maxLength": 400},
+                "next_steps": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 160}},
             },
             "required": ["rank", "category", "title", "confidence", "evidence", "explanation", "next_steps"],
             "additionalProperties": False,

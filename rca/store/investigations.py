@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from rca.analyst.validate import INVALID_ANSWER
 from rca.collect.target import Target, target_from_alerts
 from rca.config import TargetConfig
 from rca.store.models import Alert, Finding, Hypothesis, Investigation, utcnow
@@ -92,14 +93,13 @@ def _save_analyst_record(inv: Investigation, record: AnalystRecord) -> None:
 
 def recent_llm_answer(session: Session, fingerprint: str, since: datetime,
                       exclude_id: int | None = None) -> Investigation | None:
-    """The newest finished investigation since `since` whose hypotheses the LLM wrote for this
-    evidence fingerprint (the answer cache, `rca.analyst.cache`)."""
+    """The newest finished investigation since `since` with this evidence fingerprint whose LLM
+    gave an answer, valid or not (the answer cache, `rca.analyst.cache`)."""
+    answered = (Investigation.analyst == "llm") | Investigation.fallback_reason.startswith(INVALID_ANSWER)
     query = select(Investigation).where(
-        Investigation.evidence_fingerprint == fingerprint, Investigation.analyst == "llm",
-        Investigation.status == "done", Investigation.finished_at >= since,
+        Investigation.evidence_fingerprint == fingerprint, answered, Investigation.status == "done",
+        Investigation.finished_at >= since, Investigation.id != (exclude_id or 0),
     ).order_by(Investigation.finished_at.desc()).limit(1)
-    if exclude_id is not None:
-        query = query.where(Investigation.id != exclude_id)
     return session.scalars(query).first()
 
 
