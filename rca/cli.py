@@ -144,10 +144,14 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
                "window": {"start": window.start.isoformat(), "end": window.end.isoformat(),
                           "step_seconds": window.step_seconds},
                "collect_seconds": round(analysis.collect_seconds, 3),
-               "findings": findings, "hypotheses": hypotheses}
+               "findings": findings, "hypotheses": hypotheses,
+               "analyst": analysis.analyst.to_dict() if analysis.analyst else None}
         print(json.dumps(out, indent=2, default=str))
     else:
         print(render(target.describe(), findings, hypotheses))
+        if analysis.analyst:
+            record = analysis.analyst
+            print(f"\nAnalyst: {record.analyst}" + (f" - {record.fallback_reason}" if record.fallback_reason else ""))
 
 
 def _free_port() -> int:

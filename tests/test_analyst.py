@@ -381,3 +381,23 @@ def test_validation_accepts_json_in_prose_and_refuses_out_of_range_confidence() 
     bad = check(answer_json(hypothesis("arrival_surge", ["queue_median"], confidence=1.5)), surge_findings(),
                 surge_rules())
     assert not bad.valid and "hypotheses.0.confidence" in bad.errors[0]
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"llm_base_url": "http://127.0.0.1:1/v1"}, "RCA_LLM_MODEL: required when RCA_LLM_BASE_URL is set"),
+    ({"llm_base_url": "127.0.0.1:8080/v1", "llm_model": "m"}, "RCA_LLM_BASE_URL: Value error, must be an http://"),
+    ({"llm_base_url": "http://127.0.0.1:1/v1", "llm_model": "m", "llm_timeout_seconds": 60},
+     "RCA_LLM_TIMEOUT_SECONDS: must be below RCA_INVESTIGATION_TIMEOUT_SECONDS (60)"),
+    ({"llm_prompt_token_budget": 100}, "RCA_LLM_PROMPT_TOKEN_BUDGET: Input should be greater than or equal to 500"),
+    ({"llm_price_per_1k_prompt_tokens": -1}, "RCA_LLM_PRICE_PER_1K_PROMPT_TOKENS: Input should be greater than"),
+])
+def test_bad_llm_settings_stop_start_up_with_one_line_naming_them(overrides: dict[str, Any], message: str) -> None:
+    from rca.config import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings(llm_api_key=API_KEY, **overrides)
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+    assert API_KEY not in str(raised.value)
