@@ -360,12 +360,6 @@ def test_trimming_follows_the_documented_order_and_keeps_breached_findings() -> 
     assert measure(summary) == full  # the caller's summary is not changed
 
 
-def test_prompt_token_estimate_over_counts_a_typical_tokenizer_ratio() -> None:
-    messages = investigation_messages(build_summary(surge_target(), surge_findings(), surge_rules()), None)
-    chars = sum(len(m["content"]) for m in messages)
-    assert estimate_tokens(messages) >= chars / 4  # English BPE averages ~4 characters a token
-
-
 def test_fingerprint_ignores_onset_drift_but_not_a_status_change() -> None:
     base = fingerprint("m", "u", surge_target(), surge_findings())
     later = [finding(f.key, f.status, f.value, f.baseline, f.threshold, onset_minutes_ago=5) for f in surge_findings()]

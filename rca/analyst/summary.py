@@ -1,10 +1,12 @@
 """The compact evidence summary a prompt carries, its token estimate, its fingerprint, and the
 trimming that keeps it within the prompt-token budget.
 
-Token counting before the call is an estimate: `ceil(characters / 3)` per message plus 4 tokens of
-chat framing each. BPE tokenizers (GPT-4's cl100k, Llama's, SmolLM2's) average about 4 characters a
-token on English prose and fewer on digits, ids and punctuation, so dividing by 3 over-counts, which
-is the safe side for a budget. The server's own count (`usage`) is what gets stored and billed.
+Token counting before the call is an estimate: `ceil(characters / 2.5)` plus 4 tokens of chat
+framing per message. BPE tokenizers average about 4 characters a token on English prose but fewer on
+these prompts' digits, ids and JSON: SmolLM2's tokenizer (which splits digits one by one) measured
+about 2.9 characters a token on the scenario suite's prompts (`bench/prompt_tokens.py
+--tokenize-url`), so 2.5 over-counts, the safe side for a budget. The server's own count (`usage`)
+is what gets stored and priced.
 
 Trimming order (cheapest loss first), applied one step at a time until the prompt fits:
   1. similar past incidents
@@ -35,7 +37,7 @@ from rca.collect.target import Target
 from rca.diagnosis.ranking import Hypothesis, taxonomy
 from rca.signals.findings import Finding
 
-CHARS_PER_TOKEN = 3.0
+CHARS_PER_TOKEN = 2.5
 TOKENS_PER_MESSAGE = 4
 ANNOTATION_LIMIT = 200
 RANKING_KEPT = 3
