@@ -129,13 +129,15 @@ def _alerts_from_args(args: argparse.Namespace) -> tuple[list[dict[str, str]], l
 
 
 def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
+    from rca.analyst.summary import AlertText
     from rca.collect.target import target_from_alerts
     from rca.pipeline import analyse
     from rca.report import render
 
     labels, starts = _alerts_from_args(args)
     target = target_from_alerts(labels, starts, settings.file_config().target)
-    analysis = analyse(settings, target, alert_labels=labels)
+    alerts = [AlertText(alert, {}, start) for alert, start in zip(labels, starts, strict=True)]
+    analysis = analyse(settings, target, alerts=alerts)
     findings = [f.to_dict() | {"id": f.key} for f in analysis.findings]
     hypotheses = [h.to_dict() for h in analysis.hypotheses]
     if args.json:
@@ -144,10 +146,14 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
                "window": {"start": window.start.isoformat(), "end": window.end.isoformat(),
                           "step_seconds": window.step_seconds},
                "collect_seconds": round(analysis.collect_seconds, 3),
-               "findings": findings, "hypotheses": hypotheses}
+               "findings": findings, "hypotheses": hypotheses,
+               "analyst": analysis.analyst.to_dict() if analysis.analyst else None}
         print(json.dumps(out, indent=2, default=str))
     else:
         print(render(target.describe(), findings, hypotheses))
+        if analysis.analyst:
+            record = analysis.analyst
+            print(f"\nAnalyst: {record.analyst}" + (f" - {record.fallback_reason}" if record.fallback_reason else ""))
 
 
 def _free_port() -> int:

@@ -14,7 +14,16 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -249,6 +258,17 @@ class Settings(BaseSettings):
     traces_max_spans_per_trace: int = Field(default=2000, ge=10, le=100_000)
     traces_budget_seconds: float = Field(default=20.0, gt=0)
     traces_concurrency: int = Field(default=8, ge=1, le=64)
+    # The LLM analyst (rca/analyst). No base URL = the deterministic rules analyst writes the hypotheses.
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(default=30.0, gt=0)  # all calls of one investigation together
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+    llm_prompt_token_budget: int = Field(default=4000, ge=500)
+    llm_max_completion_tokens: int = Field(default=800, ge=64)
+    llm_price_per_1k_prompt_tokens: float = Field(default=0.0, ge=0)
+    llm_price_per_1k_completion_tokens: float = Field(default=0.0, ge=0)
+    llm_cache_seconds: int = Field(default=900, ge=0)  # 0 = never reuse an earlier answer
 
     @field_validator("api_tokens", mode="before")
     @classmethod
@@ -318,6 +338,7 @@ class Settings(BaseSettings):
     def slack_enabled(self) -> bool:
         """True when incidents are posted to Slack (webhook or bot token)."""
         return bool(self.slack_webhook_url or self.slack_bot_token)
+
     @field_validator("traces_url")
     @classmethod
     def _check_traces_url(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -342,6 +363,27 @@ class Settings(BaseSettings):
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ValueError("must be a JSON object of header names to string values")
         return value
+    @field_validator("llm_base_url")
+    @classmethod
+    def _check_llm_base_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL of an OpenAI-compatible API (ending in /v1)")
+        return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _check_llm(self) -> Settings:
+        if self.llm_base_url and not self.llm_model:
+            raise ValueError("RCA_LLM_MODEL: required when RCA_LLM_BASE_URL is set")
+        if self.llm_base_url and self.llm_timeout_seconds >= self.investigation_timeout_seconds:
+            raise ValueError("RCA_LLM_TIMEOUT_SECONDS: must be below RCA_INVESTIGATION_TIMEOUT_SECONDS "
+                             f"({self.investigation_timeout_seconds:g}), or the worker kills the investigation "
+                             "before the fallback can answer")
+        return self
+
+    @property
+    def llm_configured(self) -> bool:
+        """True when an LLM endpoint is set; otherwise the rules analyst writes the hypotheses."""
+        return bool(self.llm_base_url and self.llm_model)
 
     @property
     def effective_database_url(self) -> str:
@@ -398,9 +440,11 @@ def load_settings(**overrides: Any) -> Settings:
         settings = Settings(**overrides)
     except ValidationError as exc:
         err = exc.errors()[0]
-        name = "RCA_" + str(err["loc"][0]).upper() if err["loc"] else "RCA_*"
+        if not err["loc"]:  # a check across settings (model validator) names the setting itself
+            raise ConfigError(err["msg"].removeprefix("Value error, ")) from None
+        name = "RCA_" + str(err["loc"][0]).upper()
         given = err.get("input")
-        secret = any(word in name.lower() for word in ("token", "url", "header"))
+        secret = any(word in name.lower() for word in ("token", "url", "header", "key"))
         shown = "" if secret or isinstance(given, dict) or given is None else f" (got {given!r})"
         raise ConfigError(f"{name}: {err['msg']}{shown}") from None
     if settings.slack_webhook_url and settings.slack_bot_token:

@@ -11,6 +11,9 @@ import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from rca.analyst.cache import AnswerCache, DatabaseAnswerCache
+from rca.analyst.explain import AnalystRecord, explain
+from rca.analyst.summary import AlertText
 from rca.collect.profile import profile_for
 from rca.collect.prometheus import Collection, PrometheusSource, SeriesResult, choose_window
 from rca.collect.target import Target, scope_candidates
@@ -32,14 +35,16 @@ class Analysis:
     findings: list[Finding]
     hypotheses: list[Hypothesis]
     collect_seconds: float
+    analyst: AnalystRecord | None = None  # who wrote the hypotheses (rca/analyst), with its accounting
 
 
-def analyse(settings: Settings, target: Target, now: datetime | None = None,
-            alert_labels: list[dict[str, str]] | None = None) -> Analysis:
-    """Collect the window around the alert, judge every signal and rank the causes.
+def analyse(settings: Settings, target: Target, now: datetime | None = None, *,
+            alerts: list[AlertText] | None = None, cache: AnswerCache | None = None) -> Analysis:
+    """Collect the window around the alert, judge every signal, rank the causes and have the
+    analyst (the LLM when configured, else the rules) write the hypotheses.
 
-    `alert_labels` (the alerts' full label sets) name the traced service; without them the
-    target's scope labels are used."""
+    `alerts` (as they arrived) name the traced service and give the LLM their text; without them
+    the target's scope labels are used."""
     now = now or datetime.now(UTC)
     file_config = settings.file_config()
     profile = profile_for(file_config)
@@ -62,10 +67,12 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None,
     findings = judge_all(collection, target.alert_start)
     findings.append(slo_finding(collection, target.alert_start, file_config.slo_ttft_seconds,
                                 file_config.slo_probability_threshold))
-    findings += trace_findings(settings, file_config.traces, alert_labels or [target.labels], target.alert_start,
+    alert_labels = [alert.labels for alert in alerts] if alerts else [target.labels]
+    findings += trace_findings(settings, file_config.traces, alert_labels, target.alert_start,
                                window.start, window.end)
-    return Analysis(target=target, collection=collection, findings=findings, hypotheses=rank(findings),
-                    collect_seconds=collect_seconds)
+    analyst = explain(settings, target, findings, rank(findings), alerts=alerts, cache=cache)
+    return Analysis(target=target, collection=collection, findings=findings, hypotheses=analyst.hypotheses,
+                    collect_seconds=collect_seconds, analyst=analyst.record)
 
 
 def run_investigation(settings: Settings, investigation_id: int) -> str:
@@ -80,10 +87,14 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         claim = investigations.claim(session, investigation_id)
     if claim is None:
         return "skipped"
-    analysis = analyse(settings, claim.target(settings.file_config().target), alert_labels=claim.alert_labels)
+    alerts = [AlertText(labels, annotations, start) for labels, annotations, start
+              in zip(claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True)]
+    cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
+    analysis = analyse(settings, claim.target(settings.file_config().target), alerts=alerts, cache=cache)
     with session_scope(url) as session:
         investigations.save_analysis(session, investigation_id, analysis,
                                      total_seconds=time.perf_counter() - started)
     top = analysis.hypotheses[0]
-    log.info("investigation %s done: top=%s (%.2f)", investigation_id, top.category, top.confidence)
+    log.info("investigation %s done: top=%s (%.2f) by %s", investigation_id, top.category, top.confidence,
+             analysis.analyst.analyst if analysis.analyst else "rules")
     return "done"

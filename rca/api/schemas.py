@@ -72,6 +72,21 @@ class InvestigationOut(BaseModel):
     hypotheses: list[HypothesisOut]
     margin: float | None = Field(description="confidence of the first answer minus that of the second")
     onset_order: list[str] = Field(description="breached finding ids, earliest onset first: what moved first")
+    # The analyst's accounting (docs/analyst.md); `analyst` says who wrote the hypotheses.
+    llm_model: str | None = None
+    llm_output_mode: str | None = Field(None, description="json_schema | json_object | prompt")
+    prompt_tokens: int | None = Field(None, description="as the LLM server counted them, all calls")
+    completion_tokens: int | None = None
+    prompt_tokens_estimate: int | None = Field(None, description="the pre-call budget estimate")
+    llm_latency_seconds: float | None = None
+    estimated_cost: float | None = Field(None, description="tokens times RCA_LLM_PRICE_PER_1K_*")
+    fallback_reason: str | None = Field(None, description="why the rules analyst wrote the hypotheses")
+    disagreement: dict[str, Any] | None = Field(None, description="the LLM's first cause is contradicted")
+    evidence_fingerprint: str | None = None
+    cached_from: int | None = Field(None, description="investigation whose LLM answer was reused")
+    prompt_trimmed: list[str] | None = Field(None, description="what was cut to fit the prompt budget")
+    llm_dropped: list[dict[str, Any]] | None = Field(None, description="LLM hypotheses refused, with why")
+    llm_exchange: list[dict[str, Any]] | None = Field(None, description="audit: exact prompts, raw responses")
 
     @classmethod
     def from_row(cls, row: Any) -> InvestigationOut:

@@ -17,6 +17,7 @@ cause, and ranks above a cause that is weaker than that doubt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -26,7 +27,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from rca.signals.findings import Finding
+from rca.signals.findings import Finding, is_chronic
 
 TAXONOMY_FILE = Path(__file__).with_name("taxonomy.yaml")
 NO_CLEAR_CAUSE = "no_clear_cause"
@@ -93,7 +94,7 @@ def _explain(findings: dict[str, Finding], keys: list[str]) -> str:
 
 def _weight(finding: Finding) -> float:
     """A breach that was there all along says less about what just went wrong."""
-    return CHRONIC_FACTOR if finding.chronic else 1.0
+    return CHRONIC_FACTOR if is_chronic(finding) else 1.0
 
 
 def _measured(key: str, findings: dict[str, Finding]) -> bool:
@@ -121,7 +122,7 @@ def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) 
     leads: dict[str, datetime] = {}
     for name, cat in candidates.items():
         causal = [findings[k] for k in cat.anchors if k not in symptoms() and k in findings]
-        onsets = [f.onset for f in causal if f.breached and not f.chronic]
+        onsets = [f.onset for f in causal if f.breached and not is_chronic(f)]
         dated = [onset for onset in onsets if onset is not None]
         if dated:
             leads[name] = min(dated)
@@ -131,8 +132,10 @@ def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) 
     return first if second_onset - first_onset >= timedelta(minutes=LEAD_MINUTES) else None
 
 
-def rank(findings: list[Finding], limit: int = 5) -> list[Hypothesis]:
-    """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
+def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
+    """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included. Stored
+    finding rows rank the same (they carry the same fields), so the rules' answer can be redone
+    from the database whoever wrote the stored hypotheses."""
     by_key = {f.key: f for f in findings}
     breached = {f.key for f in findings if f.breached}
     anchored = {name: cat for name, cat in taxonomy().items()

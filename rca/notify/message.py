@@ -11,6 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from rca.diagnosis.ranking import rank
 from rca.store.models import Incident, Investigation
 
 TOP_CATEGORIES = 3  # how many ranked causes count as "the ranking" for the fingerprint
@@ -91,16 +92,24 @@ def from_incident(incident: Incident, investigation: Investigation, public_url: 
         external_url=incident.external_url,
         analyst=investigation.analyst,
         seconds=investigation.total_seconds,
+        model=investigation.llm_model,
+        tokens=_tokens(investigation),
+        cost_usd=investigation.estimated_cost,
     )
+
+
+def _tokens(investigation: Investigation) -> int | None:
+    counts = [investigation.prompt_tokens, investigation.completion_tokens]
+    return sum(c for c in counts if c is not None) if any(c is not None for c in counts) else None
 
 
 def evidence_fingerprint(investigation: Investigation) -> str:
     """A hash of what the evidence says, not how it is worded: the breached findings and their
     statuses, and the top categories of the deterministic (rules) ranking. A re-investigation
     that only rewords an explanation or moves a confidence a little keeps the same fingerprint."""
-    rules = [h for h in investigation.hypotheses if h.analyst == "rules"] or list(investigation.hypotheses)
+    rules = rank(list(investigation.findings))  # the rules' ranking, even when an LLM wrote the hypotheses
     evidence = {
         "breached": sorted((f.key, f.status) for f in investigation.findings if f.breached),
-        "top": [h.category for h in sorted(rules, key=lambda h: h.rank)[:TOP_CATEGORIES]],
+        "top": [h.category for h in rules[:TOP_CATEGORIES]],
     }
     return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()

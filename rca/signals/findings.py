@@ -43,14 +43,19 @@ class Finding:
 
     @property
     def chronic(self) -> bool:
-        """Breached for the whole window: no healthy baseline to show that it changed. Only an
-        absolute threshold can do this; a relative rule compares with the series' own past."""
-        return self.breached and self.baseline is None
+        return is_chronic(self)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["onset"] = self.onset.isoformat() if self.onset else None
         return data
+
+
+def is_chronic(finding: Any) -> bool:
+    """Breached for the whole window: no healthy baseline to show that it changed. Only an
+    absolute threshold can do this; a relative rule compares with the series' own past. Takes a
+    `Finding` or a stored finding row."""
+    return bool(finding.breached) and finding.baseline is None
 
 
 def _median(values: list[float]) -> float | None:

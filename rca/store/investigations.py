@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from rca.analyst.validate import INVALID_ANSWER
 from rca.collect.target import Target, target_from_alerts
 from rca.config import TargetConfig
 from rca.store.models import Alert, Finding, Hypothesis, Investigation, utcnow
 
 if TYPE_CHECKING:
+    from rca.analyst.explain import AnalystRecord
     from rca.pipeline import Analysis
 
 
@@ -24,6 +26,7 @@ class Claim:
     investigation_id: int
     alert_labels: list[dict[str, str]]
     alert_starts: list[datetime]
+    alert_annotations: list[dict[str, str]] = field(default_factory=list)
 
     def target(self, config: TargetConfig) -> Target:
         return target_from_alerts(self.alert_labels, self.alert_starts, config)
@@ -40,7 +43,8 @@ def claim(session: Session, investigation_id: int) -> Claim | None:
     inv.attempts += 1
     inv.started_at = utcnow()
     inv.error = None
-    return Claim(investigation_id, [a.labels for a in firing], [a.starts_at for a in firing])
+    return Claim(investigation_id, [a.labels for a in firing], [a.starts_at for a in firing],
+                 [a.annotations for a in firing])
 
 
 def save_analysis(session: Session, investigation_id: int, analysis: Analysis, total_seconds: float) -> None:
@@ -69,10 +73,34 @@ def save_analysis(session: Session, investigation_id: int, analysis: Analysis, t
     inv.collect_seconds = round(analysis.collect_seconds, 4)
     inv.total_seconds = round(total_seconds, 4)
     inv.analyst = "rules"
+    if analysis.analyst is not None:
+        _save_analyst_record(inv, analysis.analyst)
     inv.window_start, inv.window_end, inv.step_seconds = window.start, window.end, window.step_seconds
     inv.target = analysis.target.to_dict() | {"selectors": analysis.collection.selectors,
                                               "stack": analysis.collection.stack}
     inv.error = analysis.collection.prometheus_error
+
+
+def _save_analyst_record(inv: Investigation, record: AnalystRecord) -> None:
+    inv.analyst, inv.llm_model, inv.llm_output_mode = record.analyst, record.model, record.output_mode
+    inv.prompt_tokens, inv.completion_tokens = record.prompt_tokens, record.completion_tokens
+    inv.prompt_tokens_estimate, inv.llm_latency_seconds = record.prompt_tokens_estimate, record.latency_seconds
+    inv.estimated_cost, inv.fallback_reason = record.estimated_cost, record.fallback_reason
+    inv.disagreement, inv.evidence_fingerprint, inv.cached_from = (record.disagreement, record.fingerprint,
+                                                                   record.cached_from)
+    inv.prompt_trimmed, inv.llm_dropped, inv.llm_exchange = record.trimmed, record.dropped, record.exchange
+
+
+def recent_llm_answer(session: Session, fingerprint: str, since: datetime,
+                      exclude_id: int | None = None) -> Investigation | None:
+    """The newest finished investigation since `since` with this evidence fingerprint whose LLM
+    gave an answer, valid or not (the answer cache, `rca.analyst.cache`)."""
+    answered = (Investigation.analyst == "llm") | Investigation.fallback_reason.startswith(INVALID_ANSWER)
+    query = select(Investigation).where(
+        Investigation.evidence_fingerprint == fingerprint, answered, Investigation.status == "done",
+        Investigation.finished_at >= since, Investigation.id != (exclude_id or 0),
+    ).order_by(Investigation.finished_at.desc()).limit(1)
+    return session.scalars(query).first()
 
 
 def mark_failed(session: Session, investigation_id: int, error: str, final: bool) -> None:

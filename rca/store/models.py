@@ -136,6 +136,21 @@ class Investigation(Base):
     window_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
     step_seconds: Mapped[int | None] = mapped_column(Integer)
     target: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # The analyst's accounting (rca/analyst): who wrote the hypotheses, at what cost, and why not the LLM.
+    llm_model: Mapped[str | None] = mapped_column(String(255))
+    llm_output_mode: Mapped[str | None] = mapped_column(String(16))
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    prompt_tokens_estimate: Mapped[int | None] = mapped_column(Integer)
+    llm_latency_seconds: Mapped[float | None] = mapped_column(Float)
+    estimated_cost: Mapped[float | None] = mapped_column(Float)
+    fallback_reason: Mapped[str | None] = mapped_column(Text)
+    disagreement: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    evidence_fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    cached_from: Mapped[int | None] = mapped_column(Integer)  # investigation whose LLM answer was reused
+    prompt_trimmed: Mapped[list[str] | None] = mapped_column(JSONType)
+    llm_dropped: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
+    llm_exchange: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)  # exact prompts, raw responses
 
     incident: Mapped[Incident] = relationship(back_populates="investigations")
     findings: Mapped[list[Finding]] = relationship(
