@@ -52,6 +52,12 @@ def main() -> None:
           f"Avg@5 {result['Avg@5']:.2f}")
     print(f"false-alarm rate on healthy windows {result['false_alarm_rate']:.2f}; confident (>= {CONFIDENT}) wrong "
           f"top answers: {result['confident_wrong']} (on healthy controls: {result['healthy_confident_wrong']})")
+    right = [o.ranked[0].confidence for o in outcomes if o.hit_at(1)]
+    wrong = [o.ranked[0].confidence for o in outcomes if not o.hit_at(1)]
+    brier = sum((o.ranked[0].confidence - o.hit_at(1)) ** 2 for o in outcomes) / len(outcomes)
+    print(f"calibration of the top answer: Brier score {brier:.3f}; mean confidence when right "
+          f"{sum(right) / max(1, len(right)):.2f} ({len(right)}), when wrong "
+          f"{sum(wrong) / max(1, len(wrong)):.2f} ({len(wrong)})")
     print(f"analysis time per scenario: median {seconds[len(seconds) // 2]:.3f} s, max {seconds[-1]:.3f} s")
     print("anchors: BARO RCAEval RE2 AC@1 0.69 / AC@3 0.82; RCACopilot micro-F1 0.766")
 
