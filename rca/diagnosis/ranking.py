@@ -102,10 +102,11 @@ def _measured(key: str, findings: dict[str, Finding]) -> bool:
 
 
 def _expected(cat: Category, findings: dict[str, Finding]) -> dict[str, float]:
-    """The category's evidence (for and against) that should have been measured. Trace evidence
-    only when traces were read: it corroborates, and many fleets have no trace backend."""
+    """The category's evidence (for and against) that should have been measured: what this
+    deployment collects (a key with no finding at all is not part of it), and trace evidence only
+    when traces were read, since it corroborates and many fleets have no trace backend."""
     return {k: w for k, w in (cat.supports | cat.contradicts).items()
-            if k not in findings or findings[k].kind != "trace" or _measured(k, findings)}
+            if k in findings and (findings[k].kind != "trace" or _measured(k, findings))}
 
 
 def _coverage(cat: Category, findings: dict[str, Finding]) -> float:

@@ -2,7 +2,8 @@
 with a known root cause and the labels its alert would carry.
 
 Covers every taxonomy id, four serving stacks, healthy controls, a host where only one of two
-engines is faulty, red herrings (values that move but are not the cause) and missing exporters.
+engines is faulty, red herrings (values that move but are not the cause), missing exporters,
+exporters scraped by address, and a cause only the traces (a fake Jaeger) reveal.
 `run_suite` pushes every scenario through the real pipeline (`rca.pipeline.analyse`) against a
 real Prometheus; `score` computes AC@k and Avg@5 as RCAEval defines them.
 """
@@ -16,12 +17,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from rca.analyst.summary import AlertText
 from rca.collect.target import target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
 from tests.e2e.scenarios import MODEL, NAMESPACE, RAMP_SECONDS, Exporter, Fleet, Host, address
+from tests.trace_fakes import LORA_FAULT, FakeBackend, Phases, Store, TraceFactory
 
 ONSET_MINUTES_AGO = 25
 CONFIDENT = 0.5
@@ -34,6 +37,7 @@ class Scenario:
     hosts: list[Host]
     alert: dict[str, str]  # the labels of the alert that fires for it
     notes: str = ""
+    traces: Phases | None = None  # the service's traces after onset, served by a fake Jaeger; None: no traces
 
 
 def _vllm_alert(host: str, alertname: str = "LLMRequestQueueMedianHigh", port: int = 8000) -> dict[str, str]:
@@ -116,6 +120,12 @@ def scenarios(onset: float, severity: float = 1.0, ramp: float = RAMP_SECONDS) -
                  [host("s25", "memory_bandwidth_bound", exporters=frozenset({"serving", "dcgm_basic", "node"}))],
                  _vllm_alert("s25", "LLMInterTokenLatencyHigh"),
                  "no DCP fields: the compute-to-memory ratio is not measurable, memory-copy utilisation is"),
+        Scenario("sglang-lora-only-traces", "lora_adapter_loading",
+                 [host("s27", "lora_adapter_loading", stack="sglang")],
+                 {"alertname": "LLMRequestQueueMedianHigh", "instance": "s27:30000", "model_name": MODEL,
+                  "service": "sglang-s27"},
+                 "SGLang exports no LoRA metric: only the traces show adapter loads on the request path",
+                 traces=LORA_FAULT),
         Scenario("healthy-busy-queue", "no_clear_cause",
                  [host("s26", None, normal=(("waiting", 6.5), ("running", 24.0)))], _vllm_alert("s26"),
                  "a busy but steady engine whose queue has sat above 4.7 all along: nothing changed"),
@@ -163,14 +173,28 @@ def suite_prometheus(workdir: Path, onset_minutes_ago: float = ONSET_MINUTES_AGO
             proc.stop()
 
 
+@contextmanager
+def _settings_for(prometheus_url: str, scenario: Scenario) -> Iterator[Settings]:
+    """Prometheus, plus a fake Jaeger holding the scenario's 3 h of traces when it has any."""
+    if scenario.traces is None:
+        yield Settings(prometheus_url=prometheus_url)
+        return
+    now, onset = time.time(), scenario.hosts[0].onset
+    us = lambda t: int(t * 1e6)  # noqa: E731
+    factory = TraceFactory(seed=len(scenario.name), service=scenario.alert["service"])
+    store = Store(factory.window(us(now - 3 * 3600 - 15 * 60), us(now) + 600_000_000, us(onset), scenario.traces))
+    with FakeBackend("jaeger", store) as jaeger:
+        yield Settings(prometheus_url=prometheus_url, traces_backend="jaeger", traces_url=jaeger.url)
+
+
 def run_suite(prometheus_url: str, suite: list[Scenario]) -> list[Outcome]:
-    settings = Settings(prometheus_url=prometheus_url)
     outcomes = []
     for scenario in suite:
         start = datetime.now(UTC) - timedelta(minutes=2)
         target = target_from_alerts([scenario.alert], [start], TargetConfig())
-        began = time.perf_counter()
-        analysis = analyse(settings, target)
+        with _settings_for(prometheus_url, scenario) as settings:
+            began = time.perf_counter()
+            analysis = analyse(settings, target, alerts=[AlertText(scenario.alert, {}, start)])
         outcomes.append(Outcome(scenario, analysis.hypotheses, analysis.collection.stack,
                                 time.perf_counter() - began, [f.key for f in analysis.findings if f.breached],
                                 [f.key for f in analysis.findings if f.chronic], analysis.collection.selectors))
