@@ -1,4 +1,4 @@
-"""Search API over incidents: `GET /api/v1/incidents` and `GET /api/v1/incidents/{id}`."""
+"""Incident history API: search (`GET /api/v1/incidents`), one incident, similar incidents and feedback."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from pydantic import AwareDatetime
 
 from rca.api.auth import require_api_token
-from rca.api.schemas import AlertOut, IncidentOut, IncidentPage, IncidentSummary, InvestigationOut
+from rca.api.cursor import decode_cursor, encode_cursor
+from rca.api.schemas import TOTAL_CAP, AlertOut, IncidentOut, IncidentPage, IncidentSummary, InvestigationOut
 from rca.store import incidents as incident_store
+from rca.store import fts
 from rca.store.db import session_scope
 from rca.store.models import Incident
 
@@ -27,38 +29,60 @@ def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _summary(incident: Incident) -> IncidentSummary:
-    latest = incident.investigations[-1] if incident.investigations else None
-    top = latest.hypotheses[0] if latest and latest.hypotheses else None
+def _summary(hit: incident_store.Hit) -> IncidentSummary:
+    incident, digest = hit.incident, hit.digest
     return IncidentSummary(
         id=incident.id, title=incident.title, status=incident.status, alertname=incident.alertname,
         created_at=incident.created_at, updated_at=incident.updated_at, resolved_at=incident.resolved_at,
-        notification_count=incident.notification_count,
-        investigation_status=latest.status if latest else None,
-        top_category=top.category if top else None, top_confidence=top.confidence if top else None,
+        notification_count=incident.notification_count, investigation_status=hit.investigation_status,
+        top_category=digest.top_category, top_confidence=digest.top_confidence,
+        confirmed_category=digest.confirmed_category, breached=digest.breached, score=hit.score,
     )
 
 
-@router.get("", response_model=IncidentPage, summary="Search incidents, newest first")
+def _unprocessable(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
+
+
+@router.get("", response_model=IncidentPage, summary="Search the incident history",
+            description="Full-text `q` (every word must match) over titles, alert names, labels, annotations, "
+                        "findings and hypotheses, with filters; `sort=relevance` (the default with `q`) or "
+                        "`time` (newest first, the default without). Follow `next_cursor` for the next page.",
+            responses={422: {"description": "an invalid parameter, named in `detail`"}})
 def list_incidents(
     request: Request,
+    q: Annotated[str | None, Query(max_length=500, description="free text; every word must match")] = None,
     status_: Annotated[Literal["firing", "resolved"] | None, Query(alias="status")] = None,
-    alertname: str | None = None,
+    alertname: Annotated[str | None, Query(max_length=255)] = None,
     label: Annotated[list[str], Query(description="name=value; repeat to AND several")] = [],  # noqa: B006
+    signal: Annotated[list[str], Query(description="breached finding id, e.g. kv_cache_usage; repeat to AND")] = [],  # noqa: B006
+    category: Annotated[str | None, Query(max_length=64, description="top-ranked root-cause category")] = None,
+    confirmed: Annotated[bool | None, Query(description="whether an engineer confirmed the cause")] = None,
+    confirmed_category: Annotated[str | None, Query(max_length=64)] = None,
     since: AwareDatetime | None = None,
     until: AwareDatetime | None = None,
+    sort: Annotated[Literal["relevance", "time"] | None, Query(description="default: relevance with q")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    cursor: Annotated[str | None, Query(max_length=500, description="`next_cursor` of the previous page")] = None,
 ) -> IncidentPage:
     if since and until and since >= until:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail="since must be before until")
-    filters = incident_store.IncidentFilter(status=status_, alertname=alertname, labels=_parse_labels(label),
-                                            since=since, until=until)
+        raise _unprocessable("since must be before until")
+    if q is not None and not fts.words(q):
+        raise _unprocessable("q has no searchable words (letters or digits)")
+    order = sort or ("relevance" if q else "time")
+    if order == "relevance" and not q:
+        raise _unprocessable("sort=relevance needs a full-text query q")
+    filters = incident_store.IncidentFilter(
+        q=q, status=status_, alertname=alertname, labels=_parse_labels(label), since=since, until=until,
+        signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
+    after = decode_cursor(cursor, order, filters) if cursor else None
     with session_scope(request.app.state.settings.effective_database_url) as session:
-        rows, total = incident_store.search(session, filters=filters, limit=limit, offset=offset)
-        items = [_summary(row) for row in rows]
-    next_offset = offset + limit if offset + limit < total else None
-    return IncidentPage(items=items, total=total, limit=limit, offset=offset, next_offset=next_offset)
+        hits, more = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
+        total = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
+        items = [_summary(hit) for hit in hits]
+    next_cursor = encode_cursor(hits[-1], order, filters) if more else None
+    return IncidentPage(items=items, total=min(total, TOTAL_CAP), total_exact=total <= TOTAL_CAP, limit=limit,
+                        sort=order, next_cursor=next_cursor)
 
 
 def incident_out(incident: Incident) -> IncidentOut:

@@ -108,6 +108,9 @@ class IncidentSummary(BaseModel):
     investigation_status: str | None
     top_category: str | None
     top_confidence: float | None
+    confirmed_category: str | None = Field(default=None, description="root cause an engineer confirmed")
+    breached: list[str] = Field(default_factory=list, description="breached finding ids of the latest finished run")
+    score: float | None = Field(default=None, description="full-text relevance (only when `q` is given)")
 
 
 class IncidentOut(BaseModel):
@@ -130,12 +133,16 @@ class IncidentOut(BaseModel):
     investigation: InvestigationOut | None  # the latest
 
 
+TOTAL_CAP = 10_000
+
+
 class IncidentPage(BaseModel):
     items: list[IncidentSummary]
-    total: int
+    total: int = Field(description=f"matching incidents, counted up to {TOTAL_CAP}")
+    total_exact: bool = Field(description=f"false when more than {TOTAL_CAP} match and `total` is that cap")
     limit: int
-    offset: int
-    next_offset: int | None
+    sort: str = Field(description="time (newest first) or relevance (best match first)")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
 
 
 class AcceptedOut(BaseModel):

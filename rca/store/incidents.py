@@ -1,50 +1,120 @@
-"""Read side of incidents: search with filters and fetch one with everything in it."""
+"""Read side of incidents: search the history (full text, filters, keyset pages) and fetch one
+incident with everything in it. Search reads `incident_digests` (see `rca.store.digests`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Literal
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select, tuple_
 from sqlalchemy.orm import Session, selectinload
 
-from rca.store.models import Alert, Incident, Investigation
+from rca.store import fts
+from rca.store.models import Incident, IncidentDigest, Investigation
+
+Sort = Literal["time", "relevance"]
 
 
 @dataclass(frozen=True)
 class IncidentFilter:
+    q: str | None = None
     status: str | None = None
     alertname: str | None = None
     labels: tuple[tuple[str, str], ...] = ()
     since: datetime | None = None
     until: datetime | None = None
+    signals: tuple[str, ...] = ()  # breached finding keys, all required
+    category: str | None = None  # top-ranked root cause of the latest finished investigation
+    confirmed: bool | None = None  # an engineer confirmed (or corrected) the cause
+    confirmed_category: str | None = None
 
 
-def search(session: Session, *, filters: IncidentFilter, limit: int, offset: int) -> tuple[list[Incident], int]:
-    """Incidents matching every filter, newest first, with the total count."""
-    query = select(Incident)
+@dataclass(frozen=True)
+class Position:
+    """Where the previous page ended: its last item's sort key."""
+
+    created_at: datetime
+    incident_id: int
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    incident: Incident
+    digest: IncidentDigest
+    score: float | None
+    investigation_status: str | None
+
+
+def _conditions(session: Session, filters: IncidentFilter) -> list[ColumnElement[bool]]:
+    d = IncidentDigest
+    where: list[ColumnElement[bool]] = []
     if filters.status:
-        query = query.where(Incident.status == filters.status)
+        where.append(d.status == filters.status)
     if filters.alertname:
-        query = query.where(
-            exists().where(Alert.incident_id == Incident.id, Alert.alertname == filters.alertname)
-        )
-    for name, value in filters.labels:
-        query = query.where(
-            exists().where(Alert.incident_id == Incident.id, Alert.labels[name].as_string() == value)
-        )
+        where.append(fts.contains(session, d.labels, f"alertname={filters.alertname}"))
+    where += [fts.contains(session, d.labels, f"{name}={value}") for name, value in filters.labels]
+    where += [fts.contains(session, d.breached, key) for key in filters.signals]
     if filters.since:
-        query = query.where(Incident.created_at >= filters.since)
+        where.append(d.created_at >= filters.since)
     if filters.until:
-        query = query.where(Incident.created_at < filters.until)
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = session.scalars(
-        query.options(selectinload(Incident.investigations).selectinload(Investigation.hypotheses))
-        .order_by(Incident.created_at.desc(), Incident.id.desc())
-        .limit(limit)
-        .offset(offset)
-    ).all()
-    return list(rows), total
+        where.append(d.created_at < filters.until)
+    if filters.category:
+        where.append(d.top_category == filters.category)
+    if filters.confirmed is not None:
+        where.append(d.confirmed_category.is_not(None) if filters.confirmed else d.confirmed_category.is_(None))
+    if filters.confirmed_category:
+        where.append(d.confirmed_category == filters.confirmed_category)
+    return where
+
+
+def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
+           after: Position | None = None) -> tuple[list[Hit], bool]:
+    """One page of matching incidents and whether more follow. Time order is newest first by
+    (created_at, id); relevance order is by score, then id. Both continue strictly after `after`,
+    so incidents inserted meanwhile never shift or repeat a later page."""
+    d = IncidentDigest
+    query: Any = select(d, Incident).join(Incident, Incident.id == d.incident_id)
+    score: ColumnElement[float] | None = None
+    if filters.q:
+        query, score = fts.apply_match(session, query, filters.q)
+        query = query.add_columns(score)
+    query = query.where(*_conditions(session, filters))
+    if sort == "relevance" and score is not None:
+        if after is not None and after.score is not None:
+            query = query.where(or_(score < after.score, and_(score == after.score, d.incident_id < after.incident_id)))
+        query = query.order_by(score.desc(), d.incident_id.desc())
+    else:
+        if after is not None:
+            query = query.where(tuple_(d.created_at, d.incident_id) < tuple_(after.created_at, after.incident_id))
+        query = query.order_by(d.created_at.desc(), d.incident_id.desc())
+    rows = session.execute(query.limit(limit + 1)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    statuses = latest_investigation_status(session, [row[0].incident_id for row in rows])
+    hits = [Hit(incident=row[1], digest=row[0], score=row[2] if score is not None else None,
+                investigation_status=statuses.get(row[0].incident_id)) for row in rows]
+    return hits, more
+
+
+def count(session: Session, *, filters: IncidentFilter, cap: int) -> int:
+    """How many incidents match, counting no further than `cap` (an exact count of a common word
+    over a million incidents would cost more than the page itself)."""
+    query: Any = select(IncidentDigest.incident_id)
+    if filters.q:
+        query, _ = fts.apply_match(session, query, filters.q)
+    capped = query.where(*_conditions(session, filters)).limit(cap).subquery()
+    return session.scalar(select(func.count()).select_from(capped)) or 0
+
+
+def latest_investigation_status(session: Session, incident_ids: list[int]) -> dict[int, str]:
+    """The status of each incident's newest investigation (read live: it changes as workers run)."""
+    if not incident_ids:
+        return {}
+    rows = session.execute(select(Investigation.incident_id, Investigation.status)
+                           .where(Investigation.incident_id.in_(incident_ids)).order_by(Investigation.id))
+    return {incident_id: status for incident_id, status in rows}
 
 
 def get(session: Session, *, incident_id: int) -> Incident | None:

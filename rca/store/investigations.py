@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from rca.collect.target import Target, target_from_alerts
 from rca.config import TargetConfig
+from rca.store import digests
 from rca.store.models import Alert, Finding, Hypothesis, Investigation, utcnow
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def save_analysis(session: Session, investigation_id: int, analysis: Analysis, t
     inv.target = analysis.target.to_dict() | {"selectors": analysis.collection.selectors,
                                               "stack": analysis.collection.stack}
     inv.error = analysis.collection.prometheus_error
+    digests.refresh(session, inv.incident_id)
 
 
 def mark_failed(session: Session, investigation_id: int, error: str, final: bool) -> None:
