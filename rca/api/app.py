@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
-from rca.api import incidents, webhook
+from rca.api import incidents, stats, webhook
 from rca.config import Settings
 from rca.dispatch import Dispatcher, create_dispatcher
 from rca.store.db import ping
@@ -44,6 +44,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     app.state.settings = settings
     app.include_router(webhook.router, tags=["intake"])
     app.include_router(incidents.router, tags=["incidents"])
+    app.include_router(stats.router, tags=["stats"])
 
     @app.exception_handler(OperationalError)
     async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:

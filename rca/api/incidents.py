@@ -4,18 +4,33 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from pydantic import AwareDatetime
 
-from rca.api.auth import require_api_token
+from rca.api.auth import Principal, require_api_token, require_read, require_write
 from rca.api.cursor import decode_cursor, encode_cursor
-from rca.api.schemas import TOTAL_CAP, AlertOut, IncidentOut, IncidentPage, IncidentSummary, InvestigationOut
-from rca.store import incidents as incident_store
+from rca.api.schemas import (
+    TOTAL_CAP,
+    AlertOut,
+    FeedbackIn,
+    FeedbackOut,
+    IncidentOut,
+    IncidentPage,
+    IncidentSummary,
+    InvestigationOut,
+    SimilarIncident,
+    SimilarPage,
+    Verdict,
+)
+from rca.diagnosis.ranking import taxonomy
+from rca.store import feedback as feedback_store
 from rca.store import fts
+from rca.store import incidents as incident_store
+from rca.store import similar as similar_store
 from rca.store.db import session_scope
-from rca.store.models import Incident
+from rca.store.models import Feedback, Incident, IncidentDigest
 
-router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_api_token)])
+router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read)])
 
 
 def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -98,11 +113,77 @@ def incident_out(incident: Incident) -> IncidentOut:
     )
 
 
-@router.get("/{incident_id}", response_model=IncidentOut, summary="One incident with its evidence")
-def get_incident(request: Request, incident_id: int) -> IncidentOut:
+IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+
+
+@router.get("/{incident_id}", response_model=IncidentOut, summary="One incident with its evidence",
+            responses={404: {"description": "no such incident"}})
+def get_incident(request: Request, incident_id: IncidentId) -> IncidentOut:
     with session_scope(request.app.state.settings.effective_database_url) as session:
         incident = incident_store.get(session, incident_id=incident_id)
         if incident is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
         return incident_out(incident)
 
+
+
+@router.get("/{incident_id}/similar", response_model=SimilarPage, summary="Past incidents with the same evidence",
+            description="Ranked by evidence signature: breached findings, their onset order, the serving stack and "
+                        "the top causes; each with the cause an engineer confirmed, when known.",
+            responses={404: {"description": "no such incident"}})
+def similar_incidents(request: Request, incident_id: IncidentId,
+                      limit: Annotated[int, Query(ge=1, le=50)] = 10) -> SimilarPage:
+    with session_scope(request.app.state.settings.effective_database_url) as session:
+        target = session.get(IncidentDigest, incident_id)
+        matches = similar_store.find(session, incident_id, limit)
+        if target is None or matches is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+        statuses = incident_store.latest_investigation_status(session, [m.incident.id for m in matches])
+        items = [SimilarIncident(
+            incident=_summary(incident_store.Hit(m.incident, m.digest, None, statuses.get(m.incident.id))),
+            score=m.score, shared_breached=m.shared, onset_order=m.digest.onset_order, stack=m.digest.stack,
+            confirmed_category=m.digest.confirmed_category) for m in matches]
+        return SimilarPage(incident_id=incident_id, breached=target.breached, onset_order=target.onset_order,
+                           stack=target.stack, categories=target.categories, items=items)
+
+
+def _feedback_out(row: Feedback) -> FeedbackOut:
+    return FeedbackOut(id=row.id, incident_id=row.incident_id, investigation_id=row.investigation_id,
+                       category=row.category, note=row.note, hypotheses=[Verdict(**v) for v in row.verdicts],
+                       author=row.author, created_at=row.created_at)
+
+
+@router.post("/{incident_id}/feedback", response_model=FeedbackOut, status_code=status.HTTP_201_CREATED,
+             summary="Confirm or correct the root cause", dependencies=[Depends(require_write)],
+             description="Needs a token with the write scope. The newest feedback of an incident is its confirmed "
+                         "cause; earlier ones stay as history.",
+             responses={403: {"description": "the token lacks the write scope"},
+                        404: {"description": "no such incident"},
+                        422: {"description": "unknown category, or a hypothesis rank the incident does not have"}})
+def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
+                  principal: Annotated[Principal, Depends(require_api_token)]) -> FeedbackOut:
+    known = taxonomy()
+    if body.category not in known:
+        raise _unprocessable(f"category {body.category!r} is not a taxonomy id; use one of {', '.join(known)}")
+    ranks = [v.rank for v in body.hypotheses]
+    if len(set(ranks)) != len(ranks):
+        raise _unprocessable("each hypothesis rank may be judged only once")
+    with session_scope(request.app.state.settings.effective_database_url) as session:
+        if session.get(Incident, incident_id) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+        try:
+            row = feedback_store.record(session, incident_id, category=body.category, note=body.note,
+                                        verdicts=[v.model_dump() for v in body.hypotheses], author=principal.name)
+        except feedback_store.FeedbackError as exc:
+            raise _unprocessable(str(exc)) from None
+        session.flush()
+        return _feedback_out(row)
+
+
+@router.get("/{incident_id}/feedback", response_model=list[FeedbackOut], summary="Feedback given, oldest first",
+            responses={404: {"description": "no such incident"}})
+def list_feedback(request: Request, incident_id: IncidentId) -> list[FeedbackOut]:
+    with session_scope(request.app.state.settings.effective_database_url) as session:
+        if session.get(Incident, incident_id) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+        return [_feedback_out(row) for row in feedback_store.history(session, incident_id)]

@@ -150,3 +150,62 @@ class AcceptedOut(BaseModel):
     created: bool
     investigation_id: int | None
     enqueued: bool
+
+
+class SimilarIncident(BaseModel):
+    incident: IncidentSummary
+    score: float = Field(description="0..1: breached set, onset order, stack and top causes alike")
+    shared_breached: list[str] = Field(description="breached finding ids both incidents have")
+    onset_order: list[str]
+    stack: str | None
+    confirmed_category: str | None = Field(description="the cause an engineer confirmed, when known")
+
+
+class SimilarPage(BaseModel):
+    incident_id: int
+    breached: list[str] = Field(description="this incident's breached finding ids")
+    onset_order: list[str]
+    stack: str | None
+    categories: list[str]
+    items: list[SimilarIncident]
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=1, le=100, description="rank of the hypothesis in the latest investigation")
+    correct: bool
+
+
+class FeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    category: str = Field(min_length=1, max_length=64, description="the confirmed root cause (a taxonomy id)")
+    note: str = Field(default="", max_length=4000, description="what it really was, in the engineer's words")
+    hypotheses: list[Verdict] = Field(default_factory=list, max_length=100,
+                                      description="which hypotheses were right or wrong")
+
+
+class FeedbackOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    incident_id: int
+    investigation_id: int | None
+    category: str
+    note: str
+    hypotheses: list[Verdict]
+    author: str = Field(description="name of the API token that sent it")
+    created_at: datetime
+
+
+class AccuracyFigures(BaseModel):
+    confirmed: int = Field(description="confirmed incidents counted")
+    ac_at_1: float | None = Field(description="share whose confirmed cause ranked first")
+    ac_at_3: float | None = Field(description="share whose confirmed cause ranked in the top three")
+
+
+class AccuracyOut(BaseModel):
+    overall: AccuracyFigures
+    by_analyst: dict[str, AccuracyFigures]
+    by_category: dict[str, AccuracyFigures]

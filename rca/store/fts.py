@@ -14,7 +14,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import ColumnElement, Float, Select, cast, column, func, literal, literal_column, select, table, text, type_coerce
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    Select,
+    cast,
+    column,
+    func,
+    literal,
+    literal_column,
+    select,
+    table,
+    text,
+    type_coerce,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
