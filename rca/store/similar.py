@@ -5,10 +5,10 @@ Scoring (0..1): 0.5 x Jaccard of the breached sets + 0.2 x order agreement (same
 counts half, the other half is the share of shared pairs that moved in the same order)
 + 0.15 x same stack + 0.15 x category overlap (same top cause, else Jaccard of the top three).
 
-At a million incidents the candidates come from indexed buckets only: the newest incidents with
-exactly the same breached set (`breached_key`), with the same top cause, and the newest confirmed
-ones with that cause, `CANDIDATES` of each. So a match is found among recent look-alikes, not
-among all history; an old incident whose evidence differs from all three buckets is not scored.
+At a million incidents the candidates come from indexed buckets only, the newest `CANDIDATES` of
+each: exactly the same breached set (`breached_key`), the same first mover breached (GIN on
+Postgres), the same top cause, and confirmed with that cause. So a match is found among recent
+look-alikes, not among all history: an old incident in none of the four buckets is not scored.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from itertools import combinations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rca.store import fts
 from rca.store.models import Incident, IncidentDigest
 
 CANDIDATES = 200
@@ -79,6 +80,9 @@ def find(session: Session, incident_id: int, limit: int) -> list[Match] | None:
     buckets = []
     if target.breached_key:
         buckets.append(select(d.incident_id).where(d.breached_key == target.breached_key, past))
+    lead = (target.onset_order or target.breached or [None])[0]
+    if lead:
+        buckets.append(select(d.incident_id).where(fts.contains(session, d.breached, lead), past))
     if target.top_category:
         buckets.append(select(d.incident_id).where(d.top_category == target.top_category, past))
         buckets.append(select(d.incident_id).where(d.confirmed_category == target.top_category, past))
