@@ -52,6 +52,8 @@ API_AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 
 # Children first, so that deleting on SQLite never trips a foreign key.
 TABLES = ("hypotheses", "findings", "notifications", "alerts", "investigations", "incidents")
+# Tables that hang off no incident and so survive a cascade from `incidents`.
+STANDALONE_TABLES = ("api_tokens",)
 MODELS = {"incidents": Incident, "alerts": Alert, "notifications": Notification,
           "investigations": Investigation, "findings": Finding, "hypotheses": Hypothesis}
 
@@ -142,9 +144,9 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 def truncate(url: str) -> None:
     with get_engine(url).begin() as conn:
         if url.startswith("postgresql"):
-            conn.execute(text(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE"))
+            conn.execute(text(f"TRUNCATE {', '.join(TABLES + STANDALONE_TABLES)} RESTART IDENTITY CASCADE"))
         else:
-            for table in TABLES:
+            for table in TABLES + STANDALONE_TABLES:
                 conn.execute(text(f"DELETE FROM {table}"))
 
 
