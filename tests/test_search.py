@@ -4,12 +4,13 @@ relevance and time order, cursor pages that stay stable while incidents arrive, 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import API_AUTH, make_alert, make_payload, post_webhook
+from tests.conftest import API_AUTH, WEBHOOK_AUTH, make_alert, make_payload, post_webhook
 from tests.history_helpers import finish_investigation
 
 
@@ -126,7 +127,9 @@ def test_cursor_pages_are_stable_while_new_incidents_arrive(intake_client: TestC
     ({"sort": "best"}, "sort"),
     ({"confirmed": "maybe"}, "confirmed"),
     ({"q": "x" * 501}, "q"),
-], ids=["no-words", "relevance-without-q", "bad-sort", "bad-bool", "q-too-long"])
+    ({"q": "disk\x00"}, "query parameter q: the NUL character"),
+    ({"label": "model=\x00"}, "query parameter label: the NUL character"),
+], ids=["no-words", "relevance-without-q", "bad-sort", "bad-bool", "q-too-long", "nul-in-q", "nul-in-label"])
 def test_invalid_history_parameters_are_refused_with_422(intake_client: TestClient, params: dict[str, str],
                                                          fragment: str) -> None:
     reply = intake_client.get("/api/v1/incidents", params=params, headers=API_AUTH)
@@ -147,3 +150,14 @@ def test_a_cursor_only_continues_the_search_it_came_from(intake_client: TestClie
     tampered = cursor[:-4] + ("AAAA" if not cursor.endswith("AAAA") else "BBBB")
     reply = intake_client.get("/api/v1/incidents", params={"limit": 1, "cursor": tampered}, headers=API_AUTH)
     assert reply.status_code == 422 and "invalid cursor" in reply.json()["detail"]
+
+
+@pytest.mark.parametrize("bad", ["\u0000", "\ud800"], ids=["nul", "lone-surrogate"])
+def test_text_the_database_cannot_store_is_refused_and_nothing_is_stored(intake_client: TestClient, bad: str) -> None:
+    """Found by the schemathesis fuzzing (tests/test_openapi.py): Postgres refused these with a 500."""
+    body = json.dumps(make_payload("g", alerts=[make_alert("fp")])).replace('"llm-rca"', f'"llm-rca{bad}"')
+    reply = intake_client.post("/api/v1/alertmanager", content=body, headers={**WEBHOOK_AUTH,
+                                                                              "Content-Type": "application/json"})
+    assert reply.status_code == 422, reply.text
+    assert "body.receiver" in reply.json()["detail"]
+    assert search(intake_client)["total"] == 0

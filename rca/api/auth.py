@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from rca.config import Settings
 from rca.store import tokens
@@ -73,7 +74,13 @@ def _lookup_stored(url: str, secret: str) -> Principal | None:
         return Principal(row.name, frozenset(row.scopes)) if row else None
 
 
-def require_api_token(request: Request) -> Principal:
+# Declares the bearer scheme in the OpenAPI document; the check itself is below (auto_error off so
+# that our own 401 messages stay).
+bearer_scheme = HTTPBearer(auto_error=False, description="a token from RCA_API_TOKENS or `rca token create`")
+
+
+def require_api_token(request: Request,
+                      _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]) -> Principal:
     """A token from RCA_API_TOKENS (full access, named env-token-N by position) or one created
     with `rca token create` (its scopes)."""
     settings: Settings = request.app.state.settings

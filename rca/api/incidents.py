@@ -10,8 +10,10 @@ from pydantic import AwareDatetime
 from rca.api.auth import Principal, require_api_token, require_read, require_write
 from rca.api.cursor import decode_cursor, encode_cursor
 from rca.api.schemas import (
+    AUTH_ERRORS,
     TOTAL_CAP,
     AlertOut,
+    ErrorOut,
     FeedbackIn,
     FeedbackOut,
     IncidentOut,
@@ -22,6 +24,7 @@ from rca.api.schemas import (
     SimilarPage,
     Verdict,
 )
+from rca.api.storable import require_storable_query
 from rca.diagnosis.ranking import taxonomy
 from rca.store import feedback as feedback_store
 from rca.store import fts
@@ -30,7 +33,8 @@ from rca.store import similar as similar_store
 from rca.store.db import session_scope
 from rca.store.models import Feedback, Incident, IncidentDigest
 
-router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read)])
+router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read), Depends(require_storable_query)],
+                   responses=AUTH_ERRORS)
 
 
 def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -63,7 +67,7 @@ def _unprocessable(message: str) -> HTTPException:
             description="Full-text `q` (every word must match) over titles, alert names, labels, annotations, "
                         "findings and hypotheses, with filters; `sort=relevance` (the default with `q`) or "
                         "`time` (newest first, the default without). Follow `next_cursor` for the next page.",
-            responses={422: {"description": "an invalid parameter, named in `detail`"}})
+)
 def list_incidents(
     request: Request,
     q: Annotated[str | None, Query(max_length=500, description="free text; every word must match")] = None,
@@ -117,7 +121,7 @@ IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
 @router.get("/{incident_id}", response_model=IncidentOut, summary="One incident with its evidence",
-            responses={404: {"description": "no such incident"}})
+            responses={404: {"model": ErrorOut, "description": "no such incident"}})
 def get_incident(request: Request, incident_id: IncidentId) -> IncidentOut:
     with session_scope(request.app.state.settings.effective_database_url) as session:
         incident = incident_store.get(session, incident_id=incident_id)
@@ -130,7 +134,7 @@ def get_incident(request: Request, incident_id: IncidentId) -> IncidentOut:
 @router.get("/{incident_id}/similar", response_model=SimilarPage, summary="Past incidents with the same evidence",
             description="Ranked by evidence signature: breached findings, their onset order, the serving stack and "
                         "the top causes; each with the cause an engineer confirmed, when known.",
-            responses={404: {"description": "no such incident"}})
+            responses={404: {"model": ErrorOut, "description": "no such incident"}})
 def similar_incidents(request: Request, incident_id: IncidentId,
                       limit: Annotated[int, Query(ge=1, le=50)] = 10) -> SimilarPage:
     with session_scope(request.app.state.settings.effective_database_url) as session:
@@ -157,9 +161,7 @@ def _feedback_out(row: Feedback) -> FeedbackOut:
              summary="Confirm or correct the root cause", dependencies=[Depends(require_write)],
              description="Needs a token with the write scope. The newest feedback of an incident is its confirmed "
                          "cause; earlier ones stay as history.",
-             responses={403: {"description": "the token lacks the write scope"},
-                        404: {"description": "no such incident"},
-                        422: {"description": "unknown category, or a hypothesis rank the incident does not have"}})
+             responses={404: {"model": ErrorOut, "description": "no such incident"}})
 def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
                   principal: Annotated[Principal, Depends(require_api_token)]) -> FeedbackOut:
     known = taxonomy()
@@ -181,7 +183,7 @@ def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
 
 
 @router.get("/{incident_id}/feedback", response_model=list[FeedbackOut], summary="Feedback given, oldest first",
-            responses={404: {"description": "no such incident"}})
+            responses={404: {"model": ErrorOut, "description": "no such incident"}})
 def list_feedback(request: Request, incident_id: IncidentId) -> list[FeedbackOut]:
     with session_scope(request.app.state.settings.effective_database_url) as session:
         if session.get(Incident, incident_id) is None:

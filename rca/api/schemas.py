@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rca.api.storable import problem
 from rca.signals.findings import onset_order
 
 
@@ -185,6 +186,14 @@ class FeedbackIn(BaseModel):
     hypotheses: list[Verdict] = Field(default_factory=list, max_length=100,
                                       description="which hypotheses were right or wrong")
 
+    @field_validator("category", "note")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        found = problem(value, "text")
+        if found:
+            raise ValueError(found)
+        return value
+
 
 class FeedbackOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -209,3 +218,17 @@ class AccuracyOut(BaseModel):
     overall: AccuracyFigures
     by_analyst: dict[str, AccuracyFigures]
     by_category: dict[str, AccuracyFigures]
+
+
+class ErrorOut(BaseModel):
+    """Every error answer: a message, or FastAPI's list of field errors for a malformed request."""
+
+    detail: str | list[dict[str, Any]]
+
+
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing or invalid bearer token"},
+    403: {"model": ErrorOut, "description": "the token lacks the scope this operation needs"},
+    422: {"model": ErrorOut, "description": "an invalid parameter or body, named in `detail`"},
+    503: {"model": ErrorOut, "description": "database unavailable, retry later"},
+}

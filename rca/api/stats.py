@@ -6,11 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from rca.api.auth import require_read
-from rca.api.schemas import AccuracyOut
+from rca.api.schemas import AUTH_ERRORS, AccuracyOut
+from rca.api.storable import require_storable_query
 from rca.store import feedback as feedback_store
 from rca.store.db import session_scope
 
-router = APIRouter(prefix="/api/v1/stats", dependencies=[Depends(require_read)])
+router = APIRouter(prefix="/api/v1/stats", dependencies=[Depends(require_read), Depends(require_storable_query)],
+                   responses=AUTH_ERRORS)
 
 
 @router.get("/accuracy", response_model=AccuracyOut, summary="AC@1 and AC@3 over confirmed incidents",
