@@ -152,7 +152,7 @@ def test_a_cursor_only_continues_the_search_it_came_from(intake_client: TestClie
     assert reply.status_code == 422 and "invalid cursor" in reply.json()["detail"]
 
 
-@pytest.mark.parametrize("bad", ["\u0000", "\ud800"], ids=["nul", "lone-surrogate"])
+@pytest.mark.parametrize("bad", [r"\u0000", r"\ud800"], ids=["nul", "lone-surrogate"])
 def test_text_the_database_cannot_store_is_refused_and_nothing_is_stored(intake_client: TestClient, bad: str) -> None:
     """Found by the schemathesis fuzzing (tests/test_openapi.py): Postgres refused these with a 500."""
     body = json.dumps(make_payload("g", alerts=[make_alert("fp")])).replace('"llm-rca"', f'"llm-rca{bad}"')
