@@ -21,9 +21,9 @@ def _fingerprint(filters: IncidentFilter) -> str:
     return hashlib.sha256(repr(filters).encode()).hexdigest()[:16]
 
 
-def encode_cursor(last: Hit, sort: str, filters: IncidentFilter) -> str:
+def encode_cursor(last: Hit, sort: str, filters: IncidentFilter, anchor: datetime | None) -> str:
     data = {"o": sort, "f": _fingerprint(filters), "t": last.digest.created_at.isoformat(),
-            "i": last.digest.incident_id, "s": last.score}
+            "i": last.digest.incident_id, "s": last.score, "a": anchor.isoformat() if anchor else None}
     return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
@@ -35,14 +35,17 @@ def decode_cursor(cursor: str, sort: str, filters: IncidentFilter) -> Position:
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         position = Position(created_at=datetime.fromisoformat(data["t"]), incident_id=int(data["i"]),
-                            score=None if data["s"] is None else float(data["s"]))
+                            score=None if data["s"] is None else float(data["s"]),
+                            anchor=None if data["a"] is None else datetime.fromisoformat(data["a"]))
         order, fingerprint = data["o"], data["f"]
     except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError):
         raise _invalid("not a cursor returned by this API") from None
+    if position.anchor is not None and position.anchor.tzinfo is None:
+        raise _invalid("not a cursor returned by this API")
     if position.created_at.tzinfo is None or not 0 < position.incident_id < 2**31:
         raise _invalid("not a cursor returned by this API")
     if order != sort or fingerprint != _fingerprint(filters):
         raise _invalid("it belongs to a search with other parameters; repeat those or start without a cursor")
-    if sort == "relevance" and position.score is None:
-        raise _invalid("a relevance cursor must carry a score")
+    if sort == "relevance" and (position.score is None or position.anchor is None):
+        raise _invalid("a relevance cursor must carry a score and a snapshot time")
     return position

@@ -96,10 +96,10 @@ def list_incidents(
         signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
     after = decode_cursor(cursor, order, filters) if cursor else None
     with session_scope(request.app.state.settings.effective_database_url) as session:
-        hits, more = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
+        hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
         total = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
         items = [_summary(hit) for hit in hits]
-    next_cursor = encode_cursor(hits[-1], order, filters) if more else None
+    next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
     return IncidentPage(items=items, total=min(total, TOTAL_CAP), total_exact=total <= TOTAL_CAP, limit=limit,
                         sort=order, next_cursor=next_cursor)
 

@@ -134,7 +134,7 @@ class IncidentOut(BaseModel):
     investigation: InvestigationOut | None  # the latest
 
 
-TOTAL_CAP = 10_000
+TOTAL_CAP = 1000
 
 
 class IncidentPage(BaseModel):

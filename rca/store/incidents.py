@@ -11,9 +11,10 @@ from sqlalchemy import ColumnElement, and_, func, or_, select, tuple_
 from sqlalchemy.orm import Session, selectinload
 
 from rca.store import fts
-from rca.store.models import Incident, IncidentDigest, Investigation
+from rca.store.models import Incident, IncidentDigest, Investigation, utcnow
 
 Sort = Literal["time", "relevance"]
+RELEVANCE_WINDOW = 1000
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Position:
     created_at: datetime
     incident_id: int
     score: float | None = None
+    anchor: datetime | None = None  # relevance only: the snapshot time of the first page
 
 
 @dataclass(frozen=True)
@@ -70,32 +72,57 @@ def _conditions(session: Session, filters: IncidentFilter) -> list[ColumnElement
 
 
 def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
-           after: Position | None = None) -> tuple[list[Hit], bool]:
-    """One page of matching incidents and whether more follow. Time order is newest first by
-    (created_at, id); relevance order is by score, then id. Both continue strictly after `after`,
-    so incidents inserted meanwhile never shift or repeat a later page."""
+           after: Position | None = None) -> tuple[list[Hit], bool, datetime | None]:
+    """One page of matching incidents, whether more follow, and (relevance only) the snapshot time.
+
+    Time order is newest first by (created_at, id) and continues strictly after `after`: incidents
+    inserted meanwhile are newer than any cursor, so they never shift or repeat a later page.
+
+    Relevance order ranks, by full-text score then id, the newest `RELEVANCE_WINDOW` matches that
+    existed when the first page was asked for (`anchor`, carried by the cursor). Scoring every
+    match of a common word at a million incidents would cost seconds; bounding it keeps the query
+    on the (created_at) index. The snapshot makes later pages stable: incidents arriving meanwhile
+    are left out and no page repeats or skips one. Older matches are reached with sort=time.
+    """
     d = IncidentDigest
-    query: Any = select(d, Incident).join(Incident, Incident.id == d.incident_id)
-    score: ColumnElement[float] | None = None
+    ids: Any = select(d.incident_id, d.created_at)
     if filters.q:
-        query, score = fts.apply_match(session, query, filters.q)
-        query = query.add_columns(score)
-    query = query.where(*_conditions(session, filters))
-    if sort == "relevance" and score is not None:
+        ids, _ = fts.apply_match(session, ids, filters.q)
+    ids = ids.where(*_conditions(session, filters))
+    anchor = None
+    if sort == "relevance" and filters.q:
+        anchor = after.anchor if after is not None and after.anchor else utcnow()
+        window = ids.where(d.created_at <= anchor).order_by(d.created_at.desc(), d.incident_id.desc()) \
+            .limit(RELEVANCE_WINDOW).subquery()
+        ranked, score = fts.apply_match(session, select(d.incident_id, d.created_at), filters.q)
+        ranked = ranked.where(d.incident_id.in_(select(window.c.incident_id))).add_columns(score)
         if after is not None and after.score is not None:
-            query = query.where(or_(score < after.score, and_(score == after.score, d.incident_id < after.incident_id)))
-        query = query.order_by(score.desc(), d.incident_id.desc())
+            beyond = or_(score < after.score, and_(score == after.score, d.incident_id < after.incident_id))
+            ranked = ranked.where(beyond)
+        page = ranked.order_by(score.desc(), d.incident_id.desc())
     else:
         if after is not None:
-            query = query.where(tuple_(d.created_at, d.incident_id) < tuple_(after.created_at, after.incident_id))
-        query = query.order_by(d.created_at.desc(), d.incident_id.desc())
-    rows = session.execute(query.limit(limit + 1)).all()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    statuses = latest_investigation_status(session, [row[0].incident_id for row in rows])
-    hits = [Hit(incident=row[1], digest=row[0], score=row[2] if score is not None else None,
-                investigation_status=statuses.get(row[0].incident_id)) for row in rows]
-    return hits, more
+            ids = ids.where(tuple_(d.created_at, d.incident_id) < tuple_(after.created_at, after.incident_id))
+        page = ids.order_by(d.created_at.desc(), d.incident_id.desc())
+    order = [row[0] for row in session.execute(page.limit(limit + 1))]
+    more = len(order) > limit
+    order = order[:limit]
+    return _hits(session, order, filters.q), more, anchor
+
+
+def _hits(session: Session, incident_ids: list[int], q: str | None) -> list[Hit]:
+    """The digests and incidents of one page, in the page's order, with their scores for `q`."""
+    if not incident_ids:
+        return []
+    d = IncidentDigest
+    rows: Any = select(d, Incident).join(Incident, Incident.id == d.incident_id).where(d.incident_id.in_(incident_ids))
+    if q:
+        rows, score = fts.apply_match(session, rows, q)
+        rows = rows.add_columns(score)
+    found = {row[0].incident_id: row for row in session.execute(rows)}
+    statuses = latest_investigation_status(session, incident_ids)
+    return [Hit(incident=found[i][1], digest=found[i][0], score=found[i][2] if q else None,
+                investigation_status=statuses.get(i)) for i in incident_ids if i in found]
 
 
 def count(session: Session, *, filters: IncidentFilter, cap: int) -> int:
