@@ -97,7 +97,9 @@ def list_incidents(
     after = decode_cursor(cursor, order, filters) if cursor else None
     with session_scope(request.app.state.settings.effective_database_url) as session:
         hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
-        total = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
+        # A first page without a next one already holds every match; only a longer result is counted.
+        total = len(hits) if cursor is None and not more else \
+            incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
         items = [_summary(hit) for hit in hits]
     next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
     return IncidentPage(items=items, total=min(total, TOTAL_CAP), total_exact=total <= TOTAL_CAP, limit=limit,

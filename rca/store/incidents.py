@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, and_, func, or_, select, tuple_
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, load_only, selectinload
 
 from rca.store import fts
 from rca.store.models import Incident, IncidentDigest, Investigation, utcnow
@@ -110,12 +110,20 @@ def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
     return _hits(session, order, filters.q), more, anchor
 
 
+SUMMARY_DIGEST = (IncidentDigest.incident_id, IncidentDigest.created_at, IncidentDigest.breached,
+                  IncidentDigest.top_category, IncidentDigest.top_confidence, IncidentDigest.confirmed_category)
+SUMMARY_INCIDENT = (Incident.id, Incident.title, Incident.status, Incident.alertname, Incident.created_at,
+                    Incident.updated_at, Incident.resolved_at, Incident.notification_count)
+
+
 def _hits(session: Session, incident_ids: list[int], q: str | None) -> list[Hit]:
     """The digests and incidents of one page, in the page's order, with their scores for `q`."""
     if not incident_ids:
         return []
     d = IncidentDigest
-    rows: Any = select(d, Incident).join(Incident, Incident.id == d.incident_id).where(d.incident_id.in_(incident_ids))
+    rows: Any = (select(d, Incident).join(Incident, Incident.id == d.incident_id)
+                 .where(d.incident_id.in_(incident_ids))
+                 .options(load_only(*SUMMARY_DIGEST), load_only(*SUMMARY_INCIDENT)))  # not the large text and JSON
     if q:
         rows, score = fts.apply_match(session, rows, q)
         rows = rows.add_columns(score)
