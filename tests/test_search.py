@@ -159,3 +159,15 @@ def test_text_the_database_cannot_store_is_refused_and_nothing_is_stored(intake_
     assert reply.status_code == 422, reply.text
     assert "body.receiver" in reply.json()["detail"]
     assert search(intake_client)["total"] == 0
+
+
+def test_relevance_ranks_only_the_newest_window_of_matches(intake_client: TestClient,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from rca.store import incidents as incident_store
+
+    monkeypatch.setattr(incident_store, "RELEVANCE_WINDOW", 3)
+    oldest_best = open_incident(intake_client, "old", make_alert("fp-old", note="disk " * 9))
+    newer = [open_incident(intake_client, f"n{n}", make_alert(f"fp-n{n}", note="disk " * (n + 1))) for n in range(3)]
+    relevance = search(intake_client, q="disk")
+    assert ids(relevance) == list(reversed(newer))  # the best match is older than the newest three
+    assert oldest_best in ids(search(intake_client, q="disk", sort="time"))
