@@ -96,10 +96,14 @@ def list_incidents(
         signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
     after = decode_cursor(cursor, order, filters) if cursor else None
     with session_scope(request.app.state.settings.effective_database_url) as session:
-        hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
-        # A first page without a next one already holds every match; only a longer result is counted.
-        total = len(hits) if cursor is None and not more else \
-            incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
+        # With q, count first: the count also tells the search whether the matches are many.
+        total = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1) if q else None
+        hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after,
+                                                   many=total is not None and total > incident_store.RELEVANCE_WINDOW)
+        if total is None:
+            # A first page without a next one already holds every match; only a longer result is counted.
+            total = len(hits) if cursor is None and not more else \
+                incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
         items = [_summary(hit) for hit in hits]
     next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
     return IncidentPage(items=items, total=min(total, TOTAL_CAP), total_exact=total <= TOTAL_CAP, limit=limit,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, tuple_
+from sqlalchemy import ColumnElement, and_, func, or_, select, text, tuple_
 from sqlalchemy.orm import Session, load_only, selectinload
 
 from rca.store import fts
@@ -72,7 +72,7 @@ def _conditions(session: Session, filters: IncidentFilter) -> list[ColumnElement
 
 
 def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
-           after: Position | None = None) -> tuple[list[Hit], bool, datetime | None]:
+           after: Position | None = None, many: bool = False) -> tuple[list[Hit], bool, datetime | None]:
     """One page of matching incidents, whether more follow, and (relevance only) the snapshot time.
 
     Time order is newest first by (created_at, id) and continues strictly after `after`: incidents
@@ -104,7 +104,12 @@ def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
         if after is not None:
             ids = ids.where(tuple_(d.created_at, d.incident_id) < tuple_(after.created_at, after.incident_id))
         page = ids.order_by(d.created_at.desc(), d.incident_id.desc())
+    walk = many and fts.is_postgres(session)
+    if walk:
+        session.execute(text("SET LOCAL enable_bitmapscan = off"))
     order = [row[0] for row in session.execute(page.limit(limit + 1))]
+    if walk:
+        session.execute(text("SET LOCAL enable_bitmapscan = on"))
     more = len(order) > limit
     order = order[:limit]
     return _hits(session, order, filters.q), more, anchor
