@@ -3,6 +3,7 @@
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from rca.store.fts import include_name
 from rca.store.models import Base
 
 target_metadata = Base.metadata
@@ -16,6 +17,7 @@ def run_migrations_online() -> None:
             connection=connection,
             target_metadata=target_metadata,
             render_as_batch=connection.dialect.name == "sqlite",
+            include_name=include_name,
         )
         with context.begin_transaction():
             context.run_migrations()

@@ -246,6 +246,31 @@ def cmd_gpu_probe(settings: Settings, args: argparse.Namespace) -> None:
         _fail(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
 
 
+def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
+    """Create or revoke a named API token; a new token is printed once and only its hash is kept."""
+    from rca.store import tokens
+    from rca.store.db import session_scope
+
+    _prepare_database(settings)
+    url = settings.effective_database_url
+    if args.action == "create":
+        if not args.name.strip() or len(args.name) > 128:
+            _fail("--name: give 1 to 128 characters")
+        try:
+            with session_scope(url) as session:
+                token = tokens.create(session, args.name.strip(), args.scope)
+        except ValueError as exc:
+            _fail(str(exc))
+        print(token)
+        print(f"token {args.name.strip()!r} ({args.scope}) created; it is shown only now", file=sys.stderr)
+    else:
+        with session_scope(url) as session:
+            revoked = tokens.revoke(session, args.name)
+        if not revoked:
+            _fail(f"no live token named {args.name!r}")
+        print(f"token {args.name!r} revoked")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rca", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -284,6 +309,16 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--interval", type=float, default=5.0, help="seconds between NVML samples (default 5)")
     gpu.add_argument("--once", action="store_true", help="print one sample as Prometheus text and exit")
     gpu.set_defaults(func=cmd_gpu_probe)
+
+    token = sub.add_parser("token", help="create or revoke a named API token (read or write scope)")
+    token_sub = token.add_subparsers(dest="action", required=True)
+    create = token_sub.add_parser("create", help="print a new token; only its hash is stored")
+    create.add_argument("--name", required=True, help="who or what uses it; recorded as the author of feedback")
+    create.add_argument("--scope", choices=["read", "write"], default="read",
+                        help="read: search and statistics; write: also feedback (default read)")
+    revoke = token_sub.add_parser("revoke", help="stop a token from working")
+    revoke.add_argument("--name", required=True)
+    token.set_defaults(func=cmd_token)
     return parser
 
 

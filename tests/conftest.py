@@ -53,6 +53,8 @@ API_AUTH = {"Authorization": f"Bearer {API_TOKEN}"}
 # Children first, so that deleting on SQLite never trips a foreign key.
 TABLES = ("hypotheses", "findings", "notifications", "alerts", "investigations", "incidents")
 SLACK_TABLES = ("slack_attempts", "slack_deliveries")  # emptied too, before the incidents they point at
+# Tables that hang off no incident and so survive a cascade from `incidents`.
+STANDALONE_TABLES = ("api_tokens",)
 MODELS = {"incidents": Incident, "alerts": Alert, "notifications": Notification,
           "investigations": Investigation, "findings": Finding, "hypotheses": Hypothesis}
 
@@ -142,10 +144,11 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def truncate(url: str) -> None:
     with get_engine(url).begin() as conn:
+        tables = SLACK_TABLES + TABLES + STANDALONE_TABLES
         if url.startswith("postgresql"):
-            conn.execute(text(f"TRUNCATE {', '.join(SLACK_TABLES + TABLES)} RESTART IDENTITY CASCADE"))
+            conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
         else:
-            for table in SLACK_TABLES + TABLES:
+            for table in tables:
                 conn.execute(text(f"DELETE FROM {table}"))
 
 

@@ -85,7 +85,7 @@ def test_incidents_are_listed_newest_first(intake_client: TestClient) -> None:
     ids = [open_incident(intake_client, f"group-{n}", make_alert(f"fp-{n}")) for n in range(4)]
     page = search(intake_client)
     assert [item["id"] for item in page["items"]] == list(reversed(ids))
-    assert page["total"] == 4 and page["next_offset"] is None
+    assert page["total"] == 4 and page["next_cursor"] is None and page["sort"] == "time"
     first = page["items"][-1]
     assert first["status"] == "firing" and first["investigation_status"] == "queued"
     assert first["notification_count"] == 1 and first["alertname"] == "LLMRequestQueueMedianHigh"
@@ -113,7 +113,7 @@ def test_search_filters_by_alertname_of_any_alert_in_the_incident(intake_client:
     page = search(intake_client, alertname="KVCacheHigh")
     assert [i["id"] for i in page["items"]] == [mixed, kv] and page["total"] == 2
     assert search(intake_client, alertname="NoSuchAlert") == {
-        "items": [], "total": 0, "limit": 50, "offset": 0, "next_offset": None}
+        "items": [], "total": 0, "total_exact": True, "limit": 50, "sort": "time", "next_cursor": None}
 
 
 def test_search_filters_by_alert_labels_and_ands_repeated_filters(intake_client: TestClient) -> None:
@@ -159,8 +159,8 @@ def test_search_filters_by_creation_time_window(intake_client: TestClient) -> No
     ({"since": "2026-12-03T10:00:00"}, "timezone"),
     ({"limit": "0"}, "limit"),
     ({"limit": "201"}, "limit"),
-    ({"offset": "-1"}, "offset"),
-], ids=["equal", "reversed", "naive", "limit-0", "limit-too-big", "negative-offset"])
+    ({"cursor": "not-a-cursor"}, "invalid cursor"),
+], ids=["equal", "reversed", "naive", "limit-0", "limit-too-big", "garbage-cursor"])
 def test_invalid_search_parameters_are_refused_with_422(intake_client: TestClient, params: dict[str, str],
                                                         fragment: str) -> None:
     reply = intake_client.get("/api/v1/incidents", params=params, headers=API_AUTH)
@@ -168,22 +168,21 @@ def test_invalid_search_parameters_are_refused_with_422(intake_client: TestClien
     assert fragment in str(reply.json()["detail"])
 
 
-def test_search_pages_through_results_with_total_and_next_offset(intake_client: TestClient) -> None:
+def test_search_pages_through_results_with_next_cursor(intake_client: TestClient) -> None:
     ids = [open_incident(intake_client, f"page-{n}", make_alert(f"fp-{n}")) for n in range(5)]
     newest_first = list(reversed(ids))
 
-    seen, offset, pages = [], 0, 0
-    while offset is not None:
-        page = search(intake_client, limit=2, offset=offset)
-        assert page["total"] == 5 and page["limit"] == 2 and page["offset"] == offset
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = search(intake_client, limit=2, **({"cursor": cursor} if cursor else {}))
+        assert page["total"] == 5 and page["limit"] == 2
         seen += [item["id"] for item in page["items"]]
-        offset = page["next_offset"]
         pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
     assert seen == newest_first and pages == 3
-    assert search(intake_client, limit=2, offset=2)["next_offset"] == 4
-    assert search(intake_client, limit=5)["next_offset"] is None
-    beyond = search(intake_client, limit=2, offset=10)
-    assert beyond["items"] == [] and beyond["total"] == 5 and beyond["next_offset"] is None
+    assert search(intake_client, limit=5)["next_cursor"] is None
 
 
 def test_unknown_incident_is_404(intake_client: TestClient) -> None:

@@ -17,11 +17,12 @@ from sqlalchemy import create_engine, insert, inspect, pool
 from sqlalchemy.exc import IntegrityError
 
 from rca.store.db import alembic_config, migrate
+from rca.store.fts import include_name
 from rca.store.models import Base, Incident
 from tests.conftest import VENV_BIN, create_database, drop_database, subprocess_env
 
 APP_TABLES = {"incidents", "alerts", "notifications", "investigations", "findings", "hypotheses",
-              "slack_deliveries", "slack_attempts"}
+              "slack_deliveries", "slack_attempts", "incident_digests", "feedback", "api_tokens"}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
@@ -41,7 +42,8 @@ def inspect_db(url: str) -> tuple[set[str], str | None]:
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
-            return set(inspect(conn).get_table_names()), MigrationContext.configure(conn).get_current_revision()
+            tables = {name for name in inspect(conn).get_table_names() if include_name(name, "table", {})}
+            return tables, MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()
 
@@ -50,7 +52,8 @@ def schema_diff(url: str) -> list[object]:
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
+            context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True,
+                                                                 "include_name": include_name})
             return compare_metadata(context, Base.metadata)
     finally:
         engine.dispose()

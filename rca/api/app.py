@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
-from rca.api import incidents, webhook
+from rca.api import incidents, stats, webhook
 from rca.config import Settings
 from rca.dispatch import Dispatcher, create_dispatcher
 from rca.store.db import ping
@@ -44,6 +45,18 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     app.state.settings = settings
     app.include_router(webhook.router, tags=["intake"])
     app.include_router(incidents.router, tags=["incidents"])
+    app.include_router(stats.router, tags=["stats"])
+
+    generate_openapi = app.openapi
+
+    def openapi_with_webhook_models() -> dict[str, Any]:
+        """The webhook body's nested models, which FastAPI does not collect for a hand-read body."""
+        if app.openapi_schema is None:
+            components = generate_openapi().setdefault("components", {}).setdefault("schemas", {})
+            components.update(webhook.BODY_DEFS)
+        return app.openapi_schema
+
+    app.openapi = openapi_with_webhook_models  # type: ignore[method-assign]
 
     @app.exception_handler(OperationalError)
     async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:

@@ -5,10 +5,16 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
 
-from fastapi import HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from rca.config import Settings
+from rca.store import tokens
+from rca.store.db import session_scope
 
 
 def _presented_secrets(request: Request, allow_basic: bool) -> list[str]:
@@ -51,12 +57,57 @@ def require_webhook_token(request: Request) -> None:
         raise _unauthorized("invalid webhook token")
 
 
-def require_api_token(request: Request) -> None:
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling the API: a token's name and what it may do."""
+
+    name: str
+    scopes: frozenset[str]
+
+
+ALL_SCOPES = frozenset(tokens.SCOPES)
+
+
+def _lookup_stored(url: str, secret: str) -> Principal | None:
+    with session_scope(url) as session:
+        row = tokens.lookup(session, secret)
+        return Principal(row.name, frozenset(row.scopes)) if row else None
+
+
+# Declares the bearer scheme in the OpenAPI document; the check itself is below (auto_error off so
+# that our own 401 messages stay).
+bearer_scheme = HTTPBearer(auto_error=False, description="a token from RCA_API_TOKENS or `rca token create`")
+
+
+def require_api_token(request: Request,
+                      _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]) -> Principal:
+    """A token from RCA_API_TOKENS (full access, named env-token-N by position) or one created
+    with `rca token create` (its scopes)."""
     settings: Settings = request.app.state.settings
     if settings.api_allow_unauthenticated:
-        return
+        return Principal("anonymous", ALL_SCOPES)
     presented = _presented_secrets(request, allow_basic=False)
     if not presented:
-        raise _unauthorized("missing credentials: send 'Authorization: Bearer <token from RCA_API_TOKENS>'")
-    if not _matches(presented, [t.get_secret_value() for t in settings.api_tokens]):
+        raise _unauthorized("missing credentials: send 'Authorization: Bearer <API token>'")
+    configured = [t.get_secret_value() for t in settings.api_tokens]
+    matched = [position for position, token in enumerate(configured, start=1) if _matches(presented, [token])]
+    if matched:
+        return Principal(f"env-token-{matched[0]}", ALL_SCOPES)
+    stored = _lookup_stored(settings.effective_database_url, presented[0])
+    if stored is None:
         raise _unauthorized("invalid API token")
+    return Principal(stored.name, stored.scopes)
+
+
+def _require(scope: str) -> Callable[[Principal], Principal]:
+    def check(principal: Annotated[Principal, Depends(require_api_token)]) -> Principal:
+        if scope not in principal.scopes:
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                detail=f"token {principal.name!r} lacks the {scope!r} scope")
+        return principal
+
+    return check
+
+
+require_read = _require("read")
+require_write = _require("write")

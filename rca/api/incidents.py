@@ -1,19 +1,41 @@
-"""Search API over incidents: `GET /api/v1/incidents` and `GET /api/v1/incidents/{id}`."""
+"""Incident history API: search (`GET /api/v1/incidents`), one incident, similar incidents and feedback."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from pydantic import AwareDatetime
 
-from rca.api.auth import require_api_token
-from rca.api.schemas import AlertOut, IncidentOut, IncidentPage, IncidentSummary, InvestigationOut, SlackDeliveryOut
+from rca.api.auth import Principal, require_api_token, require_read, require_write
+from rca.api.cursor import decode_cursor, encode_cursor
+from rca.api.schemas import (
+    AUTH_ERRORS,
+    TOTAL_CAP,
+    AlertOut,
+    ErrorOut,
+    FeedbackIn,
+    FeedbackOut,
+    IncidentOut,
+    IncidentPage,
+    IncidentSummary,
+    InvestigationOut,
+    SimilarIncident,
+    SimilarPage,
+    SlackDeliveryOut,
+    Verdict,
+)
+from rca.api.storable import require_storable_query
+from rca.diagnosis.ranking import taxonomy
+from rca.store import feedback as feedback_store
+from rca.store import fts
 from rca.store import incidents as incident_store
+from rca.store import similar as similar_store
 from rca.store.db import session_scope
-from rca.store.models import Incident
+from rca.store.models import Feedback, Incident, IncidentDigest
 
-router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_api_token)])
+router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read), Depends(require_storable_query)],
+                   responses=AUTH_ERRORS)
 
 
 def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -27,38 +49,66 @@ def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _summary(incident: Incident) -> IncidentSummary:
-    latest = incident.investigations[-1] if incident.investigations else None
-    top = latest.hypotheses[0] if latest and latest.hypotheses else None
+def _summary(hit: incident_store.Hit) -> IncidentSummary:
+    incident, digest = hit.incident, hit.digest
     return IncidentSummary(
         id=incident.id, title=incident.title, status=incident.status, alertname=incident.alertname,
         created_at=incident.created_at, updated_at=incident.updated_at, resolved_at=incident.resolved_at,
-        notification_count=incident.notification_count,
-        investigation_status=latest.status if latest else None,
-        top_category=top.category if top else None, top_confidence=top.confidence if top else None,
+        notification_count=incident.notification_count, investigation_status=hit.investigation_status,
+        top_category=digest.top_category, top_confidence=digest.top_confidence,
+        confirmed_category=digest.confirmed_category, breached=digest.breached, score=hit.score,
     )
 
 
-@router.get("", response_model=IncidentPage, summary="Search incidents, newest first")
+def _unprocessable(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
+
+
+@router.get("", response_model=IncidentPage, summary="Search the incident history",
+            description="Full-text `q` (every word must match) over titles, alert names, labels, annotations, "
+                        "findings and hypotheses, with filters; `sort=relevance` (the default with `q`) or "
+                        "`time` (newest first, the default without). Follow `next_cursor` for the next page.",
+)
 def list_incidents(
     request: Request,
+    q: Annotated[str | None, Query(max_length=500, description="free text; every word must match")] = None,
     status_: Annotated[Literal["firing", "resolved"] | None, Query(alias="status")] = None,
-    alertname: str | None = None,
+    alertname: Annotated[str | None, Query(max_length=255)] = None,
     label: Annotated[list[str], Query(description="name=value; repeat to AND several")] = [],  # noqa: B006
+    signal: Annotated[list[str], Query(description="breached finding id, e.g. kv_cache_usage; repeat to AND")] = [],  # noqa: B006
+    category: Annotated[str | None, Query(max_length=64, description="top-ranked root-cause category")] = None,
+    confirmed: Annotated[bool | None, Query(description="whether an engineer confirmed the cause")] = None,
+    confirmed_category: Annotated[str | None, Query(max_length=64)] = None,
     since: AwareDatetime | None = None,
     until: AwareDatetime | None = None,
+    sort: Annotated[Literal["relevance", "time"] | None, Query(description="default: relevance with q")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    cursor: Annotated[str | None, Query(max_length=500, description="`next_cursor` of the previous page")] = None,
 ) -> IncidentPage:
     if since and until and since >= until:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail="since must be before until")
-    filters = incident_store.IncidentFilter(status=status_, alertname=alertname, labels=_parse_labels(label),
-                                            since=since, until=until)
+        raise _unprocessable("since must be before until")
+    if q is not None and not fts.words(q):
+        raise _unprocessable("q has no searchable words (letters or digits)")
+    order = sort or ("relevance" if q else "time")
+    if order == "relevance" and not q:
+        raise _unprocessable("sort=relevance needs a full-text query q")
+    filters = incident_store.IncidentFilter(
+        q=q, status=status_, alertname=alertname, labels=_parse_labels(label), since=since, until=until,
+        signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
+    after = decode_cursor(cursor, order, filters) if cursor else None
     with session_scope(request.app.state.settings.effective_database_url) as session:
-        rows, total = incident_store.search(session, filters=filters, limit=limit, offset=offset)
-        items = [_summary(row) for row in rows]
-    next_offset = offset + limit if offset + limit < total else None
-    return IncidentPage(items=items, total=total, limit=limit, offset=offset, next_offset=next_offset)
+        # With q, count first: the count also tells the search whether the matches are many.
+        total = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1) if q else None
+        hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after,
+                                                   many=total is not None and total > incident_store.RELEVANCE_WINDOW)
+        if total is None:
+            # A first page without a next one already holds every match; only a longer result is counted.
+            total = len(hits) if cursor is None and not more else \
+                incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
+        items = [_summary(hit) for hit in hits]
+    next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
+    return IncidentPage(items=items, total=min(total, TOTAL_CAP), total_exact=total <= TOTAL_CAP, limit=limit,
+                        sort=order, next_cursor=next_cursor)
 
 
 def incident_out(incident: Incident) -> IncidentOut:
@@ -75,11 +125,75 @@ def incident_out(incident: Incident) -> IncidentOut:
     )
 
 
-@router.get("/{incident_id}", response_model=IncidentOut, summary="One incident with its evidence")
-def get_incident(request: Request, incident_id: int) -> IncidentOut:
+IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+
+
+@router.get("/{incident_id}", response_model=IncidentOut, summary="One incident with its evidence",
+            responses={404: {"model": ErrorOut, "description": "no such incident"}})
+def get_incident(request: Request, incident_id: IncidentId) -> IncidentOut:
     with session_scope(request.app.state.settings.effective_database_url) as session:
         incident = incident_store.get(session, incident_id=incident_id)
         if incident is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
         return incident_out(incident)
 
+
+
+@router.get("/{incident_id}/similar", response_model=SimilarPage, summary="Past incidents with the same evidence",
+            description="Ranked by evidence signature: breached findings, their onset order, the serving stack and "
+                        "the top causes; each with the cause an engineer confirmed, when known.",
+            responses={404: {"model": ErrorOut, "description": "no such incident"}})
+def similar_incidents(request: Request, incident_id: IncidentId,
+                      limit: Annotated[int, Query(ge=1, le=50)] = 10) -> SimilarPage:
+    with session_scope(request.app.state.settings.effective_database_url) as session:
+        target = session.get(IncidentDigest, incident_id)
+        matches = similar_store.find(session, incident_id, limit)
+        if target is None or matches is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+        statuses = incident_store.latest_investigation_status(session, [m.incident.id for m in matches])
+        items = [SimilarIncident(
+            incident=_summary(incident_store.Hit(m.incident, m.digest, None, statuses.get(m.incident.id))),
+            score=m.score, shared_breached=m.shared, onset_order=m.digest.onset_order, stack=m.digest.stack,
+            confirmed_category=m.digest.confirmed_category) for m in matches]
+        return SimilarPage(incident_id=incident_id, breached=target.breached, onset_order=target.onset_order,
+                           stack=target.stack, categories=target.categories, items=items)
+
+
+def _feedback_out(row: Feedback) -> FeedbackOut:
+    return FeedbackOut(id=row.id, incident_id=row.incident_id, investigation_id=row.investigation_id,
+                       category=row.category, note=row.note, hypotheses=[Verdict(**v) for v in row.verdicts],
+                       author=row.author, created_at=row.created_at)
+
+
+@router.post("/{incident_id}/feedback", response_model=FeedbackOut, status_code=status.HTTP_201_CREATED,
+             summary="Confirm or correct the root cause", dependencies=[Depends(require_write)],
+             description="Needs a token with the write scope. The newest feedback of an incident is its confirmed "
+                         "cause; earlier ones stay as history.",
+             responses={404: {"model": ErrorOut, "description": "no such incident"}})
+def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
+                  principal: Annotated[Principal, Depends(require_api_token)]) -> FeedbackOut:
+    known = taxonomy()
+    if body.category not in known:
+        raise _unprocessable(f"category {body.category!r} is not a taxonomy id; use one of {', '.join(known)}")
+    ranks = [v.rank for v in body.hypotheses]
+    if len(set(ranks)) != len(ranks):
+        raise _unprocessable("each hypothesis rank may be judged only once")
+    with session_scope(request.app.state.settings.effective_database_url) as session:
+        if session.get(Incident, incident_id) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+        try:
+            row = feedback_store.record(session, incident_id, category=body.category, note=body.note,
+                                        verdicts=[v.model_dump() for v in body.hypotheses], author=principal.name)
+        except feedback_store.FeedbackError as exc:
+            raise _unprocessable(str(exc)) from None
+        session.flush()
+        return _feedback_out(row)
+
+
+@router.get("/{incident_id}/feedback", response_model=list[FeedbackOut], summary="Feedback given, oldest first",
+            responses={404: {"model": ErrorOut, "description": "no such incident"}})
+def list_feedback(request: Request, incident_id: IncidentId) -> list[FeedbackOut]:
+    with session_scope(request.app.state.settings.effective_database_url) as session:
+        if session.get(Incident, incident_id) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+        return [_feedback_out(row) for row in feedback_store.history(session, incident_id)]

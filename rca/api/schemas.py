@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rca.api.storable import problem
 from rca.signals.findings import onset_order
 
 
@@ -123,6 +124,9 @@ class IncidentSummary(BaseModel):
     investigation_status: str | None
     top_category: str | None
     top_confidence: float | None
+    confirmed_category: str | None = Field(default=None, description="root cause an engineer confirmed")
+    breached: list[str] = Field(default_factory=list, description="breached finding ids of the latest finished run")
+    score: float | None = Field(default=None, description="full-text relevance (only when `q` is given)")
 
 
 class SlackAttemptOut(BaseModel):
@@ -175,12 +179,16 @@ class IncidentOut(BaseModel):
     slack: SlackDeliveryOut | None = None
 
 
+TOTAL_CAP = 1000
+
+
 class IncidentPage(BaseModel):
     items: list[IncidentSummary]
-    total: int
+    total: int = Field(description=f"matching incidents, counted up to {TOTAL_CAP}")
+    total_exact: bool = Field(description=f"false when more than {TOTAL_CAP} match and `total` is that cap")
     limit: int
-    offset: int
-    next_offset: int | None
+    sort: str = Field(description="time (newest first) or relevance (best match first)")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
 
 
 class AcceptedOut(BaseModel):
@@ -188,3 +196,84 @@ class AcceptedOut(BaseModel):
     created: bool
     investigation_id: int | None
     enqueued: bool
+
+
+class SimilarIncident(BaseModel):
+    incident: IncidentSummary
+    score: float = Field(description="0..1: breached set, onset order, stack and top causes alike")
+    shared_breached: list[str] = Field(description="breached finding ids both incidents have")
+    onset_order: list[str]
+    stack: str | None
+    confirmed_category: str | None = Field(description="the cause an engineer confirmed, when known")
+
+
+class SimilarPage(BaseModel):
+    incident_id: int
+    breached: list[str] = Field(description="this incident's breached finding ids")
+    onset_order: list[str]
+    stack: str | None
+    categories: list[str]
+    items: list[SimilarIncident]
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=1, le=100, description="rank of the hypothesis in the latest investigation")
+    correct: bool
+
+
+class FeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    category: str = Field(min_length=1, max_length=64, description="the confirmed root cause (a taxonomy id)")
+    note: str = Field(default="", max_length=4000, description="what it really was, in the engineer's words")
+    hypotheses: list[Verdict] = Field(default_factory=list, max_length=100,
+                                      description="which hypotheses were right or wrong")
+
+    @field_validator("category", "note")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        found = problem(value, "text")
+        if found:
+            raise ValueError(found)
+        return value
+
+
+class FeedbackOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    incident_id: int
+    investigation_id: int | None
+    category: str
+    note: str
+    hypotheses: list[Verdict]
+    author: str = Field(description="name of the API token that sent it")
+    created_at: datetime
+
+
+class AccuracyFigures(BaseModel):
+    confirmed: int = Field(description="confirmed incidents counted")
+    ac_at_1: float | None = Field(description="share whose confirmed cause ranked first")
+    ac_at_3: float | None = Field(description="share whose confirmed cause ranked in the top three")
+
+
+class AccuracyOut(BaseModel):
+    overall: AccuracyFigures
+    by_analyst: dict[str, AccuracyFigures]
+    by_category: dict[str, AccuracyFigures]
+
+
+class ErrorOut(BaseModel):
+    """Every error answer: a message, or FastAPI's list of field errors for a malformed request."""
+
+    detail: str | list[dict[str, Any]]
+
+
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing or invalid bearer token"},
+    403: {"model": ErrorOut, "description": "the token lacks the scope this operation needs"},
+    422: {"model": ErrorOut, "description": "an invalid parameter or body, named in `detail`"},
+    503: {"model": ErrorOut, "description": "database unavailable, retry later"},
+}

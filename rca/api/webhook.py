@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from rca.api.auth import require_webhook_token
-from rca.api.schemas import AcceptedOut
+from rca.api.schemas import AcceptedOut, ErrorOut
+from rca.api.storable import problem
 from rca.intake.schema import WebhookPayload
 from rca.intake.service import IntakeResult, record_notification
 from rca.store.db import session_scope
@@ -60,8 +61,22 @@ def _store(url: str, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResu
     raise AssertionError("unreachable")
 
 
+# The body is read and validated by hand (size limit first, then JSON, then the schema), so FastAPI
+# cannot infer it; describe it from the same model. Nested models go to components (see app.py).
+_BODY_SCHEMA = WebhookPayload.model_json_schema(ref_template="#/components/schemas/{model}")
+BODY_DEFS: dict[str, Any] = _BODY_SCHEMA.pop("$defs", {})
+_ERROR = {"model": ErrorOut}
+
+
 @router.post("/api/v1/alertmanager", response_model=AcceptedOut, dependencies=[Depends(require_webhook_token)],
-             summary="Alertmanager webhook receiver (payload version 4)")
+             summary="Alertmanager webhook receiver (payload version 4)",
+             openapi_extra={"requestBody": {"required": True,
+                                            "content": {"application/json": {"schema": _BODY_SCHEMA}}}},
+             responses={400: _ERROR | {"description": "body is not JSON"},
+                        401: _ERROR | {"description": "missing or invalid webhook token"},
+                        413: _ERROR | {"description": "body over RCA_WEBHOOK_MAX_BODY_BYTES"},
+                        422: _ERROR | {"description": "not an Alertmanager version 4 payload"},
+                        503: _ERROR | {"description": "database unavailable; nothing stored, retry later"}})
 async def receive_alertmanager(request: Request) -> AcceptedOut:
     settings = request.app.state.settings
     body = await _read_limited(request, settings.webhook_max_body_bytes)
@@ -72,6 +87,9 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
     if not isinstance(raw, dict):
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
                             detail="invalid Alertmanager payload: expected a JSON object")
+    unstorable = problem(raw)
+    if unstorable:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=f"invalid Alertmanager payload: {unstorable}")
     try:
         payload = WebhookPayload.model_validate(raw)
     except ValidationError as exc:

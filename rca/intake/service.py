@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rca.intake.schema import WebhookAlert, WebhookPayload
+from rca.store import digests
 from rca.store.models import Alert, Incident, Investigation, Notification, utcnow
 
 ACTIVE_INVESTIGATION = ("queued", "running")
@@ -126,6 +127,7 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
         investigation_id = _request_investigation(
             session, incident, reason="new_incident" if created else "new_alerts"
         )
+    digests.refresh(session, incident.id)
     return IntakeResult(incident_id=incident.id, created=created, investigation_id=investigation_id,
                         resolved_now=resolved_now)
 

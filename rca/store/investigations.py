@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from rca.analyst.validate import INVALID_ANSWER
 from rca.collect.target import Target, target_from_alerts
 from rca.config import TargetConfig
+from rca.store import digests
 from rca.store.models import Alert, Finding, Hypothesis, Investigation, utcnow
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def save_analysis(session: Session, investigation_id: int, analysis: Analysis, t
     inv.target = analysis.target.to_dict() | {"selectors": analysis.collection.selectors,
                                               "stack": analysis.collection.stack}
     inv.error = analysis.collection.prometheus_error
+    digests.refresh(session, inv.incident_id)
 
 
 def _save_analyst_record(inv: Investigation, record: AnalystRecord) -> None:

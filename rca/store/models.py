@@ -262,3 +262,67 @@ class SlackAttempt(Base):
     retry_after: Mapped[float | None] = mapped_column(Float)
 
     delivery: Mapped[SlackDelivery] = relationship(back_populates="attempts")
+class IncidentDigest(Base):
+    """What history search and similarity read about one incident, flattened into one row so that
+    a query at a million incidents touches one table: the full-text document, the alert labels,
+    the evidence signature of the latest finished investigation and the confirmed cause.
+    Rewritten by `rca.store.digests.refresh` whenever any of its sources changes."""
+
+    __tablename__ = "incident_digests"
+
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(String(16))
+    document: Mapped[str] = mapped_column(Text)
+    labels: Mapped[list[str]] = mapped_column(JSONType)  # "name=value" of every alert label
+    breached: Mapped[list[str]] = mapped_column(JSONType)  # sorted breached finding keys
+    breached_key: Mapped[str | None] = mapped_column(String(40))  # hash of `breached`, for exact matches
+    onset_order: Mapped[list[str]] = mapped_column(JSONType)
+    stack: Mapped[str | None] = mapped_column(String(64))
+    categories: Mapped[list[str]] = mapped_column(JSONType)  # top three hypotheses, best first
+    top_category: Mapped[str | None] = mapped_column(String(64))
+    top_confidence: Mapped[float | None] = mapped_column(Float)
+    analyst: Mapped[str | None] = mapped_column(String(64))
+    confirmed_category: Mapped[str | None] = mapped_column(String(64))
+
+    __table_args__ = (
+        Index("ix_incident_digests_created", "created_at", "incident_id"),
+        Index("ix_incident_digests_status_created", "status", "created_at", "incident_id"),
+        Index("ix_incident_digests_top_category", "top_category", "created_at"),
+        Index("ix_incident_digests_breached_key", "breached_key", "created_at"),
+        Index("ix_incident_digests_confirmed", "confirmed_category", "created_at"),
+    )
+
+
+class Feedback(Base):
+    """An engineer's verdict on an incident: the confirmed cause and which hypotheses were right.
+    The newest one per incident is the one that counts."""
+
+    __tablename__ = "feedback"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    investigation_id: Mapped[int | None] = mapped_column(ForeignKey("investigations.id", ondelete="SET NULL"))
+    category: Mapped[str] = mapped_column(String(64))
+    note: Mapped[str] = mapped_column(Text)
+    verdicts: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)  # [{"rank": 1, "correct": false}]
+    author: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiToken(Base):
+    """A named API token created by `rca token create`; only the SHA-256 of the secret is kept."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    token_hash: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[list[str]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("name", name="uq_api_tokens_name"),
+        UniqueConstraint("token_hash", name="uq_api_tokens_token_hash"),
+    )

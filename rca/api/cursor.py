@@ -1,0 +1,51 @@
+"""Opaque page cursors: the sort key of the last item, bound to the query that produced it.
+
+A cursor is base64url JSON. It names the sort order and carries a fingerprint of the filters, so
+a cursor replayed with different parameters is refused (422) instead of silently skipping rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from datetime import datetime
+
+from fastapi import HTTPException, status
+
+from rca.store.incidents import Hit, IncidentFilter, Position
+
+
+def _fingerprint(filters: IncidentFilter) -> str:
+    return hashlib.sha256(repr(filters).encode()).hexdigest()[:16]
+
+
+def encode_cursor(last: Hit, sort: str, filters: IncidentFilter, anchor: datetime | None) -> str:
+    data = {"o": sort, "f": _fingerprint(filters), "t": last.digest.created_at.isoformat(),
+            "i": last.digest.incident_id, "s": last.score, "a": anchor.isoformat() if anchor else None}
+    return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _invalid(reason: str) -> HTTPException:
+    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=f"invalid cursor: {reason}")
+
+
+def decode_cursor(cursor: str, sort: str, filters: IncidentFilter) -> Position:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        position = Position(created_at=datetime.fromisoformat(data["t"]), incident_id=int(data["i"]),
+                            score=None if data["s"] is None else float(data["s"]),
+                            anchor=None if data["a"] is None else datetime.fromisoformat(data["a"]))
+        order, fingerprint = data["o"], data["f"]
+    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError):
+        raise _invalid("not a cursor returned by this API") from None
+    if position.anchor is not None and position.anchor.tzinfo is None:
+        raise _invalid("not a cursor returned by this API")
+    if position.created_at.tzinfo is None or not 0 < position.incident_id < 2**31:
+        raise _invalid("not a cursor returned by this API")
+    if order != sort or fingerprint != _fingerprint(filters):
+        raise _invalid("it belongs to a search with other parameters; repeat those or start without a cursor")
+    if sort == "relevance" and (position.score is None or position.anchor is None):
+        raise _invalid("a relevance cursor must carry a score and a snapshot time")
+    return position

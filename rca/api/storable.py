@@ -1,0 +1,41 @@
+"""Text the database can store: Postgres text and JSONB refuse the NUL character, and no backend
+can encode a lone UTF-16 surrogate (which JSON's \\ud800 escapes can produce). Such input is the
+client's error (422), found before anything is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import HTTPException, Request, status
+
+
+def problem(value: Any, where: str = "body") -> str | None:
+    """Where `value` (a decoded JSON document or one string) holds text we cannot store, or None."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return f"{where}: the NUL character (\\u0000) is not allowed"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{where}: a lone UTF-16 surrogate is not valid text"
+        return None
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = problem(key, where) if isinstance(key, str) else None
+        found = found or problem(item, f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]")
+        if found:
+            return found
+    return None
+
+
+def require_storable_query(request: Request) -> None:
+    """Router dependency: refuse query parameters that the database could not compare against."""
+    for name, value in request.query_params.multi_items():
+        found = problem(value, f"query parameter {name}")
+        if found:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=found)

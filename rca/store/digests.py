@@ -1,0 +1,90 @@
+"""Keep each incident's digest (search document, labels, evidence signature, confirmed cause) in
+step with its sources.
+
+The application rewrites the digest, rather than database triggers, because the document is
+assembled from five tables and JSON label maps: one Python function does that identically on
+Postgres and SQLite, where triggers would need the flattening written twice in two SQL dialects.
+Every write path calls `refresh` in its own transaction: intake (`rca.intake.service`), a finished
+analysis (`rca.store.investigations.save_analysis`) and feedback (`rca.store.feedback`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rca.signals.findings import onset_order
+from rca.store import fts
+from rca.store.models import Alert, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
+
+TOP_CATEGORIES = 3
+
+
+def breached_key(breached: list[str]) -> str | None:
+    """A short, indexable key of the exact set of breached findings."""
+    if not breached:
+        return None
+    return hashlib.sha1(",".join(sorted(breached)).encode()).hexdigest()
+
+
+def _label_text(labels: dict[str, Any]) -> list[str]:
+    return [f"{name}={value}" for name, value in sorted(labels.items())]
+
+
+def build_document(incident: Incident, alerts: list[Alert], findings: list[Finding],
+                   hypotheses: list[Hypothesis], feedback: Feedback | None) -> str:
+    """Everything one may search for, as plain text: titles, alert names, labels, annotations,
+    findings and hypotheses (and the engineer's note)."""
+    parts: list[str] = [incident.title, incident.alertname or ""]
+    parts += _label_text(incident.common_labels) + list(incident.common_annotations.values())
+    for alert in alerts:
+        parts += [alert.alertname or ""] + _label_text(alert.labels) + [str(v) for v in alert.annotations.values()]
+    for finding in findings:
+        if finding.breached:
+            parts += [finding.key, finding.title, finding.detail]
+    for hypothesis in hypotheses:
+        parts += [hypothesis.category, hypothesis.title]
+    if feedback is not None:
+        parts += [feedback.category, feedback.note]
+    return "\n".join(dict.fromkeys(p for p in parts if p))
+
+
+def refresh(session: Session, incident_id: int) -> IncidentDigest:
+    """Recompute the digest of one incident from its current rows (inside the caller's transaction)."""
+    session.flush()
+    incident = session.get(Incident, incident_id)
+    if incident is None:
+        raise LookupError(f"incident {incident_id} vanished")
+    alerts = list(session.scalars(select(Alert).where(Alert.incident_id == incident_id).order_by(Alert.id)))
+    done = session.scalar(select(Investigation).where(Investigation.incident_id == incident_id,
+                                                      Investigation.status == "done")
+                          .order_by(Investigation.id.desc()).limit(1))
+    findings = list(session.scalars(select(Finding).where(Finding.investigation_id == done.id))) if done else []
+    hypotheses = list(session.scalars(select(Hypothesis).where(Hypothesis.investigation_id == done.id)
+                                      .order_by(Hypothesis.rank))) if done else []
+    feedback = session.scalar(select(Feedback).where(Feedback.incident_id == incident_id)
+                              .order_by(Feedback.id.desc()).limit(1))
+
+    labels = sorted({pair for alert in alerts for pair in _label_text(alert.labels)})
+    breached = sorted(f.key for f in findings if f.breached)
+    document = build_document(incident, alerts, findings, hypotheses, feedback)
+    digest = session.get(IncidentDigest, incident_id) or IncidentDigest(incident_id=incident_id)
+    digest.created_at = incident.created_at
+    digest.status = incident.status
+    digest.document = document
+    digest.labels = labels
+    digest.breached = breached
+    digest.breached_key = breached_key(breached)
+    digest.onset_order = onset_order(findings)
+    digest.stack = (done.target or {}).get("stack") if done else None
+    digest.categories = [h.category for h in hypotheses[:TOP_CATEGORIES]]
+    digest.top_category = hypotheses[0].category if hypotheses else None
+    digest.top_confidence = hypotheses[0].confidence if hypotheses else None
+    digest.analyst = done.analyst if done else None
+    digest.confirmed_category = feedback.category if feedback else None
+    session.add(digest)
+    fts.write(session, incident_id, document)
+    return digest

@@ -1,0 +1,79 @@
+"""Engineers' verdicts on incidents, and the service's accuracy over the confirmed ones.
+
+AC@k is the share of confirmed incidents whose confirmed category is among the first k
+hypotheses of the latest finished investigation, grouped by that investigation's analyst
+(`Investigation.analyst`: "rules" today, an LLM analyst later) and by confirmed category.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rca.store import digests
+from rca.store.models import Feedback, Hypothesis, IncidentDigest, Investigation, utcnow
+
+
+class FeedbackError(ValueError):
+    """The feedback refers to something the incident does not have."""
+
+
+def record(session: Session, incident_id: int, *, category: str, note: str, verdicts: list[dict[str, Any]],
+           author: str) -> Feedback:
+    """Store one verdict about the incident's latest finished investigation and refresh its digest."""
+    investigation_id = session.scalar(select(Investigation.id).where(
+        Investigation.incident_id == incident_id, Investigation.status == "done")
+        .order_by(Investigation.id.desc()).limit(1))
+    ranks = set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id))) \
+        if investigation_id else set()
+    unknown = sorted({v["rank"] for v in verdicts} - ranks)
+    if unknown:
+        have = ", ".join(map(str, sorted(ranks))) or "none (no finished investigation)"
+        raise FeedbackError(f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}")
+    row = Feedback(incident_id=incident_id, investigation_id=investigation_id, category=category, note=note,
+                   verdicts=verdicts, author=author, created_at=utcnow())
+    session.add(row)
+    digests.refresh(session, incident_id)
+    return row
+
+
+def history(session: Session, incident_id: int) -> list[Feedback]:
+    return list(session.scalars(select(Feedback).where(Feedback.incident_id == incident_id).order_by(Feedback.id)))
+
+
+@dataclass
+class Tally:
+    confirmed: int = 0
+    top1: int = 0
+    top3: int = 0
+
+    def add(self, confirmed: str, ranked: list[str]) -> None:
+        self.confirmed += 1
+        self.top1 += ranked[:1] == [confirmed]
+        self.top3 += confirmed in ranked[:3]
+
+    def as_dict(self) -> dict[str, Any]:
+        n = self.confirmed
+        return {"confirmed": n, "ac_at_1": round(self.top1 / n, 4) if n else None,
+                "ac_at_3": round(self.top3 / n, 4) if n else None}
+
+
+def accuracy(session: Session) -> dict[str, Any]:
+    """AC@1 and AC@3 overall, per analyst and per confirmed category. Reads the digests, where
+    the confirmed category sits next to the ranked categories (a small set: humans confirm)."""
+    overall = Tally()
+    by_analyst: dict[str, Tally] = defaultdict(Tally)
+    by_category: dict[str, Tally] = defaultdict(Tally)
+    rows = session.execute(select(IncidentDigest.confirmed_category, IncidentDigest.categories,
+                                  IncidentDigest.analyst).where(IncidentDigest.confirmed_category.is_not(None),
+                                                                IncidentDigest.analyst.is_not(None)))
+    for confirmed, ranked, analyst in rows:
+        for tally in (overall, by_analyst[analyst], by_category[confirmed]):
+            tally.add(confirmed, list(ranked))
+    return {"overall": overall.as_dict(),
+            "by_analyst": {name: t.as_dict() for name, t in sorted(by_analyst.items())},
+            "by_category": {name: t.as_dict() for name, t in sorted(by_category.items())}}
