@@ -31,6 +31,8 @@ def _setup_logging(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Alembic announces each of its plugins at INFO on import; that noise buried our one-line errors.
     logging.getLogger("alembic.runtime.plugins").setLevel(max(logging.WARNING, logging.root.level))
+    # httpx logs every request at INFO: the demo's polling and each trace or LLM call would flood the log.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
 
 
 def _check_auth_settings(settings: Settings) -> None:

@@ -171,7 +171,7 @@ class Finding(Base):
         ForeignKey("investigations.id", ondelete="CASCADE"), index=True
     )
     key: Mapped[str] = mapped_column(String(64))
-    kind: Mapped[str] = mapped_column(String(16))  # signal | supporting
+    kind: Mapped[str] = mapped_column(String(16))  # signal | supporting | trace
     title: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))  # breached | ok | unavailable | not_measurable
     breached: Mapped[bool] = mapped_column(default=False)
