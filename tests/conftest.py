@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from rca.config import Settings, get_settings, load_settings
 from rca.store.db import get_engine, migrate
 from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation, Notification
 from tests.e2e.promstack import free_port
+from tests.loopback import LoopbackServer
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -358,7 +359,7 @@ def wait_for_investigation(client: TestClient, incident_id: int, timeout: float 
 # --------------------------------------------------------------------------- stub Prometheus
 
 
-class StubPrometheus:
+class StubPrometheus(LoopbackServer):
     """A loopback HTTP server speaking enough of Prometheus' query API for a collection: every
     probe finds series and every range query returns one flat series."""
 
@@ -400,18 +401,8 @@ class StubPrometheus:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="stub-prometheus", daemon=True)
-
-    def __enter__(self) -> StubPrometheus:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        super().__init__(Handler, name="stub-prometheus")
+        self.url = self.base
 
 
 @pytest.fixture(scope="session")

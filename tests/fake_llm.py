@@ -14,17 +14,17 @@ Each test scripts the replies with a function of the parsed request.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from rca.collect.target import Target
 from rca.diagnosis.ranking import rank
 from rca.signals.findings import Finding
+from tests.loopback import LoopbackServer
 
 # What llama-cpp-python 0.3.x answers to response_format json_schema (reference/local_llm.md).
 LLAMA_CPP_JSON_SCHEMA_ERROR = (
@@ -58,7 +58,7 @@ def completion(content: str, **kw: Any) -> Answer:
     return Answer(content=content, **kw)
 
 
-class FakeLLM:
+class FakeLLM(LoopbackServer):
     """The fake endpoint; `requests` holds every parsed request body, `headers` their headers (lower-cased)."""
 
     def __init__(self, reply: Callable[[dict[str, Any]], Answer]) -> None:
@@ -114,19 +114,8 @@ class FakeLLM:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="fake-llm", daemon=True)
-
-    def __enter__(self) -> FakeLLM:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        super().__init__(Handler, name="fake-llm")
+        self.base_url = f"{self.base}/v1"
 
     def user_prompt(self, index: int = 0) -> str:
         return next(m["content"] for m in self.requests[index]["messages"] if m["role"] == "user")

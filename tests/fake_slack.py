@@ -26,9 +26,11 @@ import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs
+
+from tests.loopback import LoopbackServer
 
 TOKEN = "xoxb-fake-secret-token-0123456789"
 WEBHOOK_PATH = "/services/T0000TEST/B0000TEST/fakeWebhookSecretXyz"
@@ -108,7 +110,7 @@ class Failure:
 
 
 @dataclass
-class FakeSlack:
+class FakeSlack(LoopbackServer):
     """Start with `with FakeSlack() as slack:`; script failures with `fail_next`; set `down` for an outage."""
 
     received: list[Received] = field(default_factory=list)
@@ -141,20 +143,9 @@ class FakeSlack:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.api_url = f"{base}/api/"
-        self.webhook_url = f"{base}{WEBHOOK_PATH}"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="fake-slack", daemon=True)
-
-    def __enter__(self) -> FakeSlack:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        super().__init__(Handler, name="fake-slack")
+        self.api_url = f"{self.base}/api/"
+        self.webhook_url = f"{self.base}{WEBHOOK_PATH}"
 
     def reset(self) -> None:
         """Forget what was received, for the next test on a server shared by a module."""

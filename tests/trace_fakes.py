@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from tests.loopback import LoopbackServer
+
 
 @dataclass
 class FakeSpan:
@@ -146,7 +148,7 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
-class FakeBackend:
+class FakeBackend(LoopbackServer):
     """A real HTTP server on 127.0.0.1 speaking the Jaeger or Tempo query API over `store`."""
 
     def __init__(self, kind: str, store: Store, canonical_otlp: bool = False) -> None:
@@ -181,17 +183,8 @@ class FakeBackend:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = _QuietServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def __enter__(self) -> FakeBackend:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, name=f"fake-{kind}", server_class=_QuietServer, poll_interval=0.05)
+        self.url = self.base
 
     def jaeger(self, path: str, params: dict[str, str]) -> tuple[int, object]:
         if path == "/api/services":

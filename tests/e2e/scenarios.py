@@ -16,7 +16,9 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.loopback import LoopbackServer
 
 GRID_SECONDS = 5.0  # counters integrate their rates on this grid
 RAMP_SECONDS = 120.0
@@ -435,7 +437,7 @@ class Fleet:
         return "".join(f"{s.key} {s.value(now, self.start):.6g}\n" for s in self.series)
 
 
-class Exporter:
+class Exporter(LoopbackServer):
     """Serve a fleet's live values on a loopback port (scraped with `honor_labels: true`)."""
 
     def __init__(self, fleet: Fleet, clock: Callable[[], float]) -> None:
@@ -454,14 +456,4 @@ class Exporter:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Exporter:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler, name="fleet-exporter")
