@@ -16,6 +16,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from importlib import resources
@@ -26,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 import redis
+from celery import Celery
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text
 
@@ -93,6 +96,44 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+@dataclass
+class Worker:
+    """A running `rca worker` child process and a Celery client of its broker (to send it tasks)."""
+
+    process: subprocess.Popen[bytes]
+    app: Celery
+    log: Path
+    broker: str
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+@contextmanager
+def running_worker(home: Path, env: dict[str, str], app: Celery, broker: str, name: str) -> Iterator[Worker]:
+    """`rca worker --no-beat --concurrency 1` in `home`, yielded once it answers a ping, stopped by
+    its pid afterwards; its output goes to `home/worker.log` for failure messages."""
+    log = home / "worker.log"
+    hostname = f"{name}-{uuid.uuid4().hex[:8]}@127.0.0.1"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(VENV_BIN / "rca"), "worker", "--no-beat", "--concurrency", "1", "--hostname", hostname],
+            cwd=home, env=env, stdout=sink, stderr=subprocess.STDOUT,
+        )
+    worker = Worker(process, app, log, broker)
+    try:
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")
+            return bool(app.control.ping(destination=[hostname], timeout=0.5))
+
+        wait_for(ready, 45, "the Celery worker to answer a ping", interval=0.2)
+        yield worker
+    finally:
+        stop_process(process)
+        app.close()
 
 
 # --------------------------------------------------------------------------- databases

@@ -6,25 +6,22 @@ update; the resolve notice becomes a thread reply."""
 from __future__ import annotations
 
 import json
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from celery import Celery
 from fastapi.testclient import TestClient
 
 from rca.api.app import create_app
 from tests.conftest import (
     API_AUTH,
-    VENV_BIN,
     StubPrometheus,
+    Worker,
     claim_redis_db,
     make_alert,
     make_payload,
     post_webhook,
-    stop_process,
+    running_worker,
     subprocess_env,
     wait_for,
     wait_for_investigation,
@@ -32,14 +29,6 @@ from tests.conftest import (
 from tests.fake_slack import TOKEN, Failure, FakeSlack
 from tests.slack_helpers import CHANNEL, slack_settings
 from workers.app import create_app as create_celery_app
-
-
-class SlackWorker:
-    def __init__(self, process: subprocess.Popen[bytes], app: Celery, log: Path, broker: str) -> None:
-        self.process, self.app, self.log, self.broker = process, app, log, broker
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
 
 
 @pytest.fixture(scope="module")
@@ -50,41 +39,26 @@ def fake_slack() -> Iterator[FakeSlack]:
 
 @pytest.fixture(scope="module")
 def slack_worker(pg_url: str, prometheus: StubPrometheus, fake_slack: FakeSlack,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlackWorker]:
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     """`rca worker` with its default queues (investigations and slack), on a Redis db of its own."""
     broker, client = claim_redis_db(pinned_offset=2)
     home = tmp_path_factory.mktemp("slack-worker")
-    log = home / "worker.log"
-    hostname = f"rca-slack-{uuid.uuid4().hex[:8]}@127.0.0.1"
     env = subprocess_env(broker_url=broker, database_url=pg_url, prometheus_url=prometheus.url,
                          data_dir=str(home / "rca-data"), log_level="DEBUG", slack_bot_token=TOKEN,
                          slack_channel=CHANNEL, slack_api_url=fake_slack.api_url, slack_retry_backoff_seconds="0.2",
                          public_url="https://rca.example")
     app = create_celery_app(slack_settings(pg_url, home, fake_slack, broker_url=broker))
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(VENV_BIN / "rca"), "worker", "--no-beat", "--concurrency", "1", "--hostname", hostname],
-            cwd=home, env=env, stdout=sink, stderr=subprocess.STDOUT,
-        )
-    worker = SlackWorker(process, app, log, broker)
     try:
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")
-            return bool(app.control.ping(destination=[hostname], timeout=0.5))
-
-        wait_for(ready, 45, "the Celery worker to answer a ping", interval=0.2)
-        yield worker
+        with running_worker(home, env, app, broker, "rca-slack") as worker:
+            yield worker
     finally:
-        stop_process(process)
-        app.close()
         client.flushdb()
         client.close()
 
 
 @pytest.fixture
 def api(pg_db: str, prometheus: StubPrometheus, fake_slack: FakeSlack, tmp_path: Path,
-        slack_worker: SlackWorker) -> Iterator[TestClient]:
+        slack_worker: Worker) -> Iterator[TestClient]:
     settings = slack_settings(pg_db, tmp_path, fake_slack, broker_url=slack_worker.broker,
                               prometheus_url=prometheus.url)
     fake_slack.reset()  # incident ids restart with the emptied database
@@ -106,7 +80,7 @@ def drain(client: TestClient, fake: FakeSlack, label: str) -> None:
 
 
 def test_redelivered_tasks_and_repeated_notifications_give_one_message_and_at_most_one_update(
-        api: TestClient, fake_slack: FakeSlack, slack_worker: SlackWorker) -> None:
+        api: TestClient, fake_slack: FakeSlack, slack_worker: Worker) -> None:
     payload = make_payload("slack-once", alerts=[make_alert("fp-1", severity="critical")])
     first = post_webhook(api, payload).json()
     incident_id, investigation_id = first["incident_id"], first["investigation_id"]
@@ -132,7 +106,7 @@ def test_redelivered_tasks_and_repeated_notifications_give_one_message_and_at_mo
 
 
 def test_resolve_notice_becomes_a_thread_reply_via_the_slack_queue(
-        api: TestClient, fake_slack: FakeSlack, slack_worker: SlackWorker) -> None:
+        api: TestClient, fake_slack: FakeSlack, slack_worker: Worker) -> None:
     reply = post_webhook(api, make_payload("slack-resolve", alerts=[make_alert("fp-r")]))
     incident_id = reply.json()["incident_id"]
     wait_for(lambda: of_incident(fake_slack.posts(), incident_id), 30, f"the Slack message\n{slack_worker.output()}")
@@ -150,7 +124,7 @@ def test_resolve_notice_becomes_a_thread_reply_via_the_slack_queue(
 
 
 def test_celery_retries_honour_retry_after_then_back_off_on_server_errors(
-        api: TestClient, fake_slack: FakeSlack, slack_worker: SlackWorker) -> None:
+        api: TestClient, fake_slack: FakeSlack, slack_worker: Worker) -> None:
     fake_slack.fail_next(Failure(429, retry_after=2), Failure(503))
     reply = post_webhook(api, make_payload("slack-retry", alerts=[make_alert("fp-retry")]))
     incident_id = reply.json()["incident_id"]

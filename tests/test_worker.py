@@ -3,16 +3,12 @@ investigation, idempotent redelivery, and investigations stranded by a broker ou
 
 from __future__ import annotations
 
-import subprocess
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from celery import Celery
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
@@ -25,8 +21,8 @@ from rca.store.models import Finding, Hypothesis, Investigation
 from rca.traces.findings import SUMMARY_KEY as TRACES_KEY
 from tests.conftest import (
     CLOSED_PORT_BROKER_URL,
-    VENV_BIN,
     StubPrometheus,
+    Worker,
     count_for,
     investigation_rows,
     make_alert,
@@ -34,7 +30,7 @@ from tests.conftest import (
     make_settings,
     post_webhook,
     rows,
-    stop_process,
+    running_worker,
     subprocess_env,
     wait_for,
     wait_for_investigation,
@@ -47,43 +43,16 @@ POD_ONLY_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals
                 if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)}
 
 
-@dataclass
-class Worker:
-    process: subprocess.Popen[bytes]
-    app: Celery  # a client of the same broker, to send tasks to the worker
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-
 @pytest.fixture(scope="module")
 def worker(pg_url: str, redis_url: str, prometheus: StubPrometheus,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     """`rca worker --no-beat --concurrency 1` as a child process, stopped by its pid afterwards."""
     home = tmp_path_factory.mktemp("worker")
-    log = home / "worker.log"
-    hostname = f"rca-test-{uuid.uuid4().hex[:8]}@127.0.0.1"
     env = subprocess_env(broker_url=redis_url, database_url=pg_url, prometheus_url=prometheus.url,
                          data_dir=str(home / "rca-data"), log_level="INFO")
     app = create_celery_app(make_settings(pg_url, home, broker_url=redis_url))
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(VENV_BIN / "rca"), "worker", "--no-beat", "--concurrency", "1", "--hostname", hostname],
-            cwd=home, env=env, stdout=sink, stderr=subprocess.STDOUT,
-        )
-    handle = Worker(process, app, log)
-    try:
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"rca worker exited with {process.returncode}:\n{handle.output()}")
-            return bool(app.control.ping(destination=[hostname], timeout=0.5))
-
-        wait_for(ready, 45, "the Celery worker to answer a ping", interval=0.2)
+    with running_worker(home, env, app, redis_url, "rca-test") as handle:
         yield handle
-    finally:
-        stop_process(process)
-        app.close()
 
 
 def investigation(url: str, investigation_id: int) -> Any:
