@@ -4,13 +4,18 @@ Creates a throwaway Postgres database, migrates it, bulk-loads realistic inciden
 (incidents, one alert and one finished investigation each, their digests, 2% confirmed with
 feedback) with the secondary indexes built after the load, then starts the real service
 (`rca serve`) on it and measures a mix of search, filter, pagination and similar-incident
-requests over HTTP. The database is dropped at the end, whatever happens.
+requests over HTTP. The database is dropped at the end, whatever happens, unless `--keep NAME`
+names it: then it is kept, and a later run with the same name and count measures it again
+without loading.
 
     .venv/bin/python bench/search_latency.py --incidents 1000000 --requests 600
 
 Findings and hypotheses rows are not loaded: search and similarity read only `incident_digests`
 (which carries the breached findings, onset order, stack and ranked categories) and `incidents`.
-Prints p50/p95/max per request kind and overall, and EXPLAIN ANALYZE of the slowest kind's SQL.
+Before measuring, the searched tables and their indexes are read into the OS page cache
+(pg_prewarm), as a production database's working set would be. Prints p50/p95/max per request
+kind and overall, the cost of one digest refresh (the write side), and EXPLAIN ANALYZE of the
+slowest kind's SQL.
 """
 
 from __future__ import annotations
@@ -132,31 +137,46 @@ COPY = {
 TABLES = ("incidents", "alerts", "investigations", "incident_digests", "feedback")
 
 
+CHUNK = 20_000
+
+
+def _load_chunk(job: tuple[str, int, int, int, datetime]) -> int:
+    """Generate and COPY incidents `first`..`last` in one transaction of its own. Each chunk seeds
+    its own generator, so the data set does not depend on how many processes load it."""
+    dsn, first, last, seed, start = job
+    rng = random.Random(seed * 1_000_003 + first)
+    rows = [incident_rows(n, start, rng) for n in range(first, last + 1)]
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SET synchronous_commit = off")
+        for kind, sql in COPY.items():
+            with cur.copy(sql) as copy:
+                for row in rows:
+                    if row[kind] is not None:
+                        copy.write_row(row[kind])
+    return last - first + 1
+
+
 def load(dsn: str, count: int, seed: int) -> None:
-    """COPY `count` incidents in, with the secondary indexes dropped during the load and rebuilt after."""
-    rng = random.Random(seed)
+    """COPY `count` incidents in, one chunk per process (generating the rows in Python is the slow
+    part), with the secondary indexes dropped during the load and rebuilt after."""
+    from concurrent.futures import ProcessPoolExecutor
+
     start = datetime.now(UTC) - timedelta(minutes=count + 60)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '512MB'")
-        conn.execute("SET synchronous_commit = off")
         indexes = conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = ANY(%s) "
             "AND indexname NOT IN (SELECT conname FROM pg_constraint)", [list(TABLES)]).fetchall()
         for name, _ in indexes:
             conn.execute(f'DROP INDEX "{name}"')
         began = time.perf_counter()
-        with conn.transaction(), conn.cursor() as cur:
-            # One COPY at a time per connection: generate in chunks and stream each table's chunk.
-            chunk = 50_000
-            for first in range(1, count + 1, chunk):
-                rows = [incident_rows(n, start, rng) for n in range(first, min(first + chunk, count + 1))]
-                for kind, sql in COPY.items():
-                    with cur.copy(sql) as copy:
-                        for row in rows:
-                            if row[kind] is not None:
-                                copy.write_row(row[kind])
-                done = min(first + chunk - 1, count)
-                print(f"  loaded {done:>9,} incidents  ({time.perf_counter() - began:6.1f} s)", flush=True)
+        jobs = [(dsn, first, min(first + CHUNK - 1, count), seed, start) for first in range(1, count + 1, CHUNK)]
+        done = 0
+        with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            for loaded in pool.map(_load_chunk, jobs):
+                done += loaded
+                if done % 100_000 < CHUNK or done == count:
+                    print(f"  loaded {done:>9,} incidents  ({time.perf_counter() - began:6.1f} s)", flush=True)
         for name, definition in indexes:
             t = time.perf_counter()
             conn.execute(definition)
@@ -167,11 +187,27 @@ def load(dsn: str, count: int, seed: int) -> None:
         print(f"load finished in {time.perf_counter() - began:.0f} s", flush=True)
 
 
+def prewarm(dsn: str) -> None:
+    """Read the tables search touches, and their indexes, into the OS page cache (pg_prewarm):
+    a production database keeps its working set in memory, and on this machine idle page cache is
+    reclaimed within minutes, so without this the figures would measure the disk."""
+    began = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        blocks = conn.execute(
+            "SELECT coalesce(sum(pg_prewarm(c.oid::regclass, 'read')), 0) FROM pg_class c "
+            "WHERE c.relname = ANY(%(t)s) OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN "
+            "(SELECT oid FROM pg_class WHERE relname = ANY(%(t)s)))",
+            {"t": ["incident_digests", "incidents", "investigations"]}).fetchone()[0]
+    print(f"prewarmed {blocks * 8 / 1024:,.0f} MiB into the page cache in {time.perf_counter() - began:.1f} s",
+          flush=True)
+
+
 def request_mix(rng: random.Random, count: int) -> list[tuple[str, str, dict[str, Any]]]:
     """(kind, path, params) of a realistic mix: what an on-call engineer, Slack and the LLM prompt ask."""
     mix: list[tuple[str, str, dict[str, Any]]] = []
     kinds = ["q_rare", "q_common_relevance", "q_two_words_time", "q_filtered", "label_filter", "signal_category",
-             "confirmed", "time_window", "page_3", "similar"]
+             "confirmed", "time_window", "page_3", "similar", "host_counted"]
     for i in range(count):
         kind = kinds[i % len(kinds)]
         node, model = f"gpu-node-{rng.randrange(NODES):04d}", rng.choice(MODELS)
@@ -194,6 +230,8 @@ def request_mix(rng: random.Random, count: int) -> list[tuple[str, str, dict[str
             mix.append((kind, "/api/v1/incidents", {"confirmed": "true", "confirmed_category": cause}))
         elif kind == "time_window":
             mix.append((kind, "/api/v1/incidents", {"since": "__window__", "status": "firing"}))
+        elif kind == "host_counted":  # how often did this host alert, newest first, counted
+            mix.append((kind, "/api/v1/incidents", {"q": node, "sort": "time", "total": "true"}))
         elif kind == "page_3":
             mix.append((kind, "/api/v1/incidents", {"label": f"model_name={model}", "limit": 20, "__pages__": 3}))
         else:
@@ -247,6 +285,28 @@ def measure(base: str, count: int, incidents: int, seed: int) -> dict[str, list[
     return timings
 
 
+def measure_refresh(url: str, incidents: int, seed: int, count: int = 200) -> list[float]:
+    """Milliseconds to rewrite one incident's digest (read its rows, UPDATE the digest and so its
+    tsvector and GIN entries), each in a transaction that is rolled back so the data set stays
+    as loaded."""
+    from rca.store import digests
+    from rca.store.db import _session_factory
+
+    rng = random.Random(seed + 3)
+    timings = []
+    for _ in range(count):
+        session = _session_factory(url)()
+        try:
+            t = time.perf_counter()
+            digests.refresh(session, rng.randint(1, incidents))
+            session.flush()
+            timings.append((time.perf_counter() - t) * 1000)
+        finally:
+            session.rollback()
+            session.close()
+    return timings
+
+
 def explain_slowest(url: str, kind: str, seed: int) -> None:
     """Re-run one request of the slowest kind in-process with the service's own code, capture its SQL
     and print EXPLAIN ANALYZE of each statement."""
@@ -266,19 +326,24 @@ def explain_slowest(url: str, kind: str, seed: int) -> None:
     statements: list[tuple[str, Any]] = []
     engine = get_engine(url)
 
-    @event.listens_for(engine, "before_cursor_execute")
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
         statements.append((statement, parameters))
 
     settings = load_settings(database_url=url, api_tokens=API_TOKEN, webhook_token="unused", prometheus_url=None)
     with TestClient(create_app(settings)) as client:
+        event.listen(engine, "before_cursor_execute", capture)  # the request's statements only
         reply = client.get(path, params=params, headers={"Authorization": f"Bearer {API_TOKEN}"})
+        event.remove(engine, "before_cursor_execute", capture)
         assert reply.status_code == 200, reply.text
-    event.remove(engine, "before_cursor_execute", capture)
-    print(f"\nEXPLAIN ANALYZE of the slowest kind ({kind}: GET {path} {params}):")
-    with engine.connect() as conn:
+    print(f"\nEXPLAIN ANALYZE of the slowest kind ({kind}: GET {path} {params}), statement by statement:")
+    with engine.connect() as conn:  # one transaction, as in the request, so planner settings apply alike
         for statement, parameters in statements:
-            if not statement.lstrip().upper().startswith("SELECT") or "pg_" in statement:
+            if "set_config" in statement:
+                conn.exec_driver_sql(statement, parameters)
+                print(f"\n(planner settings for what follows: {parameters})")
+                continue
+            if not statement.lstrip().upper().startswith("SELECT") or "incident_digests" not in statement \
+                    or "pg_class" in statement:
                 continue
             plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters).all()
             print("\n" + statement.strip() + "\n  params: " + repr(parameters)[:300])
@@ -290,22 +355,32 @@ def main() -> None:
     parser.add_argument("--incidents", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--seed", type=int, default=8)
+    parser.add_argument("--keep", metavar="DATABASE",
+                        help="load into this database and keep it; a later run with the same name and count reuses it")
     args = parser.parse_args()
 
-    db = f"rca_bench_{secrets.token_hex(4)}"
+    db = args.keep or f"rca_bench_{secrets.token_hex(4)}"
     admin = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
     dsn = psycopg.conninfo.make_conninfo(ADMIN_DSN, dbname=db)
     url = f"postgresql+psycopg://{admin.get('user', 'postgres')}@{admin.get('host', '127.0.0.1')}:" \
           f"{admin.get('port', 5432)}/{db}"
     with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{db}"')
     proc = None
     try:
         from rca.store.db import migrate
 
         migrate(url)
-        print(f"database {db}: loading {args.incidents:,} incidents with COPY", flush=True)
-        load(dsn, args.incidents, args.seed)
+        if exists and _incident_count(dsn) == args.incidents:
+            print(f"database {db}: reusing its {args.incidents:,} incidents", flush=True)
+        else:
+            if exists:
+                raise SystemExit(f"database {db} holds {_incident_count(dsn):,} incidents, not {args.incidents:,}")
+            print(f"database {db}: loading {args.incidents:,} incidents with COPY", flush=True)
+            load(dsn, args.incidents, args.seed)
+        prewarm(dsn)
         port = _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RCA_")} | {
             "RCA_DATABASE_URL": url, "RCA_API_TOKENS": API_TOKEN, "RCA_WEBHOOK_TOKEN": secrets.token_urlsafe(16),
@@ -322,6 +397,9 @@ def main() -> None:
                   f"{max(values):>10.1f}")
         print(f"{'ALL':<22}{len(every):>5}{percentile(every, 50):>10.1f}{percentile(every, 95):>10.1f}"
               f"{max(every):>10.1f}")
+        refresh = measure_refresh(url, args.incidents, args.seed)
+        print(f"\ndigest refresh (what every webhook, finished analysis and feedback adds), {len(refresh)} incidents: "
+              f"p50 {percentile(refresh, 50):.1f} ms, p95 {percentile(refresh, 95):.1f} ms")
         slowest = max(timings, key=lambda k: percentile(timings[k], 95))
         explain_slowest(url, slowest, args.seed)
     finally:
@@ -331,9 +409,17 @@ def main() -> None:
         from rca.store.db import get_engine
 
         get_engine(url).dispose()
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        print(f"\ndatabase {db} dropped")
+        if args.keep:
+            print(f"\ndatabase {db} kept")
+        else:
+            with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            print(f"\ndatabase {db} dropped")
+
+
+def _incident_count(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM incidents").fetchone()[0]
 
 
 def _free_port() -> int:

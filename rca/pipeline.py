@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any
 
 from rca.analyst.cache import AnswerCache, DatabaseAnswerCache
 from rca.analyst.explain import AnalystRecord, explain
@@ -21,7 +24,7 @@ from rca.config import Settings
 from rca.diagnosis.ranking import Hypothesis, rank
 from rca.signals.findings import Finding, judge_all
 from rca.signals.slo import slo_finding
-from rca.store import investigations
+from rca.store import investigations, similar
 from rca.store.db import session_scope
 from rca.traces.evidence import trace_findings
 
@@ -38,13 +41,18 @@ class Analysis:
     analyst: AnalystRecord | None = None  # who wrote the hypotheses (rca/analyst), with its accounting
 
 
+History = Callable[[list[Finding], list[Hypothesis], str | None], list[dict[str, Any]]]
+
+
 def analyse(settings: Settings, target: Target, now: datetime | None = None, *,
-            alerts: list[AlertText] | None = None, cache: AnswerCache | None = None) -> Analysis:
+            alerts: list[AlertText] | None = None, cache: AnswerCache | None = None,
+            history: History | None = None) -> Analysis:
     """Collect the window around the alert, judge every signal, rank the causes and have the
     analyst (the LLM when configured, else the rules) write the hypotheses.
 
     `alerts` (as they arrived) name the traced service and give the LLM their text; without them
-    the target's scope labels are used."""
+    the target's scope labels are used. `history` finds past incidents with the same evidence
+    (findings, rules ranking, stack) for the LLM to weigh."""
     now = now or datetime.now(UTC)
     file_config = settings.file_config()
     profile = profile_for(file_config)
@@ -70,9 +78,22 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None, *,
     alert_labels = [alert.labels for alert in alerts] if alerts else [target.labels]
     findings += trace_findings(settings, file_config.traces, alert_labels, target.alert_start,
                                window.start, window.end)
-    analyst = explain(settings, target, findings, rank(findings), alerts=alerts, cache=cache)
+    rules = rank(findings)
+    past = history(findings, rules, collection.stack) if history and settings.llm_configured else None
+    analyst = explain(settings, target, findings, rules, alerts=alerts, similar=past, cache=cache)
     return Analysis(target=target, collection=collection, findings=findings, hypotheses=analyst.hypotheses,
                     collect_seconds=collect_seconds, analyst=analyst.record)
+
+
+def _precedents(url: str, claim: investigations.Claim, findings: list[Finding], rules: list[Hypothesis],
+                stack: str | None) -> list[dict[str, Any]]:
+    """Past incidents alike enough to cite, as the LLM prompt lists them."""
+    target = similar.signature_of(claim.incident_id, claim.incident_created_at, findings,
+                                  [h.category for h in rules], stack)
+    with session_scope(url) as session:
+        found = similar.precedents(session, target)
+    return [{"incident_id": p.incident_id, "category": p.category, "confirmed": p.confirmed, "title": p.title,
+             "when": f"{p.created_at:%Y-%m-%d %H:%M} UTC", "similarity": p.score} for p in found]
 
 
 def run_investigation(settings: Settings, investigation_id: int) -> str:
@@ -90,7 +111,8 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     alerts = [AlertText(labels, annotations, start) for labels, annotations, start
               in zip(claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True)]
     cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
-    analysis = analyse(settings, claim.target(settings.file_config().target), alerts=alerts, cache=cache)
+    analysis = analyse(settings, claim.target(settings.file_config().target), alerts=alerts, cache=cache,
+                       history=partial(_precedents, url, claim))
     with session_scope(url) as session:
         investigations.save_analysis(session, investigation_id, analysis,
                                      total_seconds=time.perf_counter() - started)

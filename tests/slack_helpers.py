@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rca.config import Settings
+from rca.store import digests
 from rca.store.db import session_scope
 from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation
 from tests.conftest import make_settings
@@ -58,6 +59,7 @@ def store_investigation(url: str, incident_id: int, breached: list[str], categor
                                              next_steps=[], explanation=wording, analyst="rules"))
         session.add(inv)
         session.flush()
+        digests.refresh(session, incident_id)  # as every production write path does
         return inv.id
 
 

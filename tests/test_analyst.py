@@ -336,8 +336,8 @@ def test_untrusted_text_cannot_close_its_fence_or_start_a_line() -> None:
 def test_trimming_follows_the_documented_order_and_keeps_breached_findings() -> None:
     traces = [{"operation": f"op{i}", "share": 0.1, "p95_ms": 12.0, "attributes": {"http.route": "/v1/x" * 20}}
               for i in range(20)]
-    similar = [{"incident_id": i, "category": "arrival_surge", "title": "surge " * 30, "when": "2026-11-30",
-                "similarity": 0.8} for i in range(20)]
+    similar = [{"incident_id": i, "category": "arrival_surge", "confirmed": i % 2 == 0, "title": "surge " * 30,
+                "when": "2026-11-30", "similarity": 0.8} for i in range(20)]
     alerts = [AlertText({"alertname": "A", "team": "llm", "region": "eu"}, {"description": "d" * 3000})]
     summary = build_summary(surge_target(), surge_findings(), surge_rules(), alerts, traces, similar)
 

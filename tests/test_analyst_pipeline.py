@@ -16,7 +16,15 @@ from rca.analyst import client as llm_client
 from rca.analyst.explain import NOT_CONFIGURED
 from rca.api.app import create_app
 from rca.diagnosis.ranking import taxonomy
-from tests.conftest import StubPrometheus, make_alert, make_payload, make_settings, post_webhook, wait_for_investigation
+from tests.conftest import (
+    API_AUTH,
+    StubPrometheus,
+    make_alert,
+    make_payload,
+    make_settings,
+    post_webhook,
+    wait_for_investigation,
+)
 from tests.e2e.promstack import free_port
 from tests.fake_llm import Answer, FakeLLM, answer_json, completion, error, hypothesis
 
@@ -147,3 +155,23 @@ def test_without_an_llm_the_api_says_the_rules_analyst_answered(db_url: str, tmp
         inv = wait_for_investigation(client, open_incident(client, "nollm"))["investigation"]
     assert inv["analyst"] == "rules" and inv["fallback_reason"] == NOT_CONFIGURED
     assert inv["llm_model"] is None and inv["llm_exchange"] == [] and inv["prompt_tokens"] is None
+
+
+def test_the_prompt_cites_a_past_incident_with_the_same_evidence_and_its_confirmed_cause(
+        db_url: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
+    with FakeLLM(lambda request: completion(CALM_ANSWER)) as fake:
+        settings = make_settings(db_url, tmp_path, prometheus_url=prometheus.url, llm_base_url=fake.base_url,
+                                 llm_model="fake-model", llm_cache_seconds=0)
+        with TestClient(create_app(settings)) as client:
+            first = open_incident(client, "past")
+            wait_for_investigation(client, first)
+            reply = client.post(f"/api/v1/incidents/{first}/feedback", headers=API_AUTH,
+                                json={"category": "kv_memory_pressure", "note": "postmortem"})
+            assert reply.status_code == 201, reply.text
+            wait_for_investigation(client, open_incident(client, "now"))
+
+    first_prompt, second_prompt = (" ".join(m["content"] for m in r["messages"]) for r in fake.requests)
+    assert "Similar past incidents" not in first_prompt  # nothing came before it
+    assert "Similar past incidents" in second_prompt
+    assert f"incident {first} (" in second_prompt
+    assert "kv_memory_pressure (confirmed by an engineer)" in second_prompt

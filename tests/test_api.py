@@ -174,8 +174,8 @@ def test_search_pages_through_results_with_next_cursor(intake_client: TestClient
 
     seen, cursor, pages = [], None, 0
     while True:
-        page = search(intake_client, limit=2, **({"cursor": cursor} if cursor else {}))
-        assert page["total"] == 5 and page["limit"] == 2
+        page = search(intake_client, limit=2, total="true", **({"cursor": cursor} if cursor else {}))
+        assert page["total"] == 5 and page["total_exact"] and page["limit"] == 2
         seen += [item["id"] for item in page["items"]]
         pages += 1
         cursor = page["next_cursor"]

@@ -171,3 +171,41 @@ def test_relevance_ranks_only_the_newest_window_of_matches(intake_client: TestCl
     relevance = search(intake_client, q="disk")
     assert ids(relevance) == list(reversed(newer))  # the best match is older than the newest three
     assert oldest_best in ids(search(intake_client, q="disk", sort="time"))
+
+
+def test_total_is_known_from_a_complete_first_page_and_otherwise_counted_on_request(
+        intake_client: TestClient) -> None:
+    for n in range(3):
+        open_incident(intake_client, f"g{n}", make_alert(f"fp-{n}", note="disk"))
+    whole = search(intake_client, q="disk", limit=5)
+    assert (whole["total"], whole["total_exact"], whole["next_cursor"]) == (3, True, None)
+    partial = search(intake_client, q="disk", limit=2)
+    assert (partial["total"], partial["total_exact"]) == (None, False) and partial["next_cursor"]
+    counted = search(intake_client, q="disk", limit=2, total="true")
+    assert (counted["total"], counted["total_exact"]) == (3, True)
+    later = search(intake_client, q="disk", limit=2, cursor=partial["next_cursor"], total="true")
+    assert (later["total"], ids(later)) == (3, ids(whole)[2:])
+
+
+def test_counting_stops_at_the_cap(intake_client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rca.api import incidents as api
+
+    monkeypatch.setattr(api, "TOTAL_CAP", 2)
+    for n in range(4):
+        open_incident(intake_client, f"g{n}", make_alert(f"fp-{n}"))
+    page = search(intake_client, limit=1, total="true")
+    assert (page["total"], page["total_exact"]) == (2, False)
+
+
+def test_times_with_no_utc_year_are_refused_not_a_server_error(intake_client: TestClient) -> None:
+    import base64
+
+    open_incident(intake_client, "g", make_alert("fp"))
+    reply = intake_client.get("/api/v1/incidents", params={"since": "0001-01-01T00:00:00+02:00"}, headers=API_AUTH)
+    assert reply.status_code == 422 and "since is out of range" in reply.json()["detail"]
+    reply = intake_client.get("/api/v1/incidents", params={"until": "9999-12-31T23:00:00-05:00"}, headers=API_AUTH)
+    assert reply.status_code == 422 and "until is out of range" in reply.json()["detail"]
+    forged = {"o": "time", "f": "", "t": "0001-01-01T00:00:00+02:00", "i": 1, "s": None, "a": None}
+    token = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
+    reply = intake_client.get("/api/v1/incidents", params={"cursor": token}, headers=API_AUTH)
+    assert reply.status_code == 422 and "not a cursor returned by this API" in reply.json()["detail"]

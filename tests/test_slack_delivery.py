@@ -18,6 +18,8 @@ from sqlalchemy import select
 
 from rca.api.app import create_app
 from rca.notify.service import deliver
+from rca.store import feedback as feedback_store
+from rca.store.db import session_scope
 from rca.store.models import SlackAttempt, SlackDelivery
 from tests.conftest import (
     API_AUTH,
@@ -300,3 +302,24 @@ def test_resolve_notice_queues_a_slack_notice_only_when_slack_is_on(db_url: str,
             post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h", status="resolved")]))
             post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h", status="resolved")]))
         assert recorder.notified == ([(firing["incident_id"], expected)] if expected else [])
+
+
+def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_confirmed_cause(
+        db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(db_url, tmp_path, slack)
+    past = store_incident(db_url)
+    store_investigation(db_url, past, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"])
+    unrelated = store_incident(db_url)
+    store_investigation(db_url, unrelated, ["prefix_cache_hit_rate"], ["prefix_cache_miss"])
+    with session_scope(db_url) as session:
+        feedback_store.record(session, past, category="cpu_quota_throttling", note="cgroup quota", verdicts=[],
+                              author="oncall")
+    now = store_incident(db_url)
+    store_investigation(db_url, now, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"])
+
+    assert deliver(settings, now, "investigation").status == "delivered"
+    assert deliver(settings, unrelated, "investigation").status == "delivered"
+    cited, alone = (json.dumps(post.payload["blocks"]) for post in slack.posts())
+    assert f"*Last time* (<https://rca.example/api/v1/incidents/{past}|#{past}>" in cited
+    assert "`cpu_quota_throttling`, confirmed by an engineer" in cited  # the engineer's cause, not the ranking's
+    assert "Last time" not in alone  # nothing before it looks alike

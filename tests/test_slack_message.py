@@ -4,6 +4,7 @@ fingerprint follows the evidence and not the wording, routing by labels, and Sla
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from rca.notify.escape import mrkdwn
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, evidence_fingerprint
 from rca.notify.routing import route
 from rca.store.models import Finding, Hypothesis, Investigation
+from rca.store.similar import Precedent
 from tests.fake_slack import block_kit_problems
 
 HOSTILE = "Queue high <!channel> <!here> <@U123ABC> see <http://evil.example|click> & <#C999>"
@@ -177,3 +179,18 @@ def test_good_slack_settings_are_accepted(tmp_path: Path) -> None:
                         slack_api_url="http://127.0.0.1:9/api")
     assert bot.slack_api_url == "http://127.0.0.1:9/api/" and "xoxb-1" not in repr(bot)
     assert not load_settings(data_dir=tmp_path).slack_enabled
+
+
+def test_last_time_line_names_the_precedent_its_cause_and_whether_it_was_confirmed() -> None:
+    when = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
+    confirmed = Precedent(41, "queue high", when, "cpu_quota_throttling", True, 0.92)
+    [line] = [t for t in all_texts(render(message(precedent=confirmed,
+                                                  precedent_url="https://rca.example/api/v1/incidents/41")))
+              if "Last time" in t]
+    assert line == (":repeat: *Last time* (<https://rca.example/api/v1/incidents/41|#41>, 2026-11-30, 92% alike): "
+                    "`cpu_quota_throttling`, confirmed by an engineer")
+    guessed = Precedent(40, "queue high", when, "arrival_surge", False, 0.7)
+    [line] = [t for t in all_texts(render(message(precedent=guessed, precedent_url="javascript:alert(1)")))
+              if "Last time" in t]
+    assert line.startswith(":repeat: *Last time* (#40,") and line.endswith("ranked first then, not confirmed")
+    assert not [t for t in all_texts(render(message())) if "Last time" in t]

@@ -285,12 +285,15 @@ def test_json_that_is_not_an_object_is_refused_with_422(intake_client: TestClien
     (lambda p: p["alerts"][0].update(startsAt="yesterday"), ("alerts[0].startsAt",)),
     (lambda p: p["alerts"][0].pop("startsAt"), ("alerts[0].startsAt", "required")),
     (lambda p: p["alerts"][0].update(startsAt="2026-12-03T08:40:00"), ("alerts[0].startsAt", "timezone")),
+    (lambda p: p["alerts"][0].update(startsAt="0001-01-01T00:00:00+02:00"), ("alerts[0].startsAt", "range")),
+    (lambda p: p["alerts"][0].update(endsAt="9999-12-31T23:00:00-05:00"), ("alerts[0].endsAt", "range")),
     (lambda p: p["alerts"][0].update(status="pending"), ("alerts[0].status",)),
     (lambda p: p["alerts"][0].update(fingerprint=""), ("alerts[0].fingerprint",)),
     (lambda p: p.pop("groupKey"), ("groupKey", "required")),
     (lambda p: p.update(version="3"), ("version",)),
     (lambda p: p.update(alerts=[]), ("alerts",)),
-], ids=["unparseable-startsAt", "missing-startsAt", "naive-startsAt", "bad-alert-status", "empty-fingerprint",
+], ids=["unparseable-startsAt", "missing-startsAt", "naive-startsAt", "startsAt-before-year-1-in-UTC",
+        "endsAt-after-9999-in-UTC", "bad-alert-status", "empty-fingerprint",
         "missing-groupKey", "version-3", "empty-alerts"])
 def test_payload_that_is_not_alertmanager_v4_is_refused_with_422_naming_the_field(
         intake_client: TestClient, db_url: str, recorder: RecordingDispatcher, mutate: Any,

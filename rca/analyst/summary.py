@@ -80,7 +80,8 @@ class Summary:
     ranking: list[dict[str, Any]]
     categories: dict[str, str]  # taxonomy id -> title
     traces: list[dict[str, Any]] | None = None  # {"operation", "share", "p95_ms", "attributes"}
-    similar: list[dict[str, Any]] | None = None  # {"incident_id", "category", "title", "when", "similarity"}
+    # {"incident_id", "category", "confirmed", "title", "when", "similarity"}: rca.pipeline._precedents
+    similar: list[dict[str, Any]] | None = None
     trimmed: list[str] = field(default_factory=list)
 
     def template_vars(self) -> dict[str, Any]:

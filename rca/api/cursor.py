@@ -10,7 +10,7 @@ import base64
 import binascii
 import hashlib
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 
 from fastapi import HTTPException, status
 
@@ -22,8 +22,8 @@ def _fingerprint(filters: IncidentFilter) -> str:
 
 
 def encode_cursor(last: Hit, sort: str, filters: IncidentFilter, anchor: datetime | None) -> str:
-    data = {"o": sort, "f": _fingerprint(filters), "t": last.digest.created_at.isoformat(),
-            "i": last.digest.incident_id, "s": last.score, "a": anchor.isoformat() if anchor else None}
+    data = {"o": sort, "f": _fingerprint(filters), "t": last.created_at.isoformat(),
+            "i": last.incident_id, "s": last.score, "a": anchor.isoformat() if anchor else None}
     return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
@@ -44,6 +44,12 @@ def decode_cursor(cursor: str, sort: str, filters: IncidentFilter) -> Position:
         raise _invalid("not a cursor returned by this API")
     if position.created_at.tzinfo is None or not 0 < position.incident_id < 2**31:
         raise _invalid("not a cursor returned by this API")
+    try:  # a time with no UTC year (0001-01-01T00:00:00+02:00) could not be compared
+        position.created_at.astimezone(UTC)
+        if position.anchor is not None:
+            position.anchor.astimezone(UTC)
+    except OverflowError:
+        raise _invalid("not a cursor returned by this API") from None
     if order != sort or fingerprint != _fingerprint(filters):
         raise _invalid("it belongs to a search with other parameters; repeat those or start without a cursor")
     if sort == "relevance" and (position.score is None or position.anchor is None):

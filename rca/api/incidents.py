@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
@@ -32,7 +33,7 @@ from rca.store import fts
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
-from rca.store.models import Feedback, Incident, IncidentDigest
+from rca.store.models import Feedback, Incident
 
 router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read), Depends(require_storable_query)],
                    responses=AUTH_ERRORS)
@@ -50,18 +51,25 @@ def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def _summary(hit: incident_store.Hit) -> IncidentSummary:
-    incident, digest = hit.incident, hit.digest
     return IncidentSummary(
-        id=incident.id, title=incident.title, status=incident.status, alertname=incident.alertname,
-        created_at=incident.created_at, updated_at=incident.updated_at, resolved_at=incident.resolved_at,
-        notification_count=incident.notification_count, investigation_status=hit.investigation_status,
-        top_category=digest.top_category, top_confidence=digest.top_confidence,
-        confirmed_category=digest.confirmed_category, breached=digest.breached, score=hit.score,
+        id=hit.incident_id, title=hit.title, status=hit.status, alertname=hit.alertname, created_at=hit.created_at,
+        updated_at=hit.updated_at, resolved_at=hit.resolved_at, notification_count=hit.notification_count,
+        investigation_status=hit.investigation_status, top_category=hit.top_category,
+        top_confidence=hit.top_confidence, confirmed_category=hit.confirmed_category, breached=hit.breached,
+        score=hit.score,
     )
 
 
 def _unprocessable(message: str) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
+
+
+def _in_utc(value: datetime | None, name: str) -> datetime | None:
+    """The time in UTC, as it is compared; 0001-01-01T00:00:00+02:00 has no UTC year."""
+    try:
+        return value.astimezone(UTC) if value is not None else None
+    except OverflowError:
+        raise _unprocessable(f"{name} is out of range once converted to UTC") from None
 
 
 @router.get("", response_model=IncidentPage, summary="Search the incident history",
@@ -84,7 +92,10 @@ def list_incidents(
     sort: Annotated[Literal["relevance", "time"] | None, Query(description="default: relevance with q")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(max_length=500, description="`next_cursor` of the previous page")] = None,
+    total: Annotated[bool, Query(description=f"count the matches (up to {TOTAL_CAP}) even when they fill more than "
+                                             "one page; this can cost 100 ms or more at a million incidents")] = False,
 ) -> IncidentPage:
+    since, until = _in_utc(since, "since"), _in_utc(until, "until")
     if since and until and since >= until:
         raise _unprocessable("since must be before until")
     if q is not None and not fts.words(q):
@@ -97,18 +108,16 @@ def list_incidents(
         signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
     after = decode_cursor(cursor, order, filters) if cursor else None
     with session_scope(request.app.state.settings.effective_database_url) as session:
-        # With q, count first: the count also tells the search whether the matches are many.
-        total = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1) if q else None
-        hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after,
-                                                   many=total is not None and total > incident_store.RELEVANCE_WINDOW)
-        if total is None:
-            # A first page without a next one already holds every match; only a longer result is counted.
-            total = len(hits) if cursor is None and not more else \
-                incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
-        items = [_summary(hit) for hit in hits]
+        hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
+        # A first page without a next one already holds every match; a longer result is counted on request.
+        counted: int | None = len(hits) if cursor is None and not more else None
+        if total and counted is None:
+            counted = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
     next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
-    return IncidentPage(items=items, total=min(total, TOTAL_CAP), total_exact=total <= TOTAL_CAP, limit=limit,
-                        sort=order, next_cursor=next_cursor)
+    return IncidentPage(items=[_summary(hit) for hit in hits],
+                        total=None if counted is None else min(counted, TOTAL_CAP),
+                        total_exact=counted is not None and counted <= TOTAL_CAP, limit=limit, sort=order,
+                        next_cursor=next_cursor)
 
 
 def incident_out(incident: Incident) -> IncidentOut:
@@ -146,17 +155,15 @@ def get_incident(request: Request, incident_id: IncidentId) -> IncidentOut:
 def similar_incidents(request: Request, incident_id: IncidentId,
                       limit: Annotated[int, Query(ge=1, le=50)] = 10) -> SimilarPage:
     with session_scope(request.app.state.settings.effective_database_url) as session:
-        target = session.get(IncidentDigest, incident_id)
-        matches = similar_store.find(session, incident_id, limit)
-        if target is None or matches is None:
+        target = similar_store.signature(session, incident_id)
+        if target is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-        statuses = incident_store.latest_investigation_status(session, [m.incident.id for m in matches])
-        items = [SimilarIncident(
-            incident=_summary(incident_store.Hit(m.incident, m.digest, None, statuses.get(m.incident.id))),
-            score=m.score, shared_breached=m.shared, onset_order=m.digest.onset_order, stack=m.digest.stack,
-            confirmed_category=m.digest.confirmed_category) for m in matches]
-        return SimilarPage(incident_id=incident_id, breached=target.breached, onset_order=target.onset_order,
-                           stack=target.stack, categories=target.categories, items=items)
+        matches = similar_store.find(session, target, limit)
+    items = [SimilarIncident(incident=_summary(m.hit), score=m.score, shared_breached=m.shared,
+                             onset_order=m.signature.onset_order, stack=m.signature.stack,
+                             confirmed_category=m.signature.confirmed_category) for m in matches]
+    return SimilarPage(incident_id=incident_id, breached=target.breached, onset_order=target.onset_order,
+                       stack=target.stack, categories=target.categories, items=items)
 
 
 def _feedback_out(row: Feedback) -> FeedbackOut:

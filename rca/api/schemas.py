@@ -184,8 +184,10 @@ TOTAL_CAP = 1000
 
 class IncidentPage(BaseModel):
     items: list[IncidentSummary]
-    total: int = Field(description=f"matching incidents, counted up to {TOTAL_CAP}")
-    total_exact: bool = Field(description=f"false when more than {TOTAL_CAP} match and `total` is that cap")
+    total: int | None = Field(description=f"matching incidents, up to {TOTAL_CAP}: known when the first page holds "
+                                          "them all, otherwise counted only when `total=true` was asked; else null")
+    total_exact: bool = Field(description=f"true when `total` is the exact count (false when null, or when more "
+                                          f"than {TOTAL_CAP} match and `total` is that cap)")
     limit: int
     sort: str = Field(description="time (newest first) or relevance (best match first)")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")

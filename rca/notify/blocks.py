@@ -115,6 +115,18 @@ def _cost(message: IncidentMessage) -> str:
     return " · ".join(parts)
 
 
+def _last_time(message: IncidentMessage) -> Block | None:
+    p = message.precedent
+    if p is None or not p.category:
+        return None
+    known = "confirmed by an engineer" if p.confirmed else "ranked first then, not confirmed"
+    ref = f"#{p.incident_id}"
+    if (safe := _safe_url(message.precedent_url)) is not None and not set("<>|") & set(safe):
+        ref = f"<{safe}|{ref}>"
+    return _context(f":repeat: *Last time* ({ref}, {p.created_at:%Y-%m-%d}, {p.score:.0%} alike): "
+                    f"{code(p.category)}, {known}")
+
+
 def header_text(message: IncidentMessage) -> str:
     icon = ":white_check_mark:" if message.status == "resolved" else ":rotating_light:"
     return cut(f"{icon} {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}",
@@ -144,6 +156,8 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
     if message.hypotheses:
         body.append(_section("*Most likely causes*"))
         body += [_hypothesis(i, h) for i, h in enumerate(message.hypotheses[:SHOWN_HYPOTHESES], start=1)]
+    if (last := _last_time(message)) is not None:
+        body.append(last)
     body += _breached_sections(message.breached)
     tail = [_context(_cost(message))]
     if (links := _links(message)) is not None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from rca.diagnosis.ranking import rank
 from rca.store.models import Incident, Investigation
+from rca.store.similar import Precedent
 
 TOP_CATEGORIES = 3  # how many ranked causes count as "the ranking" for the fingerprint
 
@@ -53,6 +54,8 @@ class IncidentMessage:
     model: str | None = None
     tokens: int | None = None  # None when unknown (the rules analyst spends none)
     cost_usd: float | None = None
+    precedent: Precedent | None = None  # the past incident most like this one ("Last time")
+    precedent_url: str | None = None
 
 
 def _why(title: str, explanation: str) -> str:
@@ -72,8 +75,10 @@ def incident_labels(incident: Incident) -> dict[str, str]:
     return {**(firing[0].labels if firing else {}), **(incident.common_labels or {})}
 
 
-def from_incident(incident: Incident, investigation: Investigation, public_url: str | None) -> IncidentMessage:
-    """The message for an incident and its latest finished investigation."""
+def from_incident(incident: Incident, investigation: Investigation, public_url: str | None,
+                  precedent: Precedent | None = None) -> IncidentMessage:
+    """The message for an incident and its latest finished investigation (and the past incident
+    most like it, when one is alike enough to cite)."""
     labels = incident_labels(incident)
     annotations = {**next((a.annotations for a in incident.alerts), {}), **(incident.common_annotations or {})}
     return IncidentMessage(
@@ -95,6 +100,8 @@ def from_incident(incident: Incident, investigation: Investigation, public_url: 
         model=investigation.llm_model,
         tokens=_tokens(investigation),
         cost_usd=investigation.estimated_cost,
+        precedent=precedent,
+        precedent_url=f"{public_url}/api/v1/incidents/{precedent.incident_id}" if precedent and public_url else None,
     )
 
 

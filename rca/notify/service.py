@@ -33,6 +33,7 @@ from rca.notify import blocks
 from rca.notify.delivery import Sender, SendResult, make_sender
 from rca.notify.message import IncidentMessage, evidence_fingerprint, from_incident, incident_labels
 from rca.notify.routing import route
+from rca.store import similar
 from rca.store.db import session_scope
 from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery, utcnow
 
@@ -164,7 +165,9 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
         investigation = _latest_done(session, incident_id)
         if investigation is None:
             return Outcome("skipped", detail="no finished investigation yet; its completion will post")
-        message = from_incident(incident, investigation, settings.public_url)
+        signature = similar.signature(session, incident_id)
+        last = similar.precedents(session, signature, limit=1) if signature else []
+        message = from_incident(incident, investigation, settings.public_url, last[0] if last else None)
         channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
         steps = _plan(delivery, sender, message, investigation.id, evidence_fingerprint(investigation), channel,
                       incident.resolved_at)

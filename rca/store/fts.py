@@ -12,12 +12,15 @@ same meaning on both backends and no query syntax a user can get wrong.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Float,
-    Select,
+    Integer,
+    and_,
+    any_,
     cast,
     column,
     func,
@@ -28,15 +31,17 @@ from sqlalchemy import (
     text,
     type_coerce,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSQUERY
 from sqlalchemy.orm import Session
 
+from rca.store import word_frequency
 from rca.store.models import IncidentDigest
 
 FTS_TABLE = "incident_fts"
 SEARCH_VECTOR = "search_vector"
 BACKEND_INDEXES = {"ix_incident_digests_search", "ix_incident_digests_labels", "ix_incident_digests_breached"}
 WORD = re.compile(r"\w+", re.UNICODE)
+COMMON_WORD = 0.3  # share of digests above which a word is left out of the GIN scan
 
 
 def include_name(name: str | None, type_: str, _parents: dict[str, Any]) -> bool:
@@ -68,19 +73,78 @@ def write(session: Session, incident_id: int, document: str) -> None:
                     {"id": incident_id, "doc": document})
 
 
-def apply_match(session: Session, query: Select[Any], q: str) -> tuple[Select[Any], ColumnElement[float]]:
-    """Restrict `query` (over incident_digests) to digests containing every word of `q`; also
-    return a relevance score, higher is better, as a double so that a cursor carries it exactly."""
-    terms = words(q)
-    if is_postgres(session):
-        tsquery = func.plainto_tsquery("english", " ".join(terms))
-        vector = literal_column(f"incident_digests.{SEARCH_VECTOR}")
-        return query.where(vector.op("@@")(tsquery)), cast(func.ts_rank_cd(vector, tsquery), Float(precision=53))
-    fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
-    fts_query = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
-    query = query.join(fts, fts.c.rowid == IncidentDigest.incident_id).where(fts.c[FTS_TABLE].op("MATCH")(fts_query))
-    # bm25() is lower-is-better; negate it so that both backends sort the same way.
-    return query, -func.bm25(fts.c[FTS_TABLE])
+def _tsquery(q: str) -> ColumnElement[Any]:
+    return func.plainto_tsquery("english", " ".join(words(q)))
+
+
+def _fts_query(q: str) -> str:
+    return " ".join('"' + term.replace('"', '""') + '"' for term in words(q))
+
+
+@dataclass(frozen=True)
+class Query:
+    """A full-text query prepared for one search."""
+
+    condition: ColumnElement[bool]  # the digest contains every word (checked row by row in a walk)
+    indexed: ColumnElement[bool]  # the same, phrased for a GIN bitmap scan (see `prepare`)
+    density: float  # at most this share of digests can match (1.0 when not known)
+
+
+def prepare(session: Session, q: str) -> Query:
+    """Conditions on incident_digests for `q`, and how many digests can match at most.
+
+    On Postgres, with word frequencies at hand (`rca.store.word_frequency`), the rarest word bounds
+    the matches, and the GIN index is asked only for the words in fewer than `COMMON_WORD` of the
+    digests while the whole query is checked on the rows it returns (`ts_match_vq`, the function
+    behind @@, which no index serves): same result, without reading posting lists that hold nearly
+    every incident.
+    """
+    if not is_postgres(session):
+        fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
+        condition = IncidentDigest.incident_id.in_(
+            select(fts.c.rowid).where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q))))
+        return Query(condition=condition, indexed=condition, density=1.0)
+    vector = literal_column(f"incident_digests.{SEARCH_VECTOR}")
+    condition = vector.op("@@")(_tsquery(q))
+    known = word_frequency.statistics(session).words
+    if known is None:
+        return Query(condition=condition, indexed=condition, density=1.0)
+    lexemes = word_frequency.lexemes(session, " ".join(words(q)))
+    if not lexemes:  # only stop words: nothing matches
+        return Query(condition=condition, indexed=condition, density=0.0)
+    selective = [lexeme for lexeme in lexemes if known.of(lexeme) < COMMON_WORD]
+    density = min(known.of(lexeme) for lexeme in lexemes)
+    if not selective or len(selective) == len(lexemes):
+        return Query(condition=condition, indexed=condition, density=density)
+    keys = cast(" & ".join("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in selective),
+                TSQUERY)
+    indexed = and_(vector.op("@@")(keys), func.ts_match_vq(vector, _tsquery(q)))
+    return Query(condition=condition, indexed=indexed, density=density)
+
+
+def rank(session: Session, q: str) -> ColumnElement[float] | None:
+    """The relevance of a digest row to `q` as an expression (Postgres), so that it is computed
+    while the row is at hand; None on SQLite, whose bm25() needs the MATCH query (see `scores`)."""
+    if not is_postgres(session):
+        return None
+    vector = literal_column(f"incident_digests.{SEARCH_VECTOR}")
+    return cast(func.ts_rank_cd(vector, _tsquery(q)), Float(precision=53))
+
+
+def scores(session: Session, q: str, incident_ids: list[int]) -> dict[int, float]:
+    """Relevance of each of these digests to `q`, higher is better (`ts_rank_cd` on Postgres,
+    negated `bm25` on SQLite), as doubles so that a cursor carries them exactly."""
+    if not incident_ids:
+        return {}
+    score = rank(session, q)
+    if score is not None:
+        query = select(IncidentDigest.incident_id, score) \
+            .where(IncidentDigest.incident_id == any_(literal(incident_ids, ARRAY(Integer))))
+    else:
+        fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
+        query = select(fts.c.rowid, -func.bm25(fts.c[FTS_TABLE])) \
+            .where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q)), fts.c.rowid.in_(incident_ids))
+    return {incident_id: score for incident_id, score in session.execute(query)}
 
 
 def contains(session: Session, column: Any, value: str) -> ColumnElement[bool]:

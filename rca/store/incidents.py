@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, text, tuple_
-from sqlalchemy.orm import Session, load_only, selectinload
+from sqlalchemy import ColumnElement, and_, case, func, literal, null, select, text, tuple_
+from sqlalchemy.orm import Session, selectinload
 
-from rca.store import fts
+from rca.store import fts, word_frequency
 from rca.store.models import Incident, IncidentDigest, Investigation, SlackDelivery, utcnow
 
 Sort = Literal["time", "relevance"]
-RELEVANCE_WINDOW = 1000
+RELEVANCE_WINDOW = 250
+FIRST_STAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -43,36 +44,135 @@ class Position:
 
 @dataclass(frozen=True)
 class Hit:
-    incident: Incident
-    digest: IncidentDigest
-    score: float | None
-    investigation_status: str | None
+    """One incident of a result page: what a list shows, without the large text and JSON."""
+
+    incident_id: int
+    title: str
+    status: str
+    alertname: str | None
+    created_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    notification_count: int
+    investigation_status: str | None  # of the newest investigation, read live
+    top_category: str | None
+    top_confidence: float | None
+    confirmed_category: str | None
+    breached: list[str]
+    score: float | None = None
 
 
-def _conditions(session: Session, filters: IncidentFilter) -> list[ColumnElement[bool]]:
+def _conditions(session: Session, filters: IncidentFilter) -> tuple[list[ColumnElement[bool]],
+                                                                    list[ColumnElement[bool]]]:
+    """The filters but `q` as (ordered, checked) conditions. Ordered ones are equalities and ranges
+    that a (column, created_at) B-tree serves while walking newest first; checked ones (labels,
+    breached signals) are GIN-indexed containment, checked row by row during such a walk."""
     d = IncidentDigest
-    where: list[ColumnElement[bool]] = []
+    ordered: list[ColumnElement[bool]] = []
     if filters.status:
-        where.append(d.status == filters.status)
-    if filters.alertname:
-        where.append(fts.contains(session, d.labels, f"alertname={filters.alertname}"))
-    where += [fts.contains(session, d.labels, f"{name}={value}") for name, value in filters.labels]
-    where += [fts.contains(session, d.breached, key) for key in filters.signals]
+        ordered.append(d.status == filters.status)
     if filters.since:
-        where.append(d.created_at >= filters.since)
+        ordered.append(d.created_at >= filters.since)
     if filters.until:
-        where.append(d.created_at < filters.until)
+        ordered.append(d.created_at < filters.until)
     if filters.category:
-        where.append(d.top_category == filters.category)
+        ordered.append(d.top_category == filters.category)
     if filters.confirmed is not None:
-        where.append(d.confirmed_category.is_not(None) if filters.confirmed else d.confirmed_category.is_(None))
+        ordered.append(d.confirmed_category.is_not(None) if filters.confirmed else d.confirmed_category.is_(None))
     if filters.confirmed_category:
-        where.append(d.confirmed_category == filters.confirmed_category)
-    return where
+        ordered.append(d.confirmed_category == filters.confirmed_category)
+    checked: list[ColumnElement[bool]] = []
+    if filters.alertname:
+        checked.append(fts.contains(session, d.labels, f"alertname={filters.alertname}"))
+    checked += [fts.contains(session, d.labels, f"{name}={value}") for name, value in filters.labels]
+    checked += [fts.contains(session, d.breached, key) for key in filters.signals]
+    return ordered, checked
+
+
+Match = tuple[int, float | None]  # incident id, and its relevance when asked for
+
+
+def _newest(session: Session, filters: IncidentFilter, n: int, *, before: Position | None = None,
+            anchor: datetime | None = None, scored: bool = False) -> list[Match]:
+    """The `n` newest matching incidents (older than `before`, no newer than `anchor`), with
+    their relevance to `filters.q` if `scored`.
+
+    Postgres misjudges how many incidents match a combination of conditions (a breached signal and
+    the cause it implies are far from independent; so are "prefix" and "cache"), and a wrong guess
+    costs a bitmap of every match, or a walk through all history. So the plan is chosen by
+    measuring instead: walk the newest incidents that pass the ordered conditions in growing
+    stages, checking the others row by row, and once the matches seen are too sparse for walking
+    on to pay (`_walk_pays`), fetch the rest from below the walk with the GIN indexes.
+    """
+    d = IncidentDigest
+    ordered, checked = _conditions(session, filters)
+    indexed = checked
+    if filters.q:
+        text_query = fts.prepare(session, filters.q)
+        checked, indexed = [text_query.condition, *checked], [text_query.indexed, *checked]
+    if before is not None:
+        ordered.append(tuple_(d.created_at, d.incident_id) < tuple_(before.created_at, before.incident_id))
+    if anchor is not None:
+        ordered.append(d.created_at <= anchor)
+    newest_first = (d.created_at.desc(), d.incident_id.desc())
+    rank = fts.rank(session, filters.q) if scored and filters.q else None
+    if not checked or not fts.is_postgres(session):
+        found = list(session.scalars(select(d.incident_id).where(*ordered, *checked).order_by(*newest_first).limit(n)))
+        scores = fts.scores(session, filters.q, found) if scored and filters.q else {}
+        return [(incident_id, scores.get(incident_id)) for incident_id in found]
+    # A match's score (0 when not scored) is computed while its row is at hand; NULL marks a miss.
+    value = rank if rank is not None else literal(0.0)
+    score = case((and_(*checked), value), else_=null())
+    matches: list[Match] = []
+    walked, stage, below = 0, FIRST_STAGE, None
+    # The rarest word bounds the density: when even that bound is too sparse, do not walk at all.
+    population = word_frequency.statistics(session).rows
+    walk = not filters.q or _walk_pays(text_query.density, n, population)
+    while walk:
+        position = [tuple_(d.created_at, d.incident_id) < tuple_(*below)] if below else []
+        step = (select(d.incident_id, d.created_at, score.label("score")).where(*ordered, *position)
+                .order_by(*newest_first).limit(stage).subquery())
+        matches += session.execute(select(step.c.incident_id, step.c.score).where(step.c.score.is_not(None))
+                                   .order_by(step.c.created_at.desc(), step.c.incident_id.desc())
+                                   .limit(n - len(matches))).all()
+        if len(matches) == n:
+            return _scored(matches, rank)
+        end = session.execute(select(d.created_at, d.incident_id).where(*ordered, *position).order_by(*newest_first)
+                              .offset(stage - 1).limit(1)).first()
+        if end is None:  # every incident that passes the ordered conditions has been seen
+            return _scored(matches, rank)
+        walked, below = walked + stage, (end.created_at, end.incident_id)
+        walk = _walk_pays(len(matches) / walked, n - len(matches), max(population - walked, walked))
+        stage *= 4
+    position = [tuple_(d.created_at, d.incident_id) < tuple_(*below)] if below else []
+    _planner(session, walk=False)
+    matches += session.execute(select(d.incident_id, value).where(*ordered, *indexed, *position)
+                               .order_by(*newest_first).limit(n - len(matches))).all()
+    _planner(session, walk=True)
+    return _scored(matches, rank)
+
+
+def _scored(matches: list[Match], rank: ColumnElement[float] | None) -> list[Match]:
+    return matches if rank is not None else [(incident_id, None) for incident_id, _ in matches]
+
+
+def _walk_pays(density: float, wanted: int, remaining: int) -> bool:
+    """Whether walking on (about wanted / density rows, each ~2 µs) is cheaper than a bitmap of
+    every remaining match (about density x remaining, each ~4 µs), as measured on this machine at
+    a million incidents (bench/search_latency.py)."""
+    return density > 0 and 2 * wanted / density < 4 * density * remaining
+
+
+def _planner(session: Session, *, walk: bool) -> None:
+    """Allow (or, for the rest of a sparse search, forbid) index walks and sequential scans, for
+    this transaction only."""
+    value = "on" if walk else "off"
+    session.execute(text("SELECT set_config('enable_indexscan', :v, true), set_config('enable_seqscan', :v, true)"),
+                    {"v": value})
 
 
 def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
-           after: Position | None = None, many: bool = False) -> tuple[list[Hit], bool, datetime | None]:
+           after: Position | None = None) -> tuple[list[Hit], bool, datetime | None]:
     """One page of matching incidents, whether more follow, and (relevance only) the snapshot time.
 
     Time order is newest first by (created_at, id) and continues strictly after `after`: incidents
@@ -80,81 +180,47 @@ def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
 
     Relevance order ranks, by full-text score then id, the newest `RELEVANCE_WINDOW` matches that
     existed when the first page was asked for (`anchor`, carried by the cursor). Scoring every
-    match of a common word at a million incidents would cost seconds; bounding it keeps the query
-    on the (created_at) index. The snapshot makes later pages stable: incidents arriving meanwhile
-    are left out and no page repeats or skips one. Older matches are reached with sort=time.
+    match of a common word at a million incidents would cost seconds; bounding it keeps the cost
+    that of finding the newest matches. The snapshot makes later pages stable: incidents arriving
+    meanwhile are left out and no page repeats or skips one. Older matches are reached with
+    sort=time.
     """
-    d = IncidentDigest
-    ids: Any = select(d.incident_id, d.created_at)
-    if filters.q:
-        ids, _ = fts.apply_match(session, ids, filters.q)
-    ids = ids.where(*_conditions(session, filters))
-    anchor = None
     if sort == "relevance" and filters.q:
         anchor = after.anchor if after is not None and after.anchor else utcnow()
-        window = ids.where(d.created_at <= anchor).order_by(d.created_at.desc(), d.incident_id.desc()) \
-            .limit(RELEVANCE_WINDOW).subquery()
-        ranked, score = fts.apply_match(session, select(d.incident_id, d.created_at), filters.q)
-        ranked = ranked.where(d.incident_id.in_(select(window.c.incident_id))).add_columns(score)
+        window = _newest(session, filters, RELEVANCE_WINDOW, anchor=anchor, scored=True)
+        scores = {incident_id: score or 0.0 for incident_id, score in window}
+        ranked = sorted(((score, incident_id) for incident_id, score in scores.items()), reverse=True)
         if after is not None and after.score is not None:
-            beyond = or_(score < after.score, and_(score == after.score, d.incident_id < after.incident_id))
-            ranked = ranked.where(beyond)
-        page = ranked.order_by(score.desc(), d.incident_id.desc())
-    else:
-        if after is not None:
-            ids = ids.where(tuple_(d.created_at, d.incident_id) < tuple_(after.created_at, after.incident_id))
-        page = ids.order_by(d.created_at.desc(), d.incident_id.desc())
-    walk = many and fts.is_postgres(session)
-    if walk:
-        session.execute(text("SET LOCAL enable_bitmapscan = off"))
-    order = [row[0] for row in session.execute(page.limit(limit + 1))]
-    if walk:
-        session.execute(text("SET LOCAL enable_bitmapscan = on"))
-    more = len(order) > limit
-    order = order[:limit]
-    return _hits(session, order, filters.q), more, anchor
+            ranked = [pair for pair in ranked if pair < (after.score, after.incident_id)]
+        page = [incident_id for _, incident_id in ranked[:limit + 1]]
+        return hits(session, page[:limit], scores), len(page) > limit, anchor
+    page = [incident_id for incident_id, _ in _newest(session, filters, limit + 1, before=after)]
+    return hits(session, page[:limit]), len(page) > limit, None
 
 
-SUMMARY_DIGEST = (IncidentDigest.incident_id, IncidentDigest.created_at, IncidentDigest.breached,
-                  IncidentDigest.top_category, IncidentDigest.top_confidence, IncidentDigest.confirmed_category)
-SUMMARY_INCIDENT = (Incident.id, Incident.title, Incident.status, Incident.alertname, Incident.created_at,
-                    Incident.updated_at, Incident.resolved_at, Incident.notification_count)
-
-
-def _hits(session: Session, incident_ids: list[int], q: str | None) -> list[Hit]:
-    """The digests and incidents of one page, in the page's order, with their scores for `q`."""
+def hits(session: Session, incident_ids: list[int], scores: dict[int, float | None] | None = None) -> list[Hit]:
+    """The list view of these incidents, in the order given, in one query."""
     if not incident_ids:
         return []
-    d = IncidentDigest
-    rows: Any = (select(d, Incident).join(Incident, Incident.id == d.incident_id)
-                 .where(d.incident_id.in_(incident_ids))
-                 .options(load_only(*SUMMARY_DIGEST), load_only(*SUMMARY_INCIDENT)))  # not the large text and JSON
-    if q:
-        rows, score = fts.apply_match(session, rows, q)
-        rows = rows.add_columns(score)
-    found = {row[0].incident_id: row for row in session.execute(rows)}
-    statuses = latest_investigation_status(session, incident_ids)
-    return [Hit(incident=found[i][1], digest=found[i][0], score=found[i][2] if q else None,
-                investigation_status=statuses.get(i)) for i in incident_ids if i in found]
+    d, i = IncidentDigest, Incident
+    newest_run = (select(Investigation.status).where(Investigation.incident_id == d.incident_id)
+                  .order_by(Investigation.id.desc()).limit(1).scalar_subquery())
+    rows = session.execute(
+        select(d.incident_id, i.title, i.status, i.alertname, i.created_at, i.updated_at, i.resolved_at,
+               i.notification_count, newest_run, d.top_category, d.top_confidence, d.confirmed_category, d.breached)
+        .join(i, i.id == d.incident_id).where(d.incident_id.in_(incident_ids)))
+    found = {row[0]: Hit(*row, score=(scores or {}).get(row[0])) for row in rows}
+    return [found[n] for n in incident_ids if n in found]
 
 
 def count(session: Session, *, filters: IncidentFilter, cap: int) -> int:
-    """How many incidents match, counting no further than `cap` (an exact count of a common word
-    over a million incidents would cost more than the page itself)."""
-    query: Any = select(IncidentDigest.incident_id)
+    """How many incidents match, counting no further than `cap`. Costly for common words and
+    filters at a million incidents (a bitmap of every match), hence only on request."""
+    ordered, checked = _conditions(session, filters)
     if filters.q:
-        query, _ = fts.apply_match(session, query, filters.q)
-    capped = query.where(*_conditions(session, filters)).limit(cap).subquery()
+        checked.append(fts.prepare(session, filters.q).indexed)
+    capped = select(IncidentDigest.incident_id).where(*ordered, *checked).limit(cap).subquery()
     return session.scalar(select(func.count()).select_from(capped)) or 0
-
-
-def latest_investigation_status(session: Session, incident_ids: list[int]) -> dict[int, str]:
-    """The status of each incident's newest investigation (read live: it changes as workers run)."""
-    if not incident_ids:
-        return {}
-    rows = session.execute(select(Investigation.incident_id, Investigation.status)
-                           .where(Investigation.incident_id.in_(incident_ids)).order_by(Investigation.id))
-    return {incident_id: status for incident_id, status in rows}
 
 
 def get(session: Session, *, incident_id: int) -> Incident | None:

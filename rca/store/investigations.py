@@ -25,6 +25,8 @@ class Claim:
     """What a worker needs to run an investigation, read while the row was claimed."""
 
     investigation_id: int
+    incident_id: int
+    incident_created_at: datetime
     alert_labels: list[dict[str, str]]
     alert_starts: list[datetime]
     alert_annotations: list[dict[str, str]] = field(default_factory=list)
@@ -44,8 +46,8 @@ def claim(session: Session, investigation_id: int) -> Claim | None:
     inv.attempts += 1
     inv.started_at = utcnow()
     inv.error = None
-    return Claim(investigation_id, [a.labels for a in firing], [a.starts_at for a in firing],
-                 [a.annotations for a in firing])
+    return Claim(investigation_id, inv.incident_id, inv.incident.created_at, [a.labels for a in firing],
+                 [a.starts_at for a in firing], [a.annotations for a in firing])
 
 
 def save_analysis(session: Session, investigation_id: int, analysis: Analysis, total_seconds: float) -> None:

@@ -9,27 +9,52 @@ At a million incidents the candidates come from indexed buckets only, the newest
 each: exactly the same breached set (`breached_key`), the same first mover breached (GIN on
 Postgres), the same top cause, and confirmed with that cause. So a match is found among recent
 look-alikes, not among all history: an old incident in none of the four buckets is not scored.
+
+`precedents` picks those alike enough to cite, confirmed ones first: Slack's "Last time" line
+and the LLM prompt's similar incidents (docs/history.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from itertools import combinations
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, union_all
 from sqlalchemy.orm import Session
 
+from rca.signals.findings import onset_order
 from rca.store import fts
-from rca.store.models import Incident, IncidentDigest
+from rca.store.digests import breached_key
+from rca.store.incidents import Hit, hits
+from rca.store.models import IncidentDigest
 
-CANDIDATES = 200
+CANDIDATES = 50
+CITE_SCORE = 0.6  # alike enough to cite in Slack and in the LLM prompt (`precedents`)
 WEIGHTS = {"breached": 0.5, "order": 0.2, "stack": 0.15, "categories": 0.15}
+SIGNATURE = (IncidentDigest.incident_id, IncidentDigest.created_at, IncidentDigest.breached,
+             IncidentDigest.onset_order, IncidentDigest.stack, IncidentDigest.categories,
+             IncidentDigest.confirmed_category)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The evidence signature of one incident: what similarity compares."""
+
+    incident_id: int
+    created_at: datetime
+    breached: list[str]
+    onset_order: list[str]
+    stack: str | None
+    categories: list[str]
+    confirmed_category: str | None
 
 
 @dataclass(frozen=True)
 class Match:
-    incident: Incident
-    digest: IncidentDigest
+    hit: Hit
+    signature: Signature
     score: float
     shared: list[str]
 
@@ -57,7 +82,7 @@ def _categories(a: list[str], b: list[str]) -> float:
     return _jaccard(set(a), set(b))
 
 
-def score(target: IncidentDigest, other: IncidentDigest) -> float:
+def score(target: Signature, other: Signature) -> float:
     parts = {
         "breached": _jaccard(set(target.breached), set(other.breached)),
         "order": _order_agreement(target.onset_order, other.onset_order),
@@ -67,33 +92,69 @@ def score(target: IncidentDigest, other: IncidentDigest) -> float:
     return round(sum(WEIGHTS[name] * value for name, value in parts.items()), 4)
 
 
-def find(session: Session, incident_id: int, limit: int) -> list[Match] | None:
-    """Past incidents most like this one, best first; None if the incident does not exist. An
-    incident without a finished investigation has no signature and so no similar incidents."""
-    target = session.get(IncidentDigest, incident_id)
-    if target is None:
-        return None
-    if not target.breached and not target.top_category:
+def signature(session: Session, incident_id: int) -> Signature | None:
+    d = IncidentDigest
+    row = session.execute(select(*SIGNATURE).where(d.incident_id == incident_id)).first()
+    return Signature(*row) if row else None
+
+
+def find(session: Session, target: Signature, limit: int) -> list[Match]:
+    """Past incidents most like `target`, best first. An incident without a finished
+    investigation has no signature and so no similar incidents."""
+    if not target.breached and not target.categories:
         return []
     d = IncidentDigest
-    past = (d.created_at <= target.created_at) & (d.incident_id != incident_id)
+    past = (d.created_at <= target.created_at) & (d.incident_id != target.incident_id)
     buckets = []
-    if target.breached_key:
-        buckets.append(select(d.incident_id).where(d.breached_key == target.breached_key, past))
+    if target.breached:
+        buckets.append(d.breached_key == breached_key(target.breached))
     lead = (target.onset_order or target.breached or [None])[0]
     if lead:
-        buckets.append(select(d.incident_id).where(fts.contains(session, d.breached, lead), past))
-    if target.top_category:
-        buckets.append(select(d.incident_id).where(d.top_category == target.top_category, past))
-        buckets.append(select(d.incident_id).where(d.confirmed_category == target.top_category, past))
-    ids: set[int] = set()
-    for bucket in buckets:
-        ids.update(session.scalars(bucket.order_by(d.created_at.desc()).limit(CANDIDATES)))
-    if not ids:
-        return []
-    rows = session.execute(select(d, Incident).join(Incident, Incident.id == d.incident_id)
-                           .where(d.incident_id.in_(ids))).all()
-    matches = [Match(incident=inc, digest=dig, score=score(target, dig),
-                     shared=sorted(set(target.breached) & set(dig.breached))) for dig, inc in rows]
-    matches.sort(key=lambda m: (m.score, m.digest.confirmed_category is not None, m.digest.created_at), reverse=True)
-    return [m for m in matches if m.score > 0][:limit]
+        buckets.append(fts.contains(session, d.breached, lead))
+    if target.categories:
+        buckets += [d.top_category == target.categories[0], d.confirmed_category == target.categories[0]]
+    # One round trip: the newest CANDIDATES signatures of each bucket (each on its own index).
+    newest = [select(*SIGNATURE).where(bucket, past).order_by(d.created_at.desc()).limit(CANDIDATES).subquery()
+              for bucket in buckets]
+    rows = session.execute(union_all(*(select(*sub.c) for sub in newest)))
+    candidates = list({row[0]: Signature(*row) for row in rows}.values())
+    scored = [(score(target, other), other) for other in candidates]
+    scored = [pair for pair in scored if pair[0] > 0]
+    scored.sort(key=lambda pair: (pair[0], pair[1].confirmed_category is not None, pair[1].created_at), reverse=True)
+    best = scored[:limit]
+    listed = {hit.incident_id: hit for hit in hits(session, [other.incident_id for _, other in best])}
+    return [Match(hit=listed[other.incident_id], signature=other, score=value,
+                  shared=sorted(set(target.breached) & set(other.breached)))
+            for value, other in best if other.incident_id in listed]
+
+
+
+@dataclass(frozen=True)
+class Precedent:
+    """A past incident worth citing ("last time: prefix_cache_miss, confirmed")."""
+
+    incident_id: int
+    title: str
+    created_at: datetime
+    category: str | None  # the confirmed cause, else the top-ranked one
+    confirmed: bool
+    score: float
+
+
+def signature_of(incident_id: int, created_at: datetime, findings: list[Any], categories: list[str],
+                 stack: str | None) -> Signature:
+    """The signature of a fresh analysis (before it is stored and its digest rewritten)."""
+    return Signature(incident_id=incident_id, created_at=created_at,
+                     breached=sorted(f.key for f in findings if f.breached), onset_order=onset_order(findings),
+                     stack=stack, categories=categories[:3], confirmed_category=None)
+
+
+def precedents(session: Session, target: Signature, limit: int = 3) -> list[Precedent]:
+    """Past incidents alike enough to cite (score >= CITE_SCORE): those an engineer confirmed
+    first, since their cause is known, then by score."""
+    matches = [m for m in find(session, target, 10) if m.score >= CITE_SCORE]
+    matches.sort(key=lambda m: (m.signature.confirmed_category is not None, m.score), reverse=True)
+    return [Precedent(incident_id=m.hit.incident_id, title=m.hit.title, created_at=m.hit.created_at,
+                      category=m.signature.confirmed_category or m.hit.top_category,
+                      confirmed=m.signature.confirmed_category is not None, score=m.score)
+            for m in matches[:limit]]
