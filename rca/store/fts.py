@@ -18,9 +18,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Float,
-    Integer,
     and_,
-    any_,
     cast,
     column,
     func,
@@ -31,7 +29,7 @@ from sqlalchemy import (
     text,
     type_coerce,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSQUERY
+from sqlalchemy.dialects.postgresql import JSONB, TSQUERY
 from sqlalchemy.orm import Session
 
 from rca.store import word_frequency
@@ -124,26 +122,21 @@ def prepare(session: Session, q: str) -> Query:
 
 def rank(session: Session, q: str) -> ColumnElement[float] | None:
     """The relevance of a digest row to `q` as an expression (Postgres), so that it is computed
-    while the row is at hand; None on SQLite, whose bm25() needs the MATCH query (see `scores`)."""
+    while the row is at hand; None on SQLite, whose bm25() needs the MATCH query (`sqlite_scores`)."""
     if not is_postgres(session):
         return None
     vector = literal_column(f"incident_digests.{SEARCH_VECTOR}")
     return cast(func.ts_rank_cd(vector, _tsquery(q)), Float(precision=53))
 
 
-def scores(session: Session, q: str, incident_ids: list[int]) -> dict[int, float]:
-    """Relevance of each of these digests to `q`, higher is better (`ts_rank_cd` on Postgres,
-    negated `bm25` on SQLite), as doubles so that a cursor carries them exactly."""
+def sqlite_scores(session: Session, q: str, incident_ids: list[int]) -> dict[int, float]:
+    """Relevance of each of these digests to `q` on SQLite: bm25() is lower-is-better, so it is
+    negated to sort like Postgres' `ts_rank_cd` (see `rank`)."""
     if not incident_ids:
         return {}
-    score = rank(session, q)
-    if score is not None:
-        query = select(IncidentDigest.incident_id, score) \
-            .where(IncidentDigest.incident_id == any_(literal(incident_ids, ARRAY(Integer))))
-    else:
-        fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
-        query = select(fts.c.rowid, -func.bm25(fts.c[FTS_TABLE])) \
-            .where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q)), fts.c.rowid.in_(incident_ids))
+    fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
+    query = select(fts.c.rowid, -func.bm25(fts.c[FTS_TABLE])) \
+        .where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q)), fts.c.rowid.in_(incident_ids))
     return {incident_id: score for incident_id, score in session.execute(query)}
 
 

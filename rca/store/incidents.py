@@ -118,7 +118,7 @@ def _newest(session: Session, filters: IncidentFilter, n: int, *, before: Positi
     rank = fts.rank(session, filters.q) if scored and filters.q else None
     if not checked or not fts.is_postgres(session):
         found = list(session.scalars(select(d.incident_id).where(*ordered, *checked).order_by(*newest_first).limit(n)))
-        scores = fts.scores(session, filters.q, found) if scored and filters.q else {}
+        scores = fts.sqlite_scores(session, filters.q, found) if scored and filters.q else {}
         return [(incident_id, scores.get(incident_id)) for incident_id in found]
     # A match's score (0 when not scored) is computed while its row is at hand; NULL marks a miss.
     value = rank if rank is not None else literal(0.0)
