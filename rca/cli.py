@@ -255,22 +255,23 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
 
     _prepare_database(settings)
     url = settings.effective_database_url
+    name = args.name.strip()  # the same name for create and revoke
     if args.action == "create":
-        if not args.name.strip() or len(args.name) > 128:
+        if not name or len(name) > 128:
             _fail("--name: give 1 to 128 characters")
         try:
             with session_scope(url) as session:
-                token = tokens.create(session, args.name.strip(), args.scope)
+                token = tokens.create(session, name, args.scope)
         except ValueError as exc:
             _fail(str(exc))
         print(token)
-        print(f"token {args.name.strip()!r} ({args.scope}) created; it is shown only now", file=sys.stderr)
+        print(f"token {name!r} ({args.scope}) created; it is shown only now", file=sys.stderr)
     else:
         with session_scope(url) as session:
-            revoked = tokens.revoke(session, args.name)
+            revoked = tokens.revoke(session, name)
         if not revoked:
-            _fail(f"no live token named {args.name!r}")
-        print(f"token {args.name!r} revoked")
+            _fail(f"no live token named {name!r}")
+        print(f"token {name!r} revoked")
 
 
 def build_parser() -> argparse.ArgumentParser:

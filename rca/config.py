@@ -259,7 +259,7 @@ class Settings(BaseSettings):
     traces_budget_seconds: float = Field(default=20.0, gt=0)
     traces_concurrency: int = Field(default=8, ge=1, le=64)
     # The LLM analyst (rca/analyst). No base URL = the deterministic rules analyst writes the hypotheses.
-    llm_base_url: str | None = None
+    llm_base_url: str | None = None  # an OpenAI-compatible API, ending in /v1
     llm_model: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(default=30.0, gt=0)  # all calls of one investigation together
@@ -300,12 +300,10 @@ class Settings(BaseSettings):
             raise ValueError("must start with redis://, rediss://, amqp:// or memory://")
         return value
 
-    @field_validator("prometheus_url")
+    @field_validator("prometheus_url", "public_url", "llm_base_url")
     @classmethod
-    def _check_prometheus_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/") if value else value
+    def _check_http_url(cls, value: str | None) -> str | None:
+        return _http_url(value) if value is not None else None
 
     @field_validator("slack_webhook_url")
     @classmethod
@@ -327,13 +325,6 @@ class Settings(BaseSettings):
             raise ValueError("must be a bot token (xoxb-...)")
         return value
 
-    @field_validator("public_url")
-    @classmethod
-    def _check_public_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/") if value else value
-
     @property
     def slack_enabled(self) -> bool:
         """True when incidents are posted to Slack (webhook or bot token)."""
@@ -347,9 +338,7 @@ class Settings(BaseSettings):
             if backend != "none":
                 raise ValueError(f"required when RCA_TRACES_BACKEND={backend}")
             return None
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+        return _http_url(value)
 
     @field_validator("traces_headers", mode="before")
     @classmethod
@@ -363,12 +352,6 @@ class Settings(BaseSettings):
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise ValueError("must be a JSON object of header names to string values")
         return value
-    @field_validator("llm_base_url")
-    @classmethod
-    def _check_llm_base_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL of an OpenAI-compatible API (ending in /v1)")
-        return value.rstrip("/") if value else value
 
     @model_validator(mode="after")
     def _check_llm(self) -> Settings:
@@ -405,6 +388,13 @@ class Settings(BaseSettings):
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _http_url(value: str) -> str:
+    """An http(s) base URL without its trailing slash."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return value.rstrip("/")
 
 
 def check_slack_url(url: str) -> None:

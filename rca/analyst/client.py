@@ -81,7 +81,6 @@ class Call:
 @dataclass
 class Reply:
     text: str
-    mode: str
     finish_reason: str | None
     completion_tokens: int
 
@@ -186,5 +185,5 @@ class ChatClient:
             call.prompt_tokens = completion.usage.prompt_tokens or 0
             call.completion_tokens = completion.usage.completion_tokens or 0
         remember_mode(self.base_url, self.model, call.mode)
-        return Reply(text=text, mode=call.mode, finish_reason=choice.finish_reason,
+        return Reply(text=text, finish_reason=choice.finish_reason,
                      completion_tokens=call.completion_tokens)

@@ -43,9 +43,9 @@ ANNOTATION_LIMIT = 200
 RANKING_KEPT = 3
 
 
-def estimate_tokens(messages: list[dict[str, str]], extra: str = "") -> int:
-    """Conservative prompt-token estimate of chat messages (plus e.g. a schema sent alongside)."""
-    chars = sum(len(m["content"]) for m in messages) + len(extra)
+def estimate_tokens(messages: list[dict[str, str]]) -> int:
+    """Conservative prompt-token estimate of chat messages."""
+    chars = sum(len(m["content"]) for m in messages)
     return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
@@ -33,7 +33,7 @@ from rca.store import fts
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
-from rca.store.models import Feedback, Incident
+from rca.store.models import Feedback, Incident, in_utc
 
 router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read), Depends(require_storable_query)],
                    responses=AUTH_ERRORS)
@@ -65,10 +65,9 @@ def _unprocessable(message: str) -> HTTPException:
 
 
 def _in_utc(value: datetime | None, name: str) -> datetime | None:
-    """The time in UTC, as it is compared; 0001-01-01T00:00:00+02:00 has no UTC year."""
     try:
-        return value.astimezone(UTC) if value is not None else None
-    except OverflowError:
+        return in_utc(value) if value is not None else None
+    except ValueError:
         raise _unprocessable(f"{name} is out of range once converted to UTC") from None
 
 

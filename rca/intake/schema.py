@@ -6,22 +6,15 @@ truncatedAlerts): https://prometheus.io/docs/alerting/latest/configuration/#webh
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+from rca.store.models import in_utc
+
 # Alertmanager writes Go's zero time for an alert that has not ended.
 GO_ZERO_TIME_YEAR = 1
-
-
-def _in_utc(value: datetime) -> datetime:
-    """The time in UTC, where it is stored; found by fuzzing: 0001-01-01T00:00:00+02:00 has no
-    UTC year and failed at the database instead of here."""
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("time out of range once converted to UTC") from None
 
 
 class WebhookAlert(BaseModel):
@@ -40,12 +33,12 @@ class WebhookAlert(BaseModel):
     def _zero_time_is_none(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.year <= GO_ZERO_TIME_YEAR:
             return None
-        return _in_utc(value) if value is not None else None
+        return in_utc(value) if value is not None else None
 
     @field_validator("startsAt", mode="after")
     @classmethod
     def _representable(cls, value: datetime) -> datetime:
-        return _in_utc(value)
+        return in_utc(value)
 
     @property
     def alertname(self) -> str | None:

@@ -24,7 +24,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.error import URLError
 
 from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.web import WebClient
@@ -39,7 +38,7 @@ SDK_LOG.setLevel(logging.WARNING)  # slack_sdk's DEBUG lines carry the webhook U
 RETRYABLE_ERRORS = frozenset({"ratelimited", "rate_limited", "internal_error", "fatal_error",
                               "service_unavailable", "request_timeout"})
 ERROR_CODE = re.compile(r"[a-z0-9_]{1,100}")
-NETWORK_ERRORS = (URLError, TimeoutError, ConnectionError, OSError, SlackRequestError)
+NETWORK_ERRORS = (OSError, SlackRequestError)  # URLError, timeouts and refused connections are OSErrors
 
 
 @dataclass(frozen=True)

@@ -165,14 +165,18 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
         investigation = _latest_done(session, incident_id)
         if investigation is None:
             return Outcome("skipped", detail="no finished investigation yet; its completion will post")
+        channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
+        evidence = evidence_fingerprint(investigation)
+
+        def plan(message: IncidentMessage) -> list[Step]:
+            return _plan(delivery, sender, message, investigation.id, evidence, channel, incident.resolved_at)
+
+        if not plan(from_incident(incident, investigation, settings.public_url)):
+            return Outcome("unchanged", detail="Slack already shows this evidence")
+        # Only a message that will be sent needs the past incident most like this one (a search).
         signature = similar.signature(session, incident_id)
         last = similar.precedents(session, signature, limit=1) if signature else []
-        message = from_incident(incident, investigation, settings.public_url, last[0] if last else None)
-        channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
-        steps = _plan(delivery, sender, message, investigation.id, evidence_fingerprint(investigation), channel,
-                      incident.resolved_at)
-        if not steps:
-            return Outcome("unchanged", detail="Slack already shows this evidence")
+        steps = plan(from_incident(incident, investigation, settings.public_url, last[0] if last else None))
         for step in steps:
             result = step.send()
             delivery.attempts.append(SlackAttempt(

@@ -106,7 +106,8 @@ def current_since(end: float, alert_start: float) -> float:
 
 def _judge_series(spec: SignalSpec, labels: dict[str, str], samples: Samples, end: float,
                   alert_start: float) -> _SeriesVerdict | None:
-    recent = [v for ts, v in samples if ts >= current_since(end, alert_start)]
+    since = current_since(end, alert_start)
+    recent = [v for ts, v in samples if ts >= since]
     current = _median(recent)
     if current is None:
         return None

@@ -138,7 +138,8 @@ def slo_finding(collection: Collection, alert_start: datetime,
     depth = _merge(depth_result, sum)  # waiting requests add up across series
     ttft = _merge(ttft_result, max)  # the SLO is broken if any series breaks it
     end = collection.window.end.timestamp()
-    recent = [v for ts, v in depth if ts >= current_since(end, alert_start.timestamp())]
+    since = current_since(end, alert_start.timestamp())
+    recent = [v for ts, v in depth if ts >= since]
     if not recent:
         return _unavailable(base, f"data unavailable: {DEPTH_SIGNAL}: no recent samples")
     current = statistics.median(recent)

@@ -25,12 +25,21 @@ class UTCDateTime(TypeDecorator):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to a UTCDateTime column")
-        return value.astimezone(UTC)
+        return in_utc(value)
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def in_utc(value: datetime) -> datetime:
+    """An aware time as UTCDateTime stores it. ValueError when it has no year in UTC: found by
+    fuzzing, 0001-01-01T00:00:00+02:00 failed at the database instead of where it came in."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("time out of range once converted to UTC") from None
 
 
 def utcnow() -> datetime:

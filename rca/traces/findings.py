@@ -145,8 +145,9 @@ def summary_finding(split: WindowSplit, sample_note: str, source: str, query: st
         return _finding(SUMMARY_KEY, "unavailable", f"data unavailable: no sampled traces in the incident window "
                         f"({sample_note})", source=source, query=query, unit="s")
     since = _at(split.incident_start_us)
+    top = incident.top_operations(5)
     parts = []
-    for op in incident.top_operations(5):
+    for op in top:
         before = baseline.operations.get((op.service, op.operation))
         parts.append(f"{op.operation} {_pct(op.share)} (baseline {_pct(before.share if before else 0.0)}, "
                      f"p95 {_sec(op.p95_us)})")
@@ -158,7 +159,7 @@ def summary_finding(split: WindowSplit, sample_note: str, source: str, query: st
               + f". {sample_note}")
     labels = {"slowest_traces": ",".join(t.trace_id for t in slowest),
               "incident_traces": str(len(incident.traces)), "baseline_traces": str(len(baseline.traces)),
-              "top_operations": ",".join(op.operation for op in incident.top_operations(5))}
+              "top_operations": ",".join(op.operation for op in top)}
     return _finding(SUMMARY_KEY, "ok", detail, unit="s", source=source, query=query,
                     value=None if incident.request_p95_us is None else incident.request_p95_us / 1e6,
                     baseline=None if baseline.request_p95_us is None else baseline.request_p95_us / 1e6,
