@@ -241,7 +241,7 @@ class Settings(BaseSettings):
     webhook_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     investigation_timeout_seconds: float = Field(default=60.0, gt=0)
     sweep_after_seconds: int = Field(default=60, ge=5)
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     slack_webhook_url: SecretStr | None = None
     slack_bot_token: SecretStr | None = None
     slack_channel: str | None = None
@@ -269,6 +269,11 @@ class Settings(BaseSettings):
     llm_price_per_1k_prompt_tokens: float = Field(default=0.0, ge=0)
     llm_price_per_1k_completion_tokens: float = Field(default=0.0, ge=0)
     llm_cache_seconds: int = Field(default=900, ge=0)  # 0 = never reuse an earlier answer
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("api_tokens", mode="before")
     @classmethod

@@ -22,6 +22,7 @@ from tests.conftest import CLOSED_PORT_DATABASE_URL, VENV_BIN, create_database, 
     ("RCA_PROMETHEUS_URL", "ftp://x", "http://"),
     ("RCA_LOOKBACK_MINUTES", "1", "greater than or equal to 10"),
     ("RCA_WEBHOOK_MAX_BODY_BYTES", "10", "greater than or equal to 1024"),
+    ("RCA_LOG_LEVEL", "verbose", "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
 ])
 def test_bad_environment_value_is_one_line_naming_the_setting(monkeypatch: pytest.MonkeyPatch, name: str,
                                                                value: str, fragment: str) -> None:
