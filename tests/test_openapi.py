@@ -39,7 +39,41 @@ def test_openapi_lists_every_route_with_summary_security_and_errors(intake_clien
         if path.startswith(("/api/v1/incidents", "/api/v1/stats")):
             assert op.get("security") == [{"HTTPBearer": []}], f"{method} {path} does not declare its bearer token"
             assert {"401", "403"} <= set(op["responses"]), f"{method} {path} does not document 401/403"
-    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+        for code, response in op["responses"].items():
+            schema = response.get("content", {}).get("application/json", {}).get("schema")
+            assert schema, f"{method} {path} documents {code} without a body schema"
+            if code.startswith(("4", "5")) and path != "/readyz":  # its 503 is the readiness report (below)
+                # One error shape per kind: 422s are field errors, every other error one message.
+                expected = "ValidationErrorOut" if code == "422" else "ErrorOut"
+                assert schema == {"$ref": f"#/components/schemas/{expected}"}, (method, path, code, schema)
+        if op.get("parameters") or op.get("requestBody") or op.get("security"):
+            assert "422" in op["responses"], f"{method} {path} can answer 422 but does not document it"
+    schemes = spec["components"]["securitySchemes"]
+    assert schemes["HTTPBearer"]["scheme"] == "bearer"
+    # FastAPI's own 422 model would be a second shape; every operation declares ours instead.
+    assert not {"HTTPValidationError", "ValidationError"} & set(spec["components"]["schemas"])
+    errors = spec["components"]["schemas"]["ValidationErrorOut"]["properties"]["detail"]
+    assert errors["minItems"] == 1 and errors["items"] == {"$ref": "#/components/schemas/FieldError"}
+    assert set(spec["components"]["schemas"]["FieldError"]["required"]) == {"loc", "msg", "type"}
+
+
+def test_openapi_declares_the_webhooks_bearer_and_basic_auth_and_readyz_503(intake_client: TestClient) -> None:
+    spec = intake_client.get("/openapi.json").json()
+    webhook = spec["paths"]["/api/v1/alertmanager"]["post"]
+    # Alternatives: a bearer token, or basic auth with the token as the password (README).
+    assert webhook["security"] == [{"WebhookBearer": []}, {"WebhookBasic": []}]
+    schemes = spec["components"]["securitySchemes"]
+    assert (schemes["WebhookBearer"]["type"], schemes["WebhookBearer"]["scheme"]) == ("http", "bearer")
+    assert (schemes["WebhookBasic"]["type"], schemes["WebhookBasic"]["scheme"]) == ("http", "basic")
+    assert "password" in schemes["WebhookBasic"]["description"]
+    assert {"400", "401", "413", "422", "503"} <= set(webhook["responses"])
+    readyz = spec["paths"]["/readyz"]["get"]["responses"]
+    ready_schema = {"$ref": "#/components/schemas/ReadinessOut"}
+    assert readyz["200"]["content"]["application/json"]["schema"] == ready_schema
+    assert readyz["503"]["content"]["application/json"]["schema"] == ready_schema
+    readiness = spec["components"]["schemas"]["ReadinessOut"]
+    assert readiness["properties"]["status"]["enum"] == ["ready", "not ready"]
+    assert set(readiness["required"]) == {"status", "checks"}
 
 
 FUZZ_EXAMPLES = 40  # per operation and backend

@@ -13,6 +13,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
 from rca.api import incidents, stats, webhook
+from rca.api.docs import install_docs
+from rca.api.schemas import ReadinessOut
 from rca.config import Settings
 from rca.dispatch import Dispatcher, create_dispatcher
 from rca.store.db import ping
@@ -40,9 +42,11 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         if owned:
             app.state.dispatcher.close()
 
-    app = FastAPI(title="LLM-serving RCA", version="0.1.0", lifespan=lifespan,
+    # The docs pages load vendored assets, not FastAPI's CDN defaults (rca/api/docs.py).
+    app = FastAPI(title="LLM-serving RCA", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Root-cause analysis for LLM inference fleets, driven by Alertmanager.")
     app.state.settings = settings
+    install_docs(app)
     app.include_router(webhook.router, tags=["intake"])
     app.include_router(incidents.router, tags=["incidents"])
     app.include_router(stats.router, tags=["stats"])
@@ -68,7 +72,9 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], summary="Database and broker are reachable")
+    @app.get("/readyz", tags=["health"], summary="Database and broker are reachable", response_model=ReadinessOut,
+             responses={503: {"model": ReadinessOut, "description": "the database or the broker is unreachable; "
+                                                                     "`checks` says which and why"}})
     async def readyz() -> JSONResponse:
         checks: dict[str, str] = {}
         for name, check in (("database", lambda: ping(settings.effective_database_url)),

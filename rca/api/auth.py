@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.http import HTTPBase
 
 from rca.config import Settings
 from rca.store import tokens
@@ -45,7 +46,27 @@ def _unauthorized(message: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail=message, headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_webhook_token(request: Request) -> None:
+class _DeclaredOnly(HTTPBase):
+    """An HTTP security scheme for the OpenAPI document only: FastAPI's own basic check would refuse a
+    malformed header with its own 401 before ours, so the check itself is require_webhook_token."""
+
+    async def __call__(self, request: Request) -> None:  # type: ignore[override]
+        return None
+
+
+# The webhook accepts either (OpenAPI lists them as alternatives); both carry RCA_WEBHOOK_TOKEN.
+webhook_bearer_scheme = _DeclaredOnly(
+    scheme="bearer", scheme_name="WebhookBearer",
+    description="RCA_WEBHOOK_TOKEN as `Authorization: Bearer <token>` (Alertmanager's `http_config.authorization`)")
+webhook_basic_scheme = _DeclaredOnly(
+    scheme="basic", scheme_name="WebhookBasic",
+    description="Alertmanager's `http_config.basic_auth`: any user name and RCA_WEBHOOK_TOKEN as the password "
+                "(or as the user name when the password is empty)")
+
+
+def require_webhook_token(request: Request, _bearer: Annotated[None, Depends(webhook_bearer_scheme)],
+                          _basic: Annotated[None, Depends(webhook_basic_scheme)]) -> None:
+    """RCA_WEBHOOK_TOKEN as a bearer token or a basic-auth password, unless webhooks are open."""
     settings: Settings = request.app.state.settings
     if settings.webhook_allow_unauthenticated:
         return

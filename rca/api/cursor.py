@@ -12,8 +12,9 @@ import hashlib
 import json
 from datetime import datetime
 
-from fastapi import HTTPException, status
+from fastapi.exceptions import RequestValidationError
 
+from rca.api.errors import unprocessable
 from rca.store.incidents import Hit, IncidentFilter, Position
 from rca.store.models import in_utc
 
@@ -28,8 +29,8 @@ def encode_cursor(last: Hit, sort: str, filters: IncidentFilter, anchor: datetim
     return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def _invalid(reason: str) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=f"invalid cursor: {reason}")
+def _invalid(reason: str) -> RequestValidationError:
+    return unprocessable(("query", "cursor"), f"invalid cursor: {reason}", "invalid_cursor")
 
 
 def _time(text: str) -> datetime:

@@ -10,6 +10,7 @@ from pydantic import AwareDatetime
 
 from rca.api.auth import Principal, require_api_token, require_read, require_write
 from rca.api.cursor import decode_cursor, encode_cursor
+from rca.api.errors import unprocessable
 from rca.api.schemas import (
     AUTH_ERRORS,
     TOTAL_CAP,
@@ -44,8 +45,8 @@ def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                                detail=f"label filter {item!r} must look like name=value")
+            raise unprocessable(("query", "label"), f"label filter {item!r} must look like name=value",
+                                "invalid_label_filter")
         pairs.append((name, value))
     return tuple(pairs)
 
@@ -60,15 +61,12 @@ def _summary(hit: incident_store.Hit) -> IncidentSummary:
     )
 
 
-def _unprocessable(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
-
-
 def _in_utc(value: datetime | None, name: str) -> datetime | None:
     try:
         return in_utc(value) if value is not None else None
     except ValueError:
-        raise _unprocessable(f"{name} is out of range once converted to UTC") from None
+        raise unprocessable(("query", name), f"{name} is out of range once converted to UTC",
+                            "datetime_out_of_range") from None
 
 
 @router.get("", response_model=IncidentPage, summary="Search the incident history",
@@ -96,12 +94,12 @@ def list_incidents(
 ) -> IncidentPage:
     since, until = _in_utc(since, "since"), _in_utc(until, "until")
     if since and until and since >= until:
-        raise _unprocessable("since must be before until")
+        raise unprocessable(("query", "until"), "since must be before until", "invalid_time_range")
     if q is not None and not fts.words(q):
-        raise _unprocessable("q has no searchable words (letters or digits)")
+        raise unprocessable(("query", "q"), "q has no searchable words (letters or digits)", "no_searchable_words")
     order = sort or ("relevance" if q else "time")
     if order == "relevance" and not q:
-        raise _unprocessable("sort=relevance needs a full-text query q")
+        raise unprocessable(("query", "sort"), "sort=relevance needs a full-text query q", "relevance_without_q")
     filters = incident_store.IncidentFilter(
         q=q, status=status_, alertname=alertname, labels=_parse_labels(label), since=since, until=until,
         signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
@@ -180,10 +178,12 @@ def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
                   principal: Annotated[Principal, Depends(require_api_token)]) -> FeedbackOut:
     known = taxonomy()
     if body.category not in known:
-        raise _unprocessable(f"category {body.category!r} is not a taxonomy id; use one of {', '.join(known)}")
+        raise unprocessable(("body", "category"),
+                            f"category {body.category!r} is not a taxonomy id; use one of {', '.join(known)}",
+                            "unknown_category")
     ranks = [v.rank for v in body.hypotheses]
     if len(set(ranks)) != len(ranks):
-        raise _unprocessable("each hypothesis rank may be judged only once")
+        raise unprocessable(("body", "hypotheses"), "each hypothesis rank may be judged only once", "duplicate_rank")
     with session_scope(request.app.state.settings.effective_database_url) as session:
         if session.get(Incident, incident_id) is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
@@ -191,7 +191,7 @@ def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
             row = feedback_store.record(session, incident_id, category=body.category, note=body.note,
                                         verdicts=[v.model_dump() for v in body.hypotheses], author=principal.name)
         except feedback_store.FeedbackError as exc:
-            raise _unprocessable(str(exc)) from None
+            raise unprocessable(("body", "hypotheses"), str(exc), "unknown_rank") from None
         session.flush()
         return _feedback_out(row)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rca.api.errors import VALIDATION_ERROR
 from rca.api.storable import problem
 from rca.signals.findings import onset_order
 
@@ -236,9 +237,9 @@ class FeedbackIn(BaseModel):
     @field_validator("category", "note")
     @classmethod
     def _storable(cls, value: str) -> str:
-        found = problem(value, "text")
+        found = problem(value)
         if found:
-            raise ValueError(found)
+            raise ValueError(found[1])
         return value
 
 
@@ -268,14 +269,22 @@ class AccuracyOut(BaseModel):
 
 
 class ErrorOut(BaseModel):
-    """Every error answer: a message, or FastAPI's list of field errors for a malformed request."""
+    """Every error answer but a 422 (which is `ValidationErrorOut`, rca/api/errors.py): one message."""
 
-    detail: str | list[dict[str, Any]]
+    detail: str
+
+
+class ReadinessOut(BaseModel):
+    """`/readyz`: each dependency's state; 200 when all are ok, else 503."""
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str] = Field(description='"database" and "broker": "ok" or "unavailable: <why>"; '
+                                               '"queue": embedded (in-process) or celery')
 
 
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "missing or invalid bearer token"},
     403: {"model": ErrorOut, "description": "the token lacks the scope this operation needs"},
-    422: {"model": ErrorOut, "description": "an invalid parameter or body, named in `detail`"},
+    **VALIDATION_ERROR,
     503: {"model": ErrorOut, "description": "database unavailable, retry later"},
 }

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import HTTPException, Request, status
+from fastapi import Request
+
+from rca.api.errors import Loc, unprocessable
+
+UNSTORABLE = "unstorable_text"
 
 
-def problem(value: Any, where: str = "body") -> str | None:
-    """Where `value` (a decoded JSON document or one string) holds text we cannot store, or None."""
+def problem(value: Any, loc: Loc = ()) -> tuple[Loc, str] | None:
+    """Where `value` (a decoded JSON document or one string) holds text we cannot store, and why; or None."""
     if isinstance(value, str):
         if "\x00" in value:
-            return f"{where}: the NUL character (\\u0000) is not allowed"
+            return loc, "the NUL character (\\u0000) is not allowed"
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return f"{where}: a lone UTF-16 surrogate is not valid text"
+            return loc, "a lone UTF-16 surrogate is not valid text"
         return None
     if isinstance(value, dict):
         items = value.items()
@@ -26,8 +30,9 @@ def problem(value: Any, where: str = "body") -> str | None:
     else:
         return None
     for key, item in items:
-        found = problem(key, where) if isinstance(key, str) else None
-        found = found or problem(item, f"{where}.{key}" if isinstance(key, str) else f"{where}[{key}]")
+        # A bad key is reported at the object that holds it.
+        found = problem(key, loc) if isinstance(key, str) else None
+        found = found or problem(item, (*loc, key))
         if found:
             return found
     return None
@@ -36,6 +41,6 @@ def problem(value: Any, where: str = "body") -> str | None:
 def require_storable_query(request: Request) -> None:
     """Router dependency: refuse query parameters that the database could not compare against."""
     for name, value in request.query_params.multi_items():
-        found = problem(value, f"query parameter {name}")
+        found = problem(value, ("query", name))
         if found:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=found)
+            raise unprocessable(found[0], f"query parameter {name}: {found[1]}", UNSTORABLE)

@@ -17,8 +17,9 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from rca.api.auth import require_webhook_token
+from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
-from rca.api.storable import problem
+from rca.api.storable import UNSTORABLE, problem
 from rca.intake.schema import WebhookPayload
 from rca.intake.service import IntakeResult, record_notification
 from rca.store.db import session_scope
@@ -39,14 +40,6 @@ async def _read_limited(request: Request, limit: int) -> bytes:
             raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
                                 detail=f"body exceeds the limit of {limit} bytes")
     return bytes(body)
-
-
-def _describe(exc: ValidationError) -> list[str]:
-    messages = []
-    for err in exc.errors()[:20]:
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-        messages.append(f"{where or 'body'}: {err['msg']}")
-    return messages
 
 
 def _store(url: str, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResult:
@@ -75,7 +68,8 @@ _ERROR = {"model": ErrorOut}
              responses={400: _ERROR | {"description": "body is not JSON"},
                         401: _ERROR | {"description": "missing or invalid webhook token"},
                         413: _ERROR | {"description": "body over RCA_WEBHOOK_MAX_BODY_BYTES"},
-                        422: _ERROR | {"description": "not an Alertmanager version 4 payload"},
+                        422: VALIDATION_ERROR[422] | {"description": "not an Alertmanager version 4 payload: "
+                                                                     "each field at fault in `detail`"},
                         503: _ERROR | {"description": "database unavailable; nothing stored, retry later"}})
 async def receive_alertmanager(request: Request) -> AcceptedOut:
     settings = request.app.state.settings
@@ -85,17 +79,14 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"body is not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            detail="invalid Alertmanager payload: expected a JSON object")
-    unstorable = problem(raw)
+        raise unprocessable(("body",), "expected a JSON object: an Alertmanager version 4 payload", "dict_type")
+    unstorable = problem(raw, ("body",))
     if unstorable:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=f"invalid Alertmanager payload: {unstorable}")
+        raise unprocessable(*unstorable, UNSTORABLE)
     try:
         payload = WebhookPayload.model_validate(raw)
     except ValidationError as exc:
-        errors = _describe(exc)
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
-                            detail="invalid Alertmanager payload: " + "; ".join(errors)) from None
+        raise from_pydantic(exc, ("body",)) from None
     try:
         result = await run_in_threadpool(_store, settings.effective_database_url, payload, raw)
     except OperationalError as exc:

@@ -1,0 +1,54 @@
+"""One shape for every 422: FastAPI's `{"detail": [{"loc", "msg", "type"}]}`, also for the checks the
+service makes itself (webhook payloads, search parameters, cursors, feedback, times), so a client
+and the OpenAPI document see one error format wherever a request is refused as unprocessable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+Loc = tuple[str | int, ...]
+MAX_ERRORS = 20  # a payload with thousands of bad alerts answers with the first ones
+
+
+class FieldError(BaseModel):
+    """One thing wrong with a request."""
+
+    model_config = ConfigDict(extra="forbid")  # the schema says exactly these keys
+
+    loc: list[str | int] = Field(description='where: "body", "query" or "path", then the field path, '
+                                             'e.g. ["body", "alerts", 0, "startsAt"] or ["query", "cursor"]')
+    msg: str = Field(description="what is wrong, for a person")
+    type: str = Field(description="what kind of error, for a program (pydantic's error types, or the service's own "
+                                  "such as invalid_cursor, unstorable_text, invalid_label_filter)")
+    input: Any = Field(None, description="the value refused (FastAPI's own parameter and body checks)")
+    ctx: dict[str, Any] | None = Field(None, description="details of the constraint, e.g. {\"le\": 200}")
+
+
+class ValidationErrorOut(BaseModel):
+    """Every 422 answer: the request's fields at fault."""
+
+    detail: list[FieldError] = Field(min_length=1)
+
+
+def unprocessable(loc: Loc, msg: str, type_: str = "value_error") -> RequestValidationError:
+    """A 422 in the standard shape, raised from an endpoint or dependency (FastAPI's handler answers it)."""
+    return RequestValidationError([{"loc": loc, "msg": msg, "type": type_}])
+
+
+def from_pydantic(exc: PydanticValidationError, prefix: Sequence[str | int]) -> RequestValidationError:
+    """A model validated by hand (the webhook body) refused with the same shape as FastAPI's own checks.
+    The refused input is left out: it can be most of a 1 MiB payload."""
+    errors = [{"loc": (*prefix, *err["loc"]), "msg": err["msg"], "type": err["type"]}
+              for err in exc.errors(include_url=False, include_input=False, include_context=False)[:MAX_ERRORS]]
+    return RequestValidationError(errors)
+
+
+VALIDATION_ERROR: dict[int | str, dict[str, Any]] = {
+    422: {"model": ValidationErrorOut,
+          "description": "a parameter or the body is invalid: each field at fault in `detail`"},
+}
