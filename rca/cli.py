@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import sys
+import textwrap
 import threading
 import time
 from datetime import UTC, datetime
@@ -34,6 +35,13 @@ EXIT_CODES = f"""exit codes:
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def _quiet_http_retries() -> None:
+    """A report already says when Prometheus is unreachable: urllib3's per-retry warnings would
+    bury that one line (RCA_LOG_LEVEL=DEBUG shows them)."""
+    if logging.root.level > logging.DEBUG:
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -152,6 +160,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     from rca.pipeline import analyse
     from rca.report import no_data_reason, render, use_colour
 
+    _quiet_http_retries()
     labels, starts = _alerts_from_args(args)
     target = target_from_alerts(labels, starts, settings.file_config().target)
     alerts = [AlertText(alert, {}, start) for alert, start in zip(labels, starts, strict=True)]
@@ -255,6 +264,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
 
     if "RCA_LOG_LEVEL" not in os.environ:  # the demo's output is the report, not the service's log
         logging.getLogger().setLevel(logging.WARNING)
+    _quiet_http_retries()
     recording = Recording.load()
     alert_start = time.time() - float(recording.meta["investigated_after_seconds"])
     payload = _demo_payload(args, alert_start)
@@ -372,7 +382,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        shown = action.default not in (None, False, argparse.SUPPRESS) and not isinstance(action.default, list)
+        default = action.default
+        shown = not (default is None or default is False or default is argparse.SUPPRESS or isinstance(default, list))
         if shown and "default" not in text and (action.option_strings or action.nargs in ("?", "*")):
             text += " (default: %(default)s)"
         return text
@@ -389,14 +400,14 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rca", description=__doc__, formatter_class=_HelpFormatter,
+        prog="rca", description=textwrap.fill(__doc__ or "", 79), formatter_class=_HelpFormatter,
         epilog="Settings come from RCA_* environment variables (see the README).\n\n" + EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=description, formatter_class=_HelpFormatter,
-                              epilog=EXIT_CODES)
+        return sub.add_parser(name, help=help_, description=textwrap.fill(description, 79),
+                              formatter_class=_HelpFormatter, epilog=EXIT_CODES)
 
     serve = command("serve", "run the HTTP service (webhook + search API)",
                     "Serve the Alertmanager webhook and the search API. Without RCA_BROKER_URL investigations "

@@ -107,7 +107,7 @@ def render(target: str, findings: list[dict[str, Any]], hypotheses: list[dict[st
         if h["rank"] == 1 and h.get("next_steps"):
             lines.append("     next steps:")
             lines += [f"       > {step}" for step in h["next_steps"]]
-    lines += ["", "Findings (breached first):"]
+    lines += ["", "Findings:"]  # breached first
     missing: dict[str, list[str]] = {}  # reason -> finding ids, so one outage is said once
     for f in sorted(findings, key=lambda f: _STATUS_ORDER.get(f["status"], 9)):
         if f["status"] not in MEASURED:
