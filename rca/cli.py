@@ -234,17 +234,18 @@ def _wait_for_investigation(base: str, incident_id: int, auth: dict[str, str], t
         time.sleep(0.1)
 
 
-def _next_steps(base: str, api_token: str, incident: dict[str, Any], serving: bool) -> list[str]:
+def _next_steps(base: str, api_token: str, incident: dict[str, Any], serving: bool, measured: bool) -> list[str]:
     """Where to look next: the API calls that show what was stored, ready to paste."""
     top = (incident["investigation"]["hypotheses"] or [{}])[0].get("category")
     curl = f"curl -H 'Authorization: Bearer {api_token}'"
     when = ("the service is up until Ctrl-C" if serving else
             "this run stops its service now; `rca demo --serve` keeps it up")
+    by_cause = [f"    {curl} '{base}/api/v1/incidents?category={top}'"] if measured and top else []
     return ["", f"Where to look next ({when}):",
             "  the incident with all its evidence and PromQL:",
             f"    {curl} {base}/api/v1/incidents/{incident['id']}",
-            "  the history, by top cause and by free text:",
-            f"    {curl} '{base}/api/v1/incidents?category={top}'",
+            "  the history" + (", by top cause and by free text:" if by_cause else ", by free text:"),
+            *by_cause,
             f"    {curl} '{base}/api/v1/incidents?q={incident['alertname'] or ''}'",
             "  past incidents with the same evidence:",
             f"    {curl} {base}/api/v1/incidents/{incident['id']}/similar",
@@ -288,7 +289,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                 if time.monotonic() > deadline or not thread.is_alive():
                     _fail(f"the service did not start on 127.0.0.1:{port}", code=EXIT_FAILED)
                 time.sleep(0.05)
-            source = (f"Prometheus at {prometheus_url}" if args.payload else
+            source = (f"Prometheus at {prometheus_url}" if prometheus_url and args.payload else
+                      "no Prometheus (RCA_PROMETHEUS_URL is not set)" if args.payload else
                       f"a recorded Prometheus window replayed at {replay.url} "
                       f"(recorded from Prometheus {recording.meta['prometheus_version']} by "
                       f"{recording.meta['recorded_by']})")
@@ -318,9 +320,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             if replay.misses and not args.payload:
                 print(f"\nNote: {len(replay.misses)} queries are not in the recording (the profile changed since it "
                       "was recorded: rerun tools/record_demo_window.py); they were answered as absent series.")
-            print("\n".join(_next_steps(base, api_token, incident, args.serve)))
-            if no_data is not None:
-                _no_data(target, no_data, prometheus_url)
+            print("\n".join(_next_steps(base, api_token, incident, args.serve, measured=no_data is None)))
+            if no_data is not None and not args.serve:
+                raise SystemExit(EXIT_NO_DATA)  # the report said why
             if args.serve:
                 with contextlib.suppress(KeyboardInterrupt):
                     while thread.is_alive():

@@ -4,7 +4,9 @@ collection code makes (else it must be re-recorded with tools/record_demo_window
 
 from __future__ import annotations
 
+import fnmatch
 import time
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -122,8 +124,19 @@ def test_the_bundled_recording_answers_every_query_the_collection_makes(tmp_path
         start = datetime.fromtimestamp(alert_start, UTC)
         target = target_from_alerts([labels], [start], settings.file_config().target)
         analysis = analyse(settings, target, now=start + timedelta(seconds=after), alerts=[AlertText(labels)])
-    assert replay.misses == []
+    assert replay.misses == [], "the profile's queries changed: rerun tools/record_demo_window.py"
     findings = {f.key: f for f in analysis.findings}
     assert findings["kv_cache_usage"].breached and findings["preemption_rate"].breached
     assert not findings["request_rate"].breached  # demand did not rise: not a surge
     assert analysis.hypotheses[0].category == recording.meta["fault"] == "kv_memory_pressure"
+
+
+def test_a_regular_install_carries_the_demo_files() -> None:
+    """`pip install .` (not editable) ships only what package-data lists."""
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["rca"]
+    shipped = [p.relative_to(root / "rca").as_posix() for p in (root / "rca" / "samples").iterdir()
+               if p.is_file() and p.suffix != ".py"]
+    assert {"samples/demo_alert.json", "samples/demo_fleet_window.json.gz"} <= set(shipped)
+    for name in shipped:
+        assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), f"{name} is not in package-data"
