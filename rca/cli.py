@@ -275,7 +275,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
         prometheus_url = settings.prometheus_url if args.payload else replay.url
         settings = settings.model_copy(update={"webhook_token": SecretStr(webhook_token),
                                                "api_tokens": [SecretStr(api_token)],
-                                               "prometheus_url": prometheus_url})
+                                               "prometheus_url": prometheus_url, "broker_url": None})
         _prepare_database(settings)
         port = args.port or _free_port()
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,

@@ -65,7 +65,9 @@ def test_demo_prints_the_diagnosis_of_the_recorded_incident_with_its_evidence(tm
 
 
 def test_demo_serve_keeps_the_printed_api_calls_working(tmp_path: Path) -> None:
-    env = subprocess_env(data_dir=str(tmp_path / "rca-data")) | {"PYTHONUNBUFFERED": "1"}
+    # A broker in the environment must not take the demo off its in-process queue.
+    env = subprocess_env(data_dir=str(tmp_path / "rca-data"), broker_url="redis://127.0.0.1:1/0") | {
+        "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "rca.cli", "demo", "--serve"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

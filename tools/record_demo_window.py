@@ -8,11 +8,12 @@ proxy, which keeps every answer Prometheus gave, times relative to the alert. Ou
 `rca/samples/demo_fleet_window.json.gz` (the recording) and `rca/samples/demo_alert.json` (the
 Alertmanager webhook the demo sends). Rerun it whenever the profile's queries change:
 
-    .venv/bin/python tools/record_demo_window.py
+    .venv/bin/python tools/record_demo_window.py [--out DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -190,7 +191,10 @@ def entries(calls: list[tuple[str, dict[str, str], dict[str, Any]]], anchor: flo
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=SAMPLES, help="folder to write the two files to")
+    out_dir: Path = parser.parse_args(argv).out
     for name in [k for k in os.environ if k.startswith("RCA_")]:
         del os.environ[name]  # record on the defaults `rca demo` runs with
     promstack.require_binaries()
@@ -238,10 +242,11 @@ def main() -> None:
     }
     Recording.from_dict(recording)  # it must load
     body = json.dumps(recording, separators=(",", ":"), sort_keys=True).encode()
-    (SAMPLES / DEMO_RECORDING).write_bytes(gzip.compress(body, compresslevel=9, mtime=0))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / DEMO_RECORDING).write_bytes(gzip.compress(body, compresslevel=9, mtime=0))
     payload = webhook(labels, annotations, starts_at)
-    (SAMPLES / ALERT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
-    size = (SAMPLES / DEMO_RECORDING).stat().st_size
+    (out_dir / ALERT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    size = (out_dir / DEMO_RECORDING).stat().st_size
     print(f"recorded {len(proxy.calls)} queries ({size / 1024:.0f} KiB gzip'd) from Prometheus {version}; "
           f"alert at onset+{starts_at - onset:.0f} s; ranked {ranked[:3]}")
 
