@@ -294,8 +294,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                       f"a recorded Prometheus window replayed at {replay.url} "
                       f"(recorded from Prometheus {recording.meta['prometheus_version']} by "
                       f"{recording.meta['recorded_by']})")
-            print(f"rca demo: service on {base} (SQLite {settings.effective_database_url}, in-process queue); "
-                  f"metrics from {source}")
+            store = settings.effective_database_url
+            store = f"SQLite {store}" if store.startswith("sqlite") else "RCA_DATABASE_URL"
+            print(f"rca demo: service on {base} ({store}, in-process queue); metrics from {source}")
             reply = httpx.post(f"{base}/api/v1/alertmanager", json=payload,
                                headers={"Authorization": f"Bearer {webhook_token}"}, timeout=10)
             print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")

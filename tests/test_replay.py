@@ -67,7 +67,11 @@ def test_range_step_and_bounds_follow_the_request(replay: ReplayServer) -> None:
     [series] = body["data"]["result"]
     assert series["values"] == [[ANCHOR - 60, "0.5"], [ANCHOR - 30, "0.6"], [ANCHOR, "0.9"],
                                 [ANCHOR + 30, "0.97"], [ANCHOR + 60, "0.99"]]
-    # A grid a few seconds off the recorded one takes the recorded point just before each instant.
+    # A grid off the recorded one (the client rounds times to whole seconds) takes the nearest
+    # recorded point, at most half a recorded step away.
+    body = _get(replay, "/api/v1/query_range", query=RANGE_Q, start=ANCHOR - 60.6, end=ANCHOR - 29, step=15).json()
+    [series] = body["data"]["result"]
+    assert series["values"] == [[ANCHOR - 60.6, "0.5"], [ANCHOR - 45.6, "0.5"], [ANCHOR - 30.6, "0.6"]]
     body = _get(replay, "/api/v1/query_range", query=RANGE_Q, start=ANCHOR + 3, end=ANCHOR + 70, step=15).json()
     [series] = body["data"]["result"]
     assert series["values"] == [[ANCHOR + 3, "0.9"], [ANCHOR + 18, "0.95"], [ANCHOR + 33, "0.97"],

@@ -104,9 +104,10 @@ class Recording:
 
     def range_query(self, promql: str, start: float, end: float, step: float) -> list[dict[str, Any]] | None:
         """The recorded series of `promql` on the grid start, start+step, ... <= end (relative
-        seconds). Each grid point takes the recorded point at or just before it, no more than one
-        recorded step earlier; series left without points are dropped, as Prometheus does. None
-        when the query was never recorded."""
+        seconds). Each grid point takes the recorded point nearest to it, if one is within half a
+        recorded step (the client rounds start and end to whole seconds, so a replayed grid sits up
+        to a second off the recorded one); series left without points are dropped, as Prometheus
+        does. None when the query was never recorded."""
         answers = self.ranges.get(normalise_promql(promql, self.window_seconds))
         if answers is None:
             return None
@@ -116,8 +117,9 @@ class Recording:
         for series in answer.result:
             points = []
             for t in grid:
-                index = math.floor((t - series["start"]) / answer.step + 1e-9)
-                if 0 <= index < len(series["values"]) and series["values"][index] is not None:
+                index = round((t - series["start"]) / answer.step)
+                near = abs(t - series["start"] - index * answer.step) <= answer.step / 2
+                if near and 0 <= index < len(series["values"]) and series["values"][index] is not None:
                     points.append([t, series["values"][index]])
             if points:
                 out.append({"metric": series["metric"], "values": points})
