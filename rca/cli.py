@@ -492,6 +492,9 @@ def main(argv: list[str] | None = None) -> None:
         args.func(settings, args)
     except ConfigError as exc:
         _fail(str(exc))
+    except BrokenPipeError:  # `rca demo | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_FAILED) from None
 
 
 if __name__ == "__main__":
