@@ -1,12 +1,15 @@
-"""`rca`: serve, worker, migrate, investigate, demo."""
+"""rca: root-cause analysis for LLM-serving incidents (Alertmanager webhook -> Prometheus evidence -> ranked causes)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import secrets
 import sys
+import textwrap
 import threading
 import time
 from datetime import UTC, datetime
@@ -19,12 +22,26 @@ from pydantic import SecretStr, ValidationError
 from rca.config import ConfigError, Settings, first_error, load_settings
 
 log = logging.getLogger("rca")
-SAMPLE_PAYLOAD = "alertmanager_queue_high.json"
+DEMO_ALERT = "demo_alert.json"  # the recorded incident's webhook (tools/record_demo_window.py)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}  done (for investigate and demo: a diagnosis was made)
+  {EXIT_FAILED}  the command failed while running (e.g. the demo's investigation failed)
+  {EXIT_USAGE}  usage or configuration error (bad option, bad RCA_* setting, database not migrated)
+  {EXIT_NO_DATA}  no data: nothing could be measured (no or unreachable Prometheus, no series for
+     the target; gpu-probe: no NVIDIA GPU), so no cause was ranked"""
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def _quiet_http_retries() -> None:
+    """A report already says when Prometheus is unreachable: urllib3's per-retry warnings would
+    bury that one line (RCA_LOG_LEVEL=DEBUG shows them)."""
+    if logging.root.level > logging.DEBUG:
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -124,25 +141,34 @@ def _alerts_from_args(args: argparse.Namespace) -> tuple[list[dict[str, str]], l
         labels[name] = value
     if not labels:
         _fail("give an Alertmanager payload file or at least one --label name=value")
-    start = datetime.fromisoformat(args.start) if args.start else datetime.now(UTC)
-    if start.tzinfo is None:
-        start = start.replace(tzinfo=UTC)
-    return [labels], [start]
+    return [labels], [parse_start(args.start) if args.start else datetime.now(UTC)]
+
+
+def parse_start(text: str) -> datetime:
+    """An ISO 8601 time (UTC when it names no offset); a one-line usage error otherwise."""
+    try:
+        start = datetime.fromisoformat(text.strip())
+    except ValueError:
+        _fail(f"--start {text!r}: expected an ISO 8601 time such as 2026-12-03T08:40:00Z "
+              "or 2026-12-03 08:40 (UTC unless an offset is given)")
+    return start if start.tzinfo else start.replace(tzinfo=UTC)
 
 
 def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     from rca.analyst.summary import AlertText
     from rca.collect.target import target_from_alerts
     from rca.pipeline import analyse
-    from rca.report import render
+    from rca.report import no_data_reason, render, use_colour
 
+    _quiet_http_retries()
     labels, starts = _alerts_from_args(args)
     target = target_from_alerts(labels, starts, settings.file_config().target)
     alerts = [AlertText(alert, {}, start) for alert, start in zip(labels, starts, strict=True)]
     analysis = analyse(settings, target, alerts=alerts)
     findings = [f.to_dict() | {"id": f.key} for f in analysis.findings]
     hypotheses = [h.to_dict() for h in analysis.hypotheses]
-    if args.json:
+    no_data = no_data_reason(findings, analysis.collection.prometheus_error)
+    if args.json:  # the same document with or without data; the exit code says which
         window = analysis.collection.window
         out = {"target": target.to_dict(), "selectors": analysis.collection.selectors,
                "window": {"start": window.start.isoformat(), "end": window.end.isoformat(),
@@ -151,11 +177,22 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
                "findings": findings, "hypotheses": hypotheses,
                "analyst": analysis.analyst.to_dict() if analysis.analyst else None}
         print(json.dumps(out, indent=2, default=str))
-    else:
-        print(render(target.describe(), findings, hypotheses))
+    elif no_data is None:
+        print(render(target.describe(), findings, hypotheses, colour=use_colour(sys.stdout)))
         if analysis.analyst:
             record = analysis.analyst
             print(f"\nAnalyst: {record.analyst}" + (f" - {record.fallback_reason}" if record.fallback_reason else ""))
+    if no_data is not None:
+        _no_data(target.describe(), no_data, settings.prometheus_url)
+
+
+def _no_data(target: str, reason: str, prometheus_url: str | None) -> None:
+    """"No data" is its own answer: one line saying why, and exit code 3 (never a confidence)."""
+    from rca.report import no_data_hint
+
+    hint = no_data_hint(reason, prometheus_url)
+    print(f"no data for {target}: {reason}" + (f" ({hint})" if hint else ""), file=sys.stderr)
+    raise SystemExit(EXIT_NO_DATA)
 
 
 def _free_port() -> int:
@@ -166,66 +203,134 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _demo_payload(args: argparse.Namespace, alert_start: float) -> dict[str, Any]:
+    """The recorded incident's webhook, its alerts started `alert_start` (unix seconds), or the
+    user's own payload as it is."""
+    if args.payload:
+        try:
+            return json.loads(Path(args.payload).read_text())
+        except OSError as exc:
+            _fail(f"{args.payload}: {exc.strerror}")
+        except ValueError as exc:
+            _fail(f"{args.payload}: not JSON: {exc}")
+    payload = json.loads(resources.files("rca.samples").joinpath(DEMO_ALERT).read_text())
+    payload["groupKey"] += f"/demo-{int(time.time())}"  # a fresh incident on every run
+    for alert in payload["alerts"]:
+        alert["startsAt"] = datetime.fromtimestamp(alert_start, UTC).isoformat()
+    return payload
+
+
+def _wait_for_investigation(base: str, incident_id: int, auth: dict[str, str], timeout: float) -> dict[str, Any]:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        incident = httpx.get(f"{base}/api/v1/incidents/{incident_id}", headers=auth, timeout=10).json()
+        inv = incident["investigation"]
+        if inv and inv["status"] in ("done", "failed"):
+            return incident
+        if time.monotonic() > deadline:
+            _fail(f"the investigation did not finish within {timeout:.0f} s", code=EXIT_FAILED)
+        time.sleep(0.1)
+
+
+def _next_steps(base: str, api_token: str, incident: dict[str, Any], serving: bool, measured: bool) -> list[str]:
+    """Where to look next: the API calls that show what was stored, ready to paste."""
+    top = (incident["investigation"]["hypotheses"] or [{}])[0].get("category")
+    curl = f"curl -H 'Authorization: Bearer {api_token}'"
+    when = ("the service is up until Ctrl-C" if serving else
+            "this run stops its service now; `rca demo --serve` keeps it up")
+    by_cause = [f"    {curl} '{base}/api/v1/incidents?category={top}'"] if measured and top else []
+    return ["", f"Where to look next ({when}):",
+            "  the incident with all its evidence and PromQL:",
+            f"    {curl} {base}/api/v1/incidents/{incident['id']}",
+            "  the history" + (", by top cause and by free text:" if by_cause else ", by free text:"),
+            *by_cause,
+            f"    {curl} '{base}/api/v1/incidents?q={incident['alertname'] or ''}'",
+            "  past incidents with the same evidence:",
+            f"    {curl} {base}/api/v1/incidents/{incident['id']}/similar",
+            f"  the whole API: {base}/docs"]
+
+
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
-    """Start the real service on embedded defaults, send it a sample alert, print what it stored."""
+    """Replay a recorded incident through the real service on embedded defaults: the recorded
+    Prometheus answers are served by a loopback replay (rca/collect/replay.py), the sample alert
+    is posted to the real webhook, investigated in-process and read back through the API."""
     import httpx
     import uvicorn
 
     from rca.api.app import create_app
-    from rca.report import render
+    from rca.collect.replay import Recording, ReplayServer
+    from rca.report import no_data_reason, render, use_colour
 
+    if "RCA_LOG_LEVEL" not in os.environ:  # the demo's output is the report, not the service's log
+        logging.getLogger().setLevel(logging.WARNING)
+    _quiet_http_retries()
+    recording = Recording.load()
+    alert_start = time.time() - float(recording.meta["investigated_after_seconds"])
+    payload = _demo_payload(args, alert_start)
     webhook_token, api_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
-    settings = settings.model_copy(
-        update={"webhook_token": SecretStr(webhook_token), "api_tokens": [SecretStr(api_token)]}
-    )
-    _prepare_database(settings)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            if time.monotonic() > deadline:
-                _fail("the service did not start within 10 s")
-            time.sleep(0.05)
-        payload: dict[str, Any] = json.loads(
-            resources.files("rca.samples").joinpath(SAMPLE_PAYLOAD).read_text()
-            if not args.payload else Path(args.payload).read_text()
-        )
-        if not args.payload:
-            payload["groupKey"] += f"/demo-{int(time.time())}"  # a fresh incident on every run
-            for alert in payload["alerts"]:
-                alert["startsAt"] = datetime.now(UTC).isoformat()
-        print(f"rca demo: service on {base} ({'SQLite ' + str(settings.effective_database_url)})")
-        reply = httpx.post(f"{base}/api/v1/alertmanager", json=payload,
-                           headers={"Authorization": f"Bearer {webhook_token}"}, timeout=10)
-        print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")
-        reply.raise_for_status()
-        incident_id = reply.json()["incident_id"]
-        auth = {"Authorization": f"Bearer {api_token}"}
-        deadline = time.monotonic() + 60
-        while True:
-            incident = httpx.get(f"{base}/api/v1/incidents/{incident_id}", headers=auth, timeout=10).json()
+    with ReplayServer(recording, anchor=alert_start) as replay:
+        # The bundled alert is investigated on the replay; a payload of one's own on RCA_PROMETHEUS_URL.
+        prometheus_url = settings.prometheus_url if args.payload else replay.url
+        settings = settings.model_copy(update={"webhook_token": SecretStr(webhook_token),
+                                               "api_tokens": [SecretStr(api_token)],
+                                               "prometheus_url": prometheus_url, "broker_url": None})
+        _prepare_database(settings)
+        port = args.port or _free_port()
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                               log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 10
+            while not server.started:
+                if time.monotonic() > deadline or not thread.is_alive():
+                    _fail(f"the service did not start on 127.0.0.1:{port}", code=EXIT_FAILED)
+                time.sleep(0.05)
+            source = (f"Prometheus at {prometheus_url}" if prometheus_url and args.payload else
+                      "no Prometheus (RCA_PROMETHEUS_URL is not set)" if args.payload else
+                      f"a recorded Prometheus window replayed at {replay.url} "
+                      f"(recorded from Prometheus {recording.meta['prometheus_version']} by "
+                      f"{recording.meta['recorded_by']})")
+            store = settings.effective_database_url
+            store = f"SQLite {store}" if store.startswith("sqlite") else "RCA_DATABASE_URL"
+            print(f"rca demo: service on {base} ({store}, in-process queue); metrics from {source}")
+            reply = httpx.post(f"{base}/api/v1/alertmanager", json=payload,
+                               headers={"Authorization": f"Bearer {webhook_token}"}, timeout=10)
+            print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")
+            if reply.status_code >= 400:
+                _fail(f"the webhook refused the payload: {reply.status_code} {reply.text[:300]}")
+            incident_id = reply.json()["incident_id"]
+            auth = {"Authorization": f"Bearer {api_token}"}
+            incident = _wait_for_investigation(base, incident_id, auth, timeout=60)
             inv = incident["investigation"]
-            if inv and inv["status"] in ("done", "failed"):
-                break
-            if time.monotonic() > deadline:
-                _fail("the investigation did not finish within 60 s")
-            time.sleep(0.2)
-        print(f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
-              f"in {inv['total_seconds']} s\n")
-        print(f"Incident {incident_id}: {incident['title']}")
-        if inv.get("error"):
-            print(f"Note: {inv['error']}")
-        stored = inv.get("target") or {}
-        named = ({"host": stored["host"]} if stored.get("host") else {}) | stored.get("labels", {})
-        target = " ".join(f"{k}={v}" for k, v in named.items())
-        print(render(target or "-", inv["findings"], inv["hypotheses"]))
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+            print(f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
+                  f"in {inv['total_seconds'] or 0:.1f} s\n")
+            if inv["status"] != "done":
+                _fail(f"investigation failed: {inv.get('error')}", code=EXIT_FAILED)
+            alert = incident["alerts"][0] if incident["alerts"] else {}
+            since = datetime.fromisoformat(alert["starts_at"]).strftime(" (firing since %H:%M:%S UTC)") if alert else ""
+            print(f"Incident {incident_id}: {incident['title']}{since}")
+            stored = inv.get("target") or {}
+            named = ({"host": stored["host"]} if stored.get("host") else {}) | stored.get("labels", {})
+            target = " ".join(f"{k}={v}" for k, v in named.items()) or "-"
+            no_data = no_data_reason(inv["findings"])
+            print(render(target, inv["findings"], inv["hypotheses"], colour=use_colour(sys.stdout), no_data=no_data))
+            if replay.misses and not args.payload:
+                print(f"\nNote: {len(replay.misses)} queries are not in the recording (the profile changed since it "
+                      "was recorded: rerun tools/record_demo_window.py); they were answered as absent series.")
+            print("\n".join(_next_steps(base, api_token, incident, args.serve, measured=no_data is None)))
+            if no_data is not None and not args.serve:
+                raise SystemExit(EXIT_NO_DATA)  # the report said why
+            if args.serve:
+                with contextlib.suppress(KeyboardInterrupt):
+                    while thread.is_alive():
+                        thread.join(0.5)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
 
 
 def cmd_gpu_probe(settings: Settings, args: argparse.Namespace) -> None:
@@ -274,53 +379,104 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
         print(f"token {name!r} revoked")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rca", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (unless it is unset or the help already says it), and keeps
+    the epilog's line breaks."""
 
-    serve = sub.add_parser("serve", help="run the HTTP service (webhook + search API)")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        shown = not (default is None or default is False or default is argparse.SUPPRESS or isinstance(default, list))
+        if shown and "default" not in text and (action.option_strings or action.nargs in ("?", "*")):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llm-serving-rca")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rca", description=textwrap.fill(__doc__ or "", 79), formatter_class=_HelpFormatter,
+        epilog="Settings come from RCA_* environment variables (see the README).\n\n" + EXIT_CODES)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=textwrap.fill(description, 79),
+                              formatter_class=_HelpFormatter, epilog=EXIT_CODES)
+
+    serve = command("serve", "run the HTTP service (webhook + search API)",
+                    "Serve the Alertmanager webhook and the search API. Without RCA_BROKER_URL investigations "
+                    "run in-process; without RCA_DATABASE_URL the store is SQLite under RCA_DATA_DIR.")
+    serve.add_argument("--host", help="listen address (default: RCA_HOST, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default: RCA_PORT, else 8080)")
     serve.set_defaults(func=cmd_serve)
 
-    worker = sub.add_parser("worker", help="run a Celery worker for investigations")
-    worker.add_argument("--concurrency", type=int, default=2)
-    worker.add_argument("--hostname", default="rca@%h")
+    worker = command("worker", "run a Celery worker for investigations",
+                     "Consume investigations (and Slack deliveries) from RCA_BROKER_URL; with beat, also "
+                     "re-enqueue investigations whose enqueue was lost.")
+    worker.add_argument("--concurrency", type=int, default=2, help="investigations run at once")
+    worker.add_argument("--hostname", default="rca@%h", help="Celery node name (%%h: this host's name)")
     worker.add_argument("--queues", default="investigations,slack",
                         help="comma-separated queues to consume (Slack deliveries have their own)")
     worker.add_argument("--no-beat", action="store_true", help="do not run the stranded-investigation sweeper")
     worker.set_defaults(func=cmd_worker)
 
-    mig = sub.add_parser("migrate", help="create or upgrade the database schema")
-    mig.add_argument("revision", nargs="?", default="head")
+    mig = command("migrate", "create or upgrade the database schema",
+                  "Run the Alembic migrations on RCA_DATABASE_URL (or the embedded SQLite file).")
+    mig.add_argument("revision", nargs="?", default="head", help="Alembic revision to migrate to")
     mig.set_defaults(func=cmd_migrate)
 
-    inv = sub.add_parser("investigate", help="run one investigation now and print the ranked result")
+    inv = command("investigate", "run one investigation now and print the ranked result",
+                  "Investigate one alert now, without the service: collect the window from RCA_PROMETHEUS_URL, "
+                  "judge the signals, rank the causes and print them (nothing is stored). Exits 3 when "
+                  "nothing could be measured.")
     inv.add_argument("payload", nargs="?", help="Alertmanager webhook payload (JSON file)")
-    inv.add_argument("--label", action="append", default=[], help="alert label name=value (instead of a payload)")
-    inv.add_argument("--start", help="alert start, ISO 8601 (with --label; default now)")
+    inv.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
+                     help="alert label, repeatable (instead of a payload)")
+    inv.add_argument("--start", metavar="TIME",
+                     help="alert start with --label, ISO 8601 such as 2026-12-03T08:40:00Z; UTC unless an "
+                          "offset is given (default: now)")
     inv.add_argument("--json", action="store_true", help="machine-readable output")
     inv.set_defaults(func=cmd_investigate)
 
-    demo = sub.add_parser("demo", help="start the service on embedded defaults and investigate a sample alert")
-    demo.add_argument("--payload", help="send this Alertmanager payload instead of the bundled sample")
+    demo = command("demo", "investigate a recorded incident end to end, on embedded defaults",
+                   "Start the real service on embedded defaults (SQLite, in-process queue), replay a recorded "
+                   "3-hour Prometheus window of a real incident on a loopback port, post its alert to the "
+                   "webhook and print the diagnosis the service stored, with its evidence.")
+    demo.add_argument("--payload", help="send this Alertmanager payload instead of the recorded incident's; "
+                                        "it is investigated against RCA_PROMETHEUS_URL")
+    demo.add_argument("--port", type=int, default=0, help="service port (0: a free one)")
+    demo.add_argument("--serve", action="store_true", help="keep the service up after the diagnosis (Ctrl-C stops)")
     demo.set_defaults(func=cmd_demo)
 
-    gpu = sub.add_parser("gpu-probe", help="serve this host's NVML GPU metrics (GPM included) for Prometheus")
-    gpu.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    gpu.add_argument("--port", type=int, default=9835, help="listen port (default 9835)")
-    gpu.add_argument("--interval", type=float, default=5.0, help="seconds between NVML samples (default 5)")
+    gpu = command("gpu-probe", "serve this host's NVML GPU metrics (GPM included) for Prometheus",
+                  "Sample NVML on this GPU host and serve it as Prometheus metrics (GPM counters included, "
+                  "which no standard exporter publishes). Exits 3 without an NVIDIA GPU.")
+    gpu.add_argument("--host", default="127.0.0.1", help="listen address")
+    gpu.add_argument("--port", type=int, default=9835, help="listen port")
+    gpu.add_argument("--interval", type=float, default=5.0, help="seconds between NVML samples")
     gpu.add_argument("--once", action="store_true", help="print one sample as Prometheus text and exit")
     gpu.set_defaults(func=cmd_gpu_probe)
 
-    token = sub.add_parser("token", help="create or revoke a named API token (read or write scope)")
-    token_sub = token.add_subparsers(dest="action", required=True)
-    create = token_sub.add_parser("create", help="print a new token; only its hash is stored")
+    token = command("token", "create or revoke a named API token (read or write scope)",
+                    "Manage named API tokens in the database; only their hashes are stored.")
+    token_sub = token.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = token_sub.add_parser("create", help="print a new token; only its hash is stored",
+                                  description="Create a token and print it once.", formatter_class=_HelpFormatter)
     create.add_argument("--name", required=True, help="who or what uses it; recorded as the author of feedback")
     create.add_argument("--scope", choices=["read", "write"], default="read",
-                        help="read: search and statistics; write: also feedback (default read)")
-    revoke = token_sub.add_parser("revoke", help="stop a token from working")
-    revoke.add_argument("--name", required=True)
+                        help="read: search and statistics; write: also feedback")
+    revoke = token_sub.add_parser("revoke", help="stop a token from working",
+                                  description="Revoke a live token by name.", formatter_class=_HelpFormatter)
+    revoke.add_argument("--name", required=True, help="the token's name, as given to create")
     token.set_defaults(func=cmd_token)
     return parser
 
@@ -336,6 +492,9 @@ def main(argv: list[str] | None = None) -> None:
         args.func(settings, args)
     except ConfigError as exc:
         _fail(str(exc))
+    except BrokenPipeError:  # `rca demo | head`: the reader left; no traceback for that
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_FAILED) from None
 
 
 if __name__ == "__main__":

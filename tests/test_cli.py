@@ -1,0 +1,174 @@
+"""The `rca` command line as a user meets it: the demo's diagnosis, --version, help with defaults,
+one-line errors and the exit codes (0 diagnosis, 2 usage, 3 no data)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rca import cli
+from tests.conftest import stop_process, subprocess_env
+
+LABEL = ["--label", "instance=gpu-node-1:8000"]
+
+
+def _rca(args: list[str], tmp_path: Path, timeout: float = 60, **rca: str) -> subprocess.CompletedProcess[str]:
+    env = subprocess_env(data_dir=str(tmp_path / "rca-data"), **rca)
+    return subprocess.run([sys.executable, "-m", "rca.cli", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _closed_port() -> int:
+    from tests.e2e.promstack import free_port
+
+    return free_port()  # bound and released: nothing listens there
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_demo_prints_the_diagnosis_of_the_recorded_incident_with_its_evidence(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = _rca(["demo"], tmp_path, timeout=90)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert elapsed < 60, f"the demo took {elapsed:.0f} s"
+    assert "Traceback" not in done.stderr
+    assert "investigation done" in out
+    assert "Incident 1: LLMRequestQueueMedianHigh" in out
+    causes = out[out.index("Ranked root causes:"):out.index("Findings:")]
+    top = causes.split("\n  2. ")[0]
+    # The fault the recording's fleet carried, ranked first by the real ranking on replayed series.
+    assert re.search(r"1\. kv_memory_pressure  confidence 0\.\d\d", top), causes
+    assert re.search(r"\+ kv_cache_usage +KV-cache usage is \d+% \(baseline \d+%, limit > \d+%\) since", top)
+    assert re.search(r"\+ preemption_rate +Preemptions per second is", top)
+    assert "next steps:" in top
+    findings = out[out.index("Findings:"):]
+    assert re.search(r"\[!!\] kv_cache_usage +\d+% \(baseline \d+%, limit > \d+%\)", findings)
+    assert re.search(r"\[ok\] request_rate +[\d.]+/s \(baseline [\d.]+/s, limit > [\d.]+/s\)", findings)
+    assert findings.index("[!!]") < findings.index("[ok]") < findings.index("[--]")
+    assert "data unavailable" not in findings.split("[--]")[0], "measured findings first"
+    assert "Note:" not in out, "every query the collection made is in the recording"
+    assert "/api/v1/incidents/1" in out and "/docs" in out and "Authorization: Bearer" in out
+    assert "\033[" not in out, "no colour when stdout is not a terminal"
+
+
+def test_demo_serve_keeps_the_printed_api_calls_working(tmp_path: Path) -> None:
+    # A broker in the environment must not take the demo off its in-process queue.
+    env = subprocess_env(data_dir=str(tmp_path / "rca-data"), broker_url="redis://127.0.0.1:1/0") | {
+        "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "rca.cli", "demo", "--serve"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines: list[str] = []
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while not any("the whole API:" in line for line in lines):
+            line = proc.stdout.readline()
+            assert line and time.monotonic() < deadline, "".join(lines)
+            lines.append(line)
+        text = "".join(lines)
+        token = re.search(r"Bearer ([\w-]+)'", text).group(1)
+        url = re.search(r"(http://127\.0\.0\.1:\d+/api/v1/incidents/1)\n", text).group(1)
+        incident = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+        assert incident["investigation"]["hypotheses"][0]["category"] in text
+        by_cause = re.search(r"'(http://[^']+category=\w+)'", text).group(1)
+        page = httpx.get(by_cause, headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+        assert [item["id"] for item in page["items"]] == [1]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        stop_process(proc)
+
+
+# --------------------------------------------------------------------------- investigate
+
+
+def test_bad_start_is_one_line_naming_the_format(tmp_path: Path) -> None:
+    done = _rca(["investigate", *LABEL, "--start", "yesterday 9am"], tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "--start 'yesterday 9am'" in done.stderr and "ISO 8601" in done.stderr
+    assert "2026-12-03T08:40:00Z" in done.stderr
+
+
+def test_without_prometheus_the_answer_is_no_data_not_a_confidence(tmp_path: Path) -> None:
+    done = _rca(["investigate", *LABEL], tmp_path)
+    assert done.returncode == 3
+    assert done.stdout == ""
+    assert done.stderr == "no data for host=gpu-node-1: no Prometheus configured (set RCA_PROMETHEUS_URL)\n"
+    assert "no_clear_cause" not in done.stderr and "0.40" not in done.stderr
+
+
+def test_unreachable_prometheus_is_one_line_naming_the_url(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    done = _rca(["investigate", *LABEL], tmp_path, prometheus_url=url)
+    assert done.returncode == 3
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("no data for ") and f"Prometheus at {url} is unavailable" in line
+    assert "check RCA_PROMETHEUS_URL" in line
+
+
+def test_json_output_keeps_its_shape_when_there_is_no_data(tmp_path: Path) -> None:
+    done = _rca(["investigate", *LABEL, "--json"], tmp_path)
+    assert done.returncode == 3
+    out = json.loads(done.stdout)
+    assert set(out) == {"target", "selectors", "window", "collect_seconds", "findings", "hypotheses", "analyst"}
+    assert all(f["status"] in ("unavailable", "not_measurable") for f in out["findings"])
+    assert out["hypotheses"][0]["category"] == "no_clear_cause"  # the ranking itself is unchanged
+
+
+# --------------------------------------------------------------------------- help and version
+
+
+def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"rca {version('llm-serving-rca')}\n"
+
+
+def _subparsers(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every (nested) subcommand by its full name, e.g. `token create`."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[prefix + name] = sub
+                found |= _subparsers(sub, f"{prefix}{name} ")
+    return found
+
+
+def test_every_command_has_a_description_and_every_option_help_with_its_default() -> None:
+    parser = cli.build_parser()
+    assert "exit codes:" in parser.format_help()
+    for code in ("0", "2", "3"):
+        assert re.search(rf"^  {code}  ", parser.format_help(), re.M)
+    commands = _subparsers(parser)
+    assert {"serve", "worker", "migrate", "investigate", "demo", "gpu-probe", "token", "token create",
+            "token revoke"} <= set(commands)
+    for name, sub in commands.items():
+        assert sub.description, f"{name}: no description"
+        text = " ".join(sub.format_help().split())
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            assert action.help, f"{name} {action.dest}: no help"
+            default = action.default
+            if default not in (None, False, []) and action.option_strings:
+                assert f"(default: {default})" in text or "default" in action.help, f"{name} {action.dest}"
+    demo = " ".join(commands["demo"].format_help().split())
+    assert "(default: 0)" in demo
+    assert "(default: 2)" in " ".join(commands["worker"].format_help().split())
