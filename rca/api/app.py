@@ -7,12 +7,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import OperationalError
 
+from rca import metrics
 from rca.api import incidents, stats, webhook
+from rca.api.auth import require_read
 from rca.config import Settings
 from rca.dispatch import Dispatcher, create_dispatcher
 from rca.store.db import ping
@@ -82,5 +85,13 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         ready = all(v == "ok" for k, v in checks.items() if k != "queue")
         return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
                             status_code=200 if ready else 503)
+
+    scrape = metrics.scrape_registry(settings.effective_database_url)
+
+    # Left out of the OpenAPI document: Prometheus' text format, not part of the JSON API.
+    @app.get("/metrics", tags=["health"], summary="The service's own metrics (docs/metrics.md)",
+             dependencies=[Depends(require_read)], include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        return Response(generate_latest(scrape), media_type=CONTENT_TYPE_LATEST)
 
     return app
