@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from sqlalchemy.exc import OperationalError
 
 from rca import metrics
@@ -91,7 +91,8 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     # Left out of the OpenAPI document: Prometheus' text format, not part of the JSON API.
     @app.get("/metrics", tags=["health"], summary="The service's own metrics (docs/metrics.md)",
              dependencies=[Depends(require_read)], include_in_schema=False)
-    def prometheus_metrics() -> Response:
-        return Response(generate_latest(scrape), media_type=CONTENT_TYPE_LATEST)
+    def prometheus_metrics(request: Request) -> Response:
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))  # as the worker's port does
+        return Response(encode(scrape), media_type=content_type)
 
     return app
