@@ -40,7 +40,8 @@ disable_created_metrics()
 
 WEBHOOK_OUTCOMES = {200: "stored", 400: "not_json", 401: "unauthorized", 413: "too_large", 422: "invalid",
                     503: "database_unavailable"}
-QUERY_ERROR_REASONS = ("timeout", "connection", "http_status", "bad_response", "too_large")
+PROMETHEUS_ERROR_REASONS = ("timeout", "connection", "http_status", "bad_response")
+TRACE_ERROR_REASONS = (*PROMETHEUS_ERROR_REASONS, "too_large")
 TRACE_BACKENDS = ("jaeger", "tempo")
 LLM_OUTCOMES = ("ok", "format_rejected", "http_status", "timeout", "connection", "bad_response")
 SLACK_OUTCOMES = {"post": "posted", "update": "updated", "reply": "replied"}
@@ -75,8 +76,9 @@ for _code, _outcome in WEBHOOK_OUTCOMES.items():
 for _status in ("done", "failed"):
     INVESTIGATIONS.labels(status=_status)
     INVESTIGATION_DURATION.labels(status=_status)
-for _reason in QUERY_ERROR_REASONS:
+for _reason in PROMETHEUS_ERROR_REASONS:
     PROMETHEUS_QUERY_ERRORS.labels(reason=_reason)
+for _reason in TRACE_ERROR_REASONS:
     for _backend in TRACE_BACKENDS:
         TRACE_QUERY_ERRORS.labels(backend=_backend, reason=_reason)
 for _outcome in LLM_OUTCOMES:
