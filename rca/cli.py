@@ -115,7 +115,8 @@ def _serve_worker_metrics(settings: Settings) -> None:
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     if settings.embedded_queue:
         _fail("RCA_BROKER_URL: not set; `rca worker` needs a broker (without one, `rca serve` investigates in-process)")
-    _multiprocess_metrics(settings)
+    if settings.worker_metrics_port:
+        _multiprocess_metrics(settings)
     _prepare_database(settings)
     from workers.app import app
 
