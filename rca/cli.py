@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import sys
 import textwrap
 import threading
@@ -95,11 +96,47 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
                 log_level=settings.log_level.lower())
 
 
+def _multiprocess_metrics(settings: Settings) -> None:
+    """Point prometheus-client's multiprocess mode at an emptied `RCA_DATA_DIR/worker-metrics`, so
+    that the prefork children's counters reach the worker's metrics port. It must happen before
+    prometheus-client is imported: it picks its value store at import time."""
+    if "prometheus_client" in sys.modules:
+        raise RuntimeError("prometheus_client was imported before the worker set PROMETHEUS_MULTIPROC_DIR")
+    directory = settings.data_dir / "worker-metrics"
+    try:
+        if directory.exists():
+            shutil.rmtree(directory)  # values of an earlier run: counters restart with the worker
+        directory.mkdir(parents=True)
+    except OSError as exc:
+        _fail(f"RCA_DATA_DIR: cannot prepare {directory} for the worker's metrics: {exc.strerror or exc}")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory.resolve())
+
+
+def _serve_worker_metrics(settings: Settings) -> None:
+    """The worker's own metrics on RCA_WORKER_METRICS_HOST:RCA_WORKER_METRICS_PORT (0: not served)."""
+    if settings.worker_metrics_port == 0:
+        return
+    from prometheus_client import start_http_server
+
+    from rca.metrics import scrape_registry
+
+    try:
+        start_http_server(settings.worker_metrics_port, settings.worker_metrics_host, registry=scrape_registry())
+    except OSError as exc:
+        _fail(f"RCA_WORKER_METRICS_PORT: cannot listen on {settings.worker_metrics_host}:"
+              f"{settings.worker_metrics_port}: {exc.strerror or exc} (0 turns the metrics port off)")
+    log.info("worker metrics on http://%s:%s/metrics", settings.worker_metrics_host, settings.worker_metrics_port)
+
+
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     if settings.embedded_queue:
         _fail("RCA_BROKER_URL: not set; `rca worker` needs a broker (without one, `rca serve` investigates in-process)")
+    if settings.worker_metrics_port:
+        _multiprocess_metrics(settings)
     _prepare_database(settings)
     from workers.app import app
+
+    _serve_worker_metrics(settings)
 
     argv = ["worker", "--loglevel", settings.log_level.upper(), "--concurrency", str(args.concurrency),
             "--queues", args.queues, "--hostname", args.hostname]

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Protocol
 
+from rca import metrics
 from rca.config import Settings
 from rca.store import investigations
 from rca.store.db import session_scope
@@ -84,14 +86,13 @@ class InlineDispatcher:
         return True
 
     def _run(self, investigation_id: int) -> None:
-        from rca.pipeline import run_investigation
+        from rca.pipeline import record_failure, run_investigation
 
+        started = time.perf_counter()
         try:
             run_investigation(self.settings, investigation_id)
         except Exception as exc:
-            log.exception("investigation %s failed", investigation_id)
-            with session_scope(self.settings.effective_database_url) as session:
-                investigations.mark_failed(session, investigation_id, f"{type(exc).__name__}: {exc}", final=True)
+            record_failure(self.settings, investigation_id, exc, time.perf_counter() - started)
             return
         notify_done(self.settings, investigation_id, self.notify)
 
@@ -137,7 +138,9 @@ class InlineDispatcher:
 def sweep(settings: Settings, older_than: timedelta) -> list[int]:
     """Claim stranded investigations for re-enqueueing."""
     with session_scope(settings.effective_database_url) as session:
-        return investigations.stranded(session, older_than)
+        ids = investigations.stranded(session, older_than)
+    metrics.SWEEPER_REENQUEUED.inc(len(ids))
+    return ids
 
 
 def notify_done(settings: Settings, investigation_id: int, notify: Callable[[int, str], bool]) -> None:

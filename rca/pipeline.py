@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from rca import metrics
 from rca.analyst.cache import AnswerCache, DatabaseAnswerCache
 from rca.analyst.explain import AnalystRecord, explain
 from rca.analyst.summary import AlertText
@@ -113,10 +114,20 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
     analysis = analyse(settings, claim.target(settings.file_config().target), alerts=alerts, cache=cache,
                        history=partial(_precedents, url, claim))
+    total_seconds = time.perf_counter() - started
     with session_scope(url) as session:
-        investigations.save_analysis(session, investigation_id, analysis,
-                                     total_seconds=time.perf_counter() - started)
+        investigations.save_analysis(session, investigation_id, analysis, total_seconds=total_seconds)
+    metrics.investigation_finished("done", total_seconds)
     top = analysis.hypotheses[0]
     log.info("investigation %s done: top=%s (%.2f) by %s", investigation_id, top.category, top.confidence,
              analysis.analyst.analyst if analysis.analyst else "rules")
     return "done"
+
+
+def record_failure(settings: Settings, investigation_id: int, exc: Exception, seconds: float) -> None:
+    """Close the investigation as failed after an error no retry can fix (a bug, bad data, the
+    time limit); call it from the `except` block, so that the log has the traceback."""
+    log.exception("investigation %s failed", investigation_id)
+    with session_scope(settings.effective_database_url) as session:
+        investigations.mark_failed(session, investigation_id, f"{type(exc).__name__}: {exc}", final=True)
+    metrics.investigation_finished("failed", seconds)

@@ -114,9 +114,11 @@ class Worker:
 @contextmanager
 def running_worker(home: Path, env: dict[str, str], app: Celery, broker: str, name: str) -> Iterator[Worker]:
     """`rca worker --no-beat --concurrency 1` in `home`, yielded once it answers a ping, stopped by
-    its pid afterwards; its output goes to `home/worker.log` for failure messages."""
+    its pid afterwards; its output goes to `home/worker.log` for failure messages. Its metrics port
+    is off unless `env` sets RCA_WORKER_METRICS_PORT."""
     log = home / "worker.log"
     hostname = f"{name}-{uuid.uuid4().hex[:8]}@127.0.0.1"
+    env = {"RCA_WORKER_METRICS_PORT": "0", **env}  # parallel sessions would fight over 9808; tests that want it set it
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [str(VENV_BIN / "rca"), "worker", "--no-beat", "--concurrency", "1", "--hostname", hostname],

@@ -7,8 +7,9 @@ message to be redelivered; the task is idempotent, so redelivery is safe.
 from __future__ import annotations
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 
+from rca import metrics
 from rca.config import Settings, get_settings
 from rca.store.db import forget_engines_after_fork
 
@@ -42,3 +43,9 @@ app = create_app()
 @worker_process_init.connect
 def _fresh_connections_in_child(**_kwargs: object) -> None:
     forget_engines_after_fork()
+
+
+@worker_process_shutdown.connect
+def _metrics_of_exiting_child(pid: int, **_kwargs: object) -> None:
+    """prometheus-client's multiprocess mode: an exiting pool child drops its live gauges."""
+    metrics.mark_process_dead(pid)

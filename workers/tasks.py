@@ -4,6 +4,7 @@ redelivered task never duplicates findings or hypotheses."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from sqlalchemy.exc import OperationalError
@@ -12,9 +13,7 @@ from rca.config import get_settings
 from rca.dispatch import notify_done
 from rca.dispatch import sweep as sweep_stranded
 from rca.notify.service import deliver
-from rca.pipeline import run_investigation
-from rca.store import investigations
-from rca.store.db import session_scope
+from rca.pipeline import record_failure, run_investigation
 from workers.app import app
 
 log = logging.getLogger(__name__)
@@ -28,14 +27,13 @@ MAX_RETRIES = 5
           retry_jitter=True, max_retries=MAX_RETRIES)
 def investigate(self, investigation_id: int) -> str:  # type: ignore[no-untyped-def]
     settings = get_settings()
+    started = time.perf_counter()
     try:
         status = run_investigation(settings, investigation_id)
     except TRANSIENT:
         raise
     except Exception as exc:
-        log.exception("investigation %s failed", investigation_id)
-        with session_scope(settings.effective_database_url) as session:
-            investigations.mark_failed(session, investigation_id, f"{type(exc).__name__}: {exc}", final=True)
+        record_failure(settings, investigation_id, exc, time.perf_counter() - started)
         return "failed"
     # Also after a redelivery ("skipped"): the first run may have died before queueing the notice,
     # and the Slack task sends nothing when Slack already shows this evidence.

@@ -28,6 +28,8 @@ from typing import Any
 
 import openai
 
+from rca import metrics
+
 MODES = ("json_schema", "json_object", "prompt")
 SCHEMA_NAME = "rca_hypotheses"
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -147,13 +149,17 @@ class ChatClient:
                 call.status, call.raw_response = exc.status_code, exc.response.text[:BODY_KEPT]
                 call.error = f"HTTP {exc.status_code}: {exc.message}"[:2000]
                 if mode != MODES[-1] and _rejects_format(exc):
+                    metrics.LLM_REQUESTS.labels(outcome="format_rejected").inc()
                     self.mode = MODES[MODES.index(mode) + 1]
                     remember_mode(self.base_url, self.model, self.mode)
                     continue
+                metrics.LLM_REQUESTS.labels(outcome="http_status").inc()
                 if exc.status_code not in RETRYABLE_STATUS:
                     raise LLMUnavailable(call.error) from None
                 wait = _retry_after(exc)
             except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+                timed_out = isinstance(exc, openai.APITimeoutError)  # a subclass of APIConnectionError
+                metrics.LLM_REQUESTS.labels(outcome="timeout" if timed_out else "connection").inc()
                 call.error = f"{type(exc).__name__}: {exc}"
                 wait = None
             if retries >= self.max_retries:
@@ -178,6 +184,7 @@ class ChatClient:
             choice = completion.choices[0]
             text = choice.message.content or ""
         except Exception as exc:  # the body is not a chat completion: the library raises many types
+            metrics.LLM_REQUESTS.labels(outcome="bad_response").inc()
             call.error = f"not a chat completion: {type(exc).__name__}: {exc}"[:2000]
             raise LLMUnavailable(call.error) from None
         call.finish_reason = choice.finish_reason
@@ -185,5 +192,6 @@ class ChatClient:
             call.prompt_tokens = completion.usage.prompt_tokens or 0
             call.completion_tokens = completion.usage.completion_tokens or 0
         remember_mode(self.base_url, self.model, call.mode)
+        metrics.LLM_REQUESTS.labels(outcome="ok").inc()
         return Reply(text=text, finish_reason=choice.finish_reason,
                      completion_tokens=call.completion_tokens)

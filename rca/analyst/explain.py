@@ -14,6 +14,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rca import metrics
 from rca.analyst.cache import AnswerCache
 from rca.analyst.client import ChatClient, LLMUnavailable, Reply
 from rca.analyst.prompts import investigation_messages, repair_message
@@ -161,3 +162,4 @@ def _account(record: AnalystRecord, client: ChatClient, settings: Settings) -> N
     record.completion_tokens = sum(c.completion_tokens for c in client.calls)
     record.latency_seconds = round(sum(c.latency_seconds for c in client.calls), 4)
     record.estimated_cost = _cost(settings, record.prompt_tokens, record.completion_tokens)
+    metrics.llm_usage(record.prompt_tokens, record.completion_tokens, record.estimated_cost)

@@ -7,12 +7,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from prometheus_client.exposition import choose_encoder
 from sqlalchemy.exc import OperationalError
 
+from rca import metrics
 from rca.api import incidents, stats, webhook
+from rca.api.auth import require_read
 from rca.api.docs import install_docs
 from rca.api.schemas import ReadinessOut
 from rca.config import Settings
@@ -88,5 +91,14 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         ready = all(v == "ok" for k, v in checks.items() if k != "queue")
         return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
                             status_code=200 if ready else 503)
+
+    scrape = metrics.scrape_registry(settings.effective_database_url)
+
+    # Left out of the OpenAPI document: Prometheus' text format, not part of the JSON API.
+    @app.get("/metrics", tags=["health"], summary="The service's own metrics (docs/metrics.md)",
+             dependencies=[Depends(require_read)], include_in_schema=False)
+    def prometheus_metrics(request: Request) -> Response:
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))  # as the worker's port does
+        return Response(encode(scrape), media_type=content_type)
 
     return app

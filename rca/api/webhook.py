@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rca import metrics
 from rca.api.auth import require_webhook_token
 from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
@@ -25,7 +29,31 @@ from rca.intake.service import IntakeResult, record_notification
 from rca.store.db import session_scope
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+
+
+class CountedRoute(APIRoute):
+    """Counts every answer of the route in `rca_webhook_requests_total`, refusals by the auth
+    dependency included (they are raised before the handler body runs)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def counted(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except StarletteHTTPException as exc:
+                metrics.webhook_answered(exc.status_code)
+                raise
+            except Exception as exc:
+                metrics.webhook_answered(503 if isinstance(exc, OperationalError) else 500)  # see app.py's handler
+                raise
+            metrics.webhook_answered(response.status_code)
+            return response
+
+        return counted
+
+
+router = APIRouter(route_class=CountedRoute)
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:
@@ -94,6 +122,8 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             detail="database unavailable; the notification was not stored, retry later",
                             headers={"Retry-After": "10"}) from None
+    if result.created:
+        metrics.INCIDENTS_OPENED.inc()
     enqueued = False
     if result.investigation_id is not None:
         enqueued = await run_in_threadpool(request.app.state.dispatcher.enqueue, result.investigation_id)

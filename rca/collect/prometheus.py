@@ -5,7 +5,9 @@ missing series or a Prometheus outage turns into an "unavailable" finding."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -13,6 +15,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
+from rca import metrics
 from rca.collect.aliases import resolve_aliases
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
 
@@ -69,12 +72,14 @@ class PrometheusSource:
         self.client = PrometheusConnect(url=url, retry=retry, timeout=timeout, method="POST")
 
     def _instant(self, promql: str, at: datetime) -> list[dict]:
-        return self.client.custom_query(promql, params={"time": at.timestamp()})
+        with counted_errors():
+            return self.client.custom_query(promql, params={"time": at.timestamp()})
 
     def _range(self, promql: str, window: Window) -> list[dict]:
-        return self.client.custom_query_range(
-            promql, start_time=window.start, end_time=window.end, step=f"{window.step_seconds}s"
-        )
+        with counted_errors():
+            return self.client.custom_query_range(
+                promql, start_time=window.start, end_time=window.end, step=f"{window.step_seconds}s"
+            )
 
     def aliases(self, identities: list[IdentitySpec], hosts: list[str], window: Window,
                 pod: dict[str, str] | None = None) -> list[str]:
@@ -183,6 +188,34 @@ def _samples(values: list[list]) -> Samples:
         if math.isfinite(value):
             out.append((float(ts), value))
     return out
+
+
+QUERY_ERRORS = (requests.RequestException, PrometheusApiClientException)
+
+
+def error_reason(exc: BaseException) -> str:
+    """The `reason` label of a failed query; the client raises the same exception for every HTTP
+    status, and a 5xx retried out arrives as requests' RetryError."""
+    if isinstance(exc, requests.Timeout):
+        return "timeout"
+    if isinstance(exc, requests.JSONDecodeError):
+        return "bad_response"
+    if isinstance(exc, PrometheusApiClientException | requests.exceptions.RetryError):
+        return "http_status"
+    return "connection"
+
+
+@contextmanager
+def counted_errors() -> Iterator[None]:
+    """Count a failed query in `rca_prometheus_query_errors_total`; the error goes on to the caller."""
+    try:
+        yield
+    except QUERY_ERRORS as exc:
+        metrics.PROMETHEUS_QUERY_ERRORS.labels(reason=error_reason(exc)).inc()
+        raise
+    except (KeyError, TypeError):  # a 200 whose JSON is not a Prometheus answer
+        metrics.PROMETHEUS_QUERY_ERRORS.labels(reason="bad_response").inc()
+        raise
 
 
 def _short(exc: BaseException) -> str:

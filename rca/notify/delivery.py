@@ -38,6 +38,9 @@ SDK_LOG.setLevel(logging.WARNING)  # slack_sdk's DEBUG lines carry the webhook U
 RETRYABLE_ERRORS = frozenset({"ratelimited", "rate_limited", "internal_error", "fatal_error",
                               "service_unavailable", "request_timeout"})
 ERROR_CODE = re.compile(r"[a-z0-9_]{1,100}")
+# Web API errors that mean the token is wrong, revoked or lacks a scope: an operator must act.
+AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive",
+                         "missing_scope", "no_permission", "invalid_token"})
 NETWORK_ERRORS = (OSError, SlackRequestError)  # URLError, timeouts and refused connections are OSErrors
 
 
@@ -50,6 +53,7 @@ class SendResult:
     retryable: bool = False
     channel: str | None = None
     ts: str | None = None
+    timed_out: bool = False  # a network failure that was a timeout
 
     @property
     def outcome(self) -> str:
@@ -58,6 +62,18 @@ class SendResult:
         if self.http_status == 429 or self.error in ("ratelimited", "rate_limited"):
             return "rate_limited"
         return "retry" if self.retryable else "failed"
+
+    @property
+    def failure_reason(self) -> str:
+        """The `reason` label of `rca_slack_delivery_failures_total`: a fixed set, never Slack's
+        free-form error code."""
+        if self.http_status is None:
+            return "timeout" if self.timed_out else "network"
+        if self.outcome == "rate_limited":
+            return "rate_limited"
+        if self.http_status in (401, 403) or self.error in AUTH_ERRORS:
+            return "auth"
+        return "server_error" if self.retryable else "rejected"
 
 
 def retry_after(headers: Mapping[str, Any] | None) -> float | None:
@@ -84,7 +100,8 @@ def _network_failure(exc: BaseException) -> SendResult:
     reason = getattr(exc, "reason", None)  # URLError(reason) names the socket error, not the URL
     detail = type(reason).__name__ + (f": {reason.strerror}" if getattr(reason, "strerror", None) else "") \
         if reason is not None else type(exc).__name__
-    return SendResult(ok=False, error=f"network error ({detail})", retryable=True)
+    timed_out = isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError)
+    return SendResult(ok=False, error=f"network error ({detail})", retryable=True, timed_out=timed_out)
 
 
 class Sender(Protocol):

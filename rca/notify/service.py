@@ -28,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from rca import metrics
 from rca.config import Settings
 from rca.notify import blocks
 from rca.notify.delivery import Sender, SendResult, make_sender
@@ -183,6 +184,7 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
                 at=utcnow(), event=event, action=step.action, outcome=result.outcome, http_status=result.http_status,
                 error=result.error, retry_after=result.retry_after))
             delivery.updated_at = utcnow()
+            count_slack_call(step.action, result)
             if not result.ok:
                 final = not result.retryable or attempt >= settings.slack_max_attempts
                 delivery.status, delivery.last_error = ("failed" if final else "retrying"), result.error
@@ -196,6 +198,15 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
         delivery.status, delivery.last_error = "delivered", None
         log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
         return Outcome("delivered", detail=", ".join(s.action for s in steps))
+
+
+def count_slack_call(action: str, result: SendResult) -> None:
+    """One Slack call in `rca_slack_deliveries_total` (what a success did) or
+    `rca_slack_delivery_failures_total` (why it failed)."""
+    if result.ok:
+        metrics.SLACK_DELIVERIES.labels(outcome=metrics.SLACK_OUTCOMES[action]).inc()
+    else:
+        metrics.SLACK_FAILURES.labels(reason=result.failure_reason).inc()
 
 
 def done_incident(settings: Settings, investigation_id: int) -> int | None:

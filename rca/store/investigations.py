@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from rca.analyst.validate import INVALID_ANSWER
@@ -133,3 +133,10 @@ def stranded(session: Session, older_than: timedelta) -> list[int]:
         # Re-queued now, so the next sweep leaves it alone unless this enqueue is lost too.
         inv.status, inv.queued_at = "queued", utcnow()
     return ids
+
+
+def oldest_queued_age(session: Session) -> float:
+    """Seconds since the oldest still-queued investigation was queued, 0 when none is: one query
+    on the status index, cheap enough for every scrape."""
+    oldest = session.scalar(select(func.min(Investigation.queued_at)).where(Investigation.status == "queued"))
+    return max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from rca import metrics
 from rca.traces.model import TraceSourceError
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -17,8 +18,9 @@ class TraceHTTP:
     """GET JSON from a trace backend. Header values are never logged or put in errors."""
 
     def __init__(self, base_url: str, headers: dict[str, str], timeout: float,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, concurrency: int = 8) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES, concurrency: int = 8, backend: str = "unknown") -> None:
         self.base_url = base_url.rstrip("/")
+        self.backend = backend  # jaeger | tempo: the `backend` label of the error metric
         # What errors and findings show: the URL without any user:password it may carry.
         self.shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b"")).rstrip("/")
         self.max_response_bytes = max_response_bytes
@@ -30,7 +32,15 @@ class TraceHTTP:
         self.client.close()
 
     def get_json(self, path: str, params: dict[str, Any] | None = None, missing_ok: bool = False) -> Any:
-        """The decoded JSON body; None on 404 when `missing_ok`. Raises TraceSourceError."""
+        """The decoded JSON body; None on 404 when `missing_ok`. Raises TraceSourceError, counted
+        in `rca_trace_query_errors_total`."""
+        try:
+            return self._get_json(path, params, missing_ok)
+        except TraceSourceError as exc:
+            metrics.TRACE_QUERY_ERRORS.labels(backend=self.backend, reason=exc.reason).inc()
+            raise
+
+    def _get_json(self, path: str, params: dict[str, Any] | None, missing_ok: bool) -> Any:
         try:
             with self.client.stream("GET", path, params=params) as response:
                 if response.status_code == 404 and missing_ok:
@@ -39,16 +49,18 @@ class TraceHTTP:
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > self.max_response_bytes:
-                        raise TraceSourceError(f"{path}: response larger than {self.max_response_bytes} bytes")
+                        raise TraceSourceError(f"{path}: response larger than {self.max_response_bytes} bytes",
+                                               "too_large")
         except httpx.TimeoutException:
-            raise TraceSourceError(f"{self.shown_url}{path}: timed out") from None
+            raise TraceSourceError(f"{self.shown_url}{path}: timed out", "timeout") from None
         except httpx.HTTPError as exc:
-            raise TraceSourceError(f"{self.shown_url}{path}: {type(exc).__name__}: {exc}") from None
+            raise TraceSourceError(f"{self.shown_url}{path}: {type(exc).__name__}: {exc}", "connection") from None
         if response.status_code in (401, 403):
-            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} (check RCA_TRACES_HEADERS)")
+            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} (check RCA_TRACES_HEADERS)",
+                                   "http_status")
         if response.status_code != 200:
             text = bytes(body[:200]).decode(errors="replace").strip()
-            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} {text}")
+            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} {text}", "http_status")
         try:
             return json.loads(body)
         except ValueError:

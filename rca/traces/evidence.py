@@ -36,7 +36,7 @@ def service_for(alert_labels: list[dict[str, str]], config: TracesConfig) -> str
 def open_source(settings: Settings, config: TracesConfig) -> TraceSource:
     headers = {name: value.get_secret_value() for name, value in settings.traces_headers.items()}
     http = TraceHTTP(settings.traces_url or "", headers, settings.traces_timeout_seconds,
-                     concurrency=settings.traces_concurrency)
+                     concurrency=settings.traces_concurrency, backend=settings.traces_backend)
     if settings.traces_backend == "jaeger":
         return JaegerSource(http, settings.traces_max_spans_per_trace, config.phase_attributes)
     return TempoSource(http, settings.traces_max_spans_per_trace, settings.traces_concurrency, config.phase_attributes)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rca import metrics
 from rca.traces.client import TraceHTTP
 from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, phase_spans
 
@@ -48,11 +49,15 @@ def parse_trace(raw: dict[str, Any], max_spans: int, phases: dict[str, str] | No
 
 
 def _payload(answer: Any, what: str) -> Any:
+    problem = None
     if not isinstance(answer, dict) or "data" not in answer:
-        raise TraceSourceError(f"Jaeger {what}: answer has no 'data'")
-    if not answer.get("data") and answer.get("errors"):
+        problem = "answer has no 'data'"
+    elif not answer.get("data") and answer.get("errors"):
         first = answer["errors"][0]
-        raise TraceSourceError(f"Jaeger {what}: {first.get('msg', first)}")
+        problem = str(first.get("msg", first))
+    if problem is not None:
+        metrics.TRACE_QUERY_ERRORS.labels(backend="jaeger", reason="bad_response").inc()
+        raise TraceSourceError(f"Jaeger {what}: {problem}")
     return answer["data"]
 
 

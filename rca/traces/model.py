@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 
 
 class TraceSourceError(Exception):
-    """The trace backend could not answer; the message says why, without credentials."""
+    """The trace backend could not answer; the message says why, without credentials, and
+    `reason` (timeout, connection, http_status, too_large, bad_response) labels the error metric."""
+
+    def __init__(self, message: str, reason: str = "bad_response") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(slots=True)

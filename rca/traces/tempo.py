@@ -14,6 +14,7 @@ import string
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from rca import metrics
 from rca.traces.client import TraceHTTP
 from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, TraceSummary, phase_spans
 
@@ -100,6 +101,7 @@ class TempoSource:
                   "end": -(-end_us // 1_000_000), "limit": limit, "spss": 1}
         answer = self.http.get_json("/api/search", params)
         if not isinstance(answer, dict):
+            metrics.TRACE_QUERY_ERRORS.labels(backend="tempo", reason="bad_response").inc()
             raise TraceSourceError("Tempo search: answer is not an object")
         hits = []
         for item in answer.get("traces") or []:

@@ -197,6 +197,7 @@ def service_stack(workdir: Path, fleet: Fleet, now: float, database_url: str, br
                 "RCA_DATABASE_URL": database_url, "RCA_BROKER_URL": broker_url,
                 "RCA_PROMETHEUS_URL": prom_url, "RCA_WEBHOOK_TOKEN": webhook_token, "RCA_API_TOKENS": api_token,
                 "RCA_PORT": str(api_port), "RCA_DATA_DIR": str(workdir / "rca-data"), "RCA_LOG_LEVEL": "WARNING",
+                "RCA_WORKER_METRICS_PORT": str(free_port()),  # not 9808: runs in parallel must not clash
             }
             subprocess.run([sys.executable, "-m", "rca.cli", "migrate"], check=True, timeout=60,
                            env=rca_process_env(env), capture_output=True)
