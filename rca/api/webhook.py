@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -43,6 +44,9 @@ class CountedRoute(APIRoute):
                 response = await handler(request)
             except StarletteHTTPException as exc:
                 metrics.webhook_answered(exc.status_code)
+                raise
+            except RequestValidationError:  # FastAPI's handler answers it 422 (rca.api.errors)
+                metrics.webhook_answered(422)
                 raise
             except Exception as exc:
                 metrics.webhook_answered(503 if isinstance(exc, OperationalError) else 500)  # see app.py's handler
