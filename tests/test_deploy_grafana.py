@@ -71,7 +71,8 @@ def test_dashboard_has_the_schema_essentials(path: Path) -> None:
         assert panel["title"] and panel["type"] in {"timeseries", "stat", "table", "gauge"}, where
         grid = panel["gridPos"]
         assert all(isinstance(grid[k], int) for k in "hwxy") and grid["x"] + grid["w"] <= 24, where
-        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        xs, ys = range(grid["x"], grid["x"] + grid["w"]), range(grid["y"], grid["y"] + grid["h"])
+        mine = {(x, y) for x in xs for y in ys}
         assert not cells & mine, f"{where} overlaps another panel"
         cells |= mine
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, where
@@ -117,15 +118,18 @@ def test_every_charted_metric_exists_in_the_rules_the_profile_or_the_service(pat
 
 
 def test_service_dashboard_shows_the_service_health() -> None:
-    charted = {n for e in exprs(load(GRAFANA / "dashboards" / "llm-rca-service.json")) for n in metric_names(substitute(e))}
-    for metric in ("rca_webhook_requests_total", "rca_investigations_total", "rca_investigation_queue_oldest_age_seconds",
+    service = load(GRAFANA / "dashboards" / "llm-rca-service.json")
+    charted = {n for e in exprs(service) for n in metric_names(substitute(e))}
+    for metric in ("rca_webhook_requests_total", "rca_investigations_total",
+                   "rca_investigation_queue_oldest_age_seconds",
                    "rca_investigation_duration_seconds_bucket", "rca_llm_tokens_total", "rca_llm_cost_dollars_total",
                    "rca_slack_delivery_failures_total"):
         assert metric in charted, metric
 
 
 def _steps(panel: dict) -> list[float]:
-    return [s["value"] for s in panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", []) if s["value"] is not None]
+    steps = panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", [])
+    return [s["value"] for s in steps if s["value"] is not None]
 
 
 def test_fleet_dashboard_draws_each_alert_threshold() -> None:
