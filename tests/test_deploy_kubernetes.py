@@ -111,6 +111,8 @@ def test_worker_and_migrate_run_the_right_commands(rendered: list[dict]) -> None
     assert worker["command"] == ["rca", "worker"]
     assert {p["name"]: p["containerPort"] for p in worker["ports"]} == {"metrics": 9808}
     assert worker["livenessProbe"]["tcpSocket"]["port"] == "metrics"
+    env = {e["name"]: e.get("value") for e in worker["env"]}  # the probes and Prometheus reach it on the pod IP
+    assert env["RCA_WORKER_METRICS_HOST"] == "0.0.0.0" and env["RCA_WORKER_METRICS_PORT"] == "9808"
     migrate = by_kind(rendered, "Job")["rca-migrate"]
     assert migrate["spec"]["template"]["spec"]["containers"][0]["command"] == ["rca", "migrate"]
     assert migrate["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"

@@ -14,7 +14,18 @@ import pytest
 
 from rca.collect.profile import SCOPES, load_profile
 from rca.config import FileConfig
-from tests.deploy_helpers import DEPLOY, REPO, load_yaml, matchers, metric_names, ranges, rules, run, tool
+from tests.deploy_helpers import (
+    DEPLOY,
+    RCA_SERVICE_SERIES,
+    REPO,
+    load_yaml,
+    matchers,
+    metric_names,
+    ranges,
+    rules,
+    run,
+    tool,
+)
 
 PROM = DEPLOY / "prometheus"
 SIGNAL_RULES = PROM / "rules.yml"
@@ -161,3 +172,23 @@ def test_scrape_config_passes_promtool_with_both_jobs(tmp_path: Path) -> None:
     assert set(jobs) == {"rca-api", "rca-worker"}
     assert jobs["rca-api"]["authorization"]["credentials_file"]
     assert jobs["rca-worker"]["static_configs"][0]["targets"][0].endswith(":9808")
+
+
+def test_service_alerts_match_label_values_the_service_exposes() -> None:
+    """`status="failed"` or `code=~"5.."` must select something a real scrape has, or the alert can never fire."""
+    checked = 0
+    for rule in alerts(SERVICE_RULES):
+        for name, found in matchers(rule["expr"]).items():
+            if name not in RCA_SERVICE_SERIES:
+                continue
+            exposed = RCA_SERVICE_SERIES[name]
+            for matcher in found:
+                label, op, value = re.fullmatch(r'(\w+)(=~|!~|!=|=)"(.*)"', matcher).groups()
+                values = {v for k, v in exposed if k == label}
+                assert values, f"{rule['alert']}: {name} has no label {label}"
+                if op == "=":
+                    assert value in values, f"{rule['alert']}: {name}{{{matcher}}} selects nothing the service exposes"
+                elif op == "=~":
+                    assert any(re.fullmatch(value, v) for v in values), f"{rule['alert']}: {matcher} matches no value"
+                checked += 1
+    assert checked >= 2
