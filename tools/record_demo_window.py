@@ -103,11 +103,20 @@ def _rule(name: str) -> tuple[str, dict[str, Any]]:
     recorded series), and the rule itself."""
     groups = yaml.safe_load(promstack.RULES.read_text())["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
-    records = {rule["record"]: rule["expr"].strip() for rule in rules if "record" in rule}
+    records: dict[str, str] = {}  # one record is written per stack: inlined, they are alternatives
+    for rule in rules:
+        if "record" in rule:
+            inline = f"({rule['expr'].strip()})"
+            for label, value in rule.get("labels", {}).items():  # the labels Prometheus adds to the record
+                inline = f'label_replace({inline}, "{label}", "{value}", "", "")'
+            records[rule["record"]] = f"{records[rule['record']]} or {inline}" if rule["record"] in records else inline
     [alert] = [rule for rule in rules if rule.get("alert") == name]
     expr = alert["expr"].strip()
     for record, record_expr in records.items():
-        expr = re.sub(rf"(?<![\w:]){re.escape(record)}(?![\w:])", f"({record_expr})", expr)
+        # A record under a range selector (`rca:x[10m]`) becomes a subquery over its expression.
+        expr = re.sub(rf"(?<![\w:]){re.escape(record)}(?![\w:])(\[(\w+)\])?",
+                      lambda m, inline=record_expr: f"({inline})" + (f"[{m.group(2)}:15s]" if m.group(1) else ""),
+                      expr)
     return expr, alert
 
 
@@ -129,6 +138,9 @@ def firing_alert(prometheus: str, onset: float, end: float) -> tuple[dict[str, s
     def fill(template: str) -> str:
         template = re.sub(r"\{\{\s*\$value\s*\|\s*printf\s*\"([^\"]+)\"\s*\}\}", lambda m: m.group(1) % value,
                           template)
+        template = re.sub(r"\{\{\s*with\s+\$labels\.(\w+)\s*\}\}(.*?)\{\{\s*end\s*\}\}",
+                          lambda m: re.sub(r"\{\{\s*\.\s*\}\}", labels[m.group(1)], m.group(2))
+                          if labels.get(m.group(1)) else "", template)
         return re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), template)
 
     annotations = {k: fill(str(v)) for k, v in rule.get("annotations", {}).items()}
