@@ -13,6 +13,8 @@ COPY rca ./rca
 COPY workers ./workers
 # The Alembic scripts ship inside the package as `rca_migrations` (see pyproject.toml).
 COPY migrations ./migrations
+# The LLM prompt templates ship as `rca_prompts` (see pyproject.toml).
+COPY prompts ./prompts
 RUN pip install . \
     && useradd --system --create-home --home-dir /home/rca rca \
     && mkdir -p /data && chown rca /data

@@ -7,6 +7,7 @@ once, at start-up, and reported as one line that names it (`ConfigError`).
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -24,7 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -216,11 +217,61 @@ class FileConfig(BaseModel):
         return params
 
 
+# Settings that may hold a secret, and so may also be read from a file named by RCA_<NAME>_FILE
+# (Docker and Kubernetes secrets): credentials in URLs, tokens, keys, and the traces headers.
+SECRET_FILE_SETTINGS = ("database_url", "broker_url", "webhook_token", "api_tokens", "slack_webhook_url",
+                        "slack_bot_token", "traces_headers", "llm_api_key")
+
+
+def read_secret_file(setting: str, path: Path) -> str:
+    """A secret file's text without its trailing newline; a one-line `ConfigError` naming the
+    `*_FILE` setting when it is missing, unreadable or empty."""
+    try:
+        value = path.read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{setting}: {path} is not UTF-8 text") from None
+    if not value.strip():
+        raise ConfigError(f"{setting}: {path} is empty")
+    return value
+
+
+class SecretFilesSource(PydanticBaseSettingsSource):
+    """Fills RCA_<NAME> from the file that RCA_<NAME>_FILE names. It runs after the init arguments
+    and the environment (pydantic-settings hands it what they set as `current_state`), so it can
+    refuse a setting given both ways instead of silently picking one."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads whole pairs
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name in SECRET_FILE_SETTINGS:
+            path = self.current_state.get(f"{name}_file")
+            if path is None or str(path) == "":
+                continue
+            setting = f"RCA_{name.upper()}_FILE"
+            if self.current_state.get(name) not in (None, ""):
+                raise ConfigError(f"{setting}: set either RCA_{name.upper()} or {setting}, not both")
+            values[name] = read_secret_file(setting, Path(path))
+        return values
+
+
 class Settings(BaseSettings):
     """Service settings. Unset database and broker mean the embedded mode (SQLite, in-process)."""
 
     model_config = SettingsConfigDict(env_prefix="RCA_", extra="ignore")
     _file_config: FileConfig | None = PrivateAttr(default=None)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The usual sources, then the RCA_*_FILE secrets (which must see what the others set)."""
+        return init_settings, env_settings, dotenv_settings, SecretFilesSource(settings_cls), file_secret_settings
 
     database_url: str | None = None
     broker_url: str | None = None
@@ -272,6 +323,15 @@ class Settings(BaseSettings):
     llm_price_per_1k_prompt_tokens: float = Field(default=0.0, ge=0)
     llm_price_per_1k_completion_tokens: float = Field(default=0.0, ge=0)
     llm_cache_seconds: int = Field(default=900, ge=0)  # 0 = never reuse an earlier answer
+    # RCA_<NAME>_FILE: read that secret setting from a file instead (see SECRET_FILE_SETTINGS).
+    database_url_file: Path | None = None
+    broker_url_file: Path | None = None
+    webhook_token_file: Path | None = None
+    api_tokens_file: Path | None = None  # comma- or newline-separated tokens
+    slack_webhook_url_file: Path | None = None
+    slack_bot_token_file: Path | None = None
+    traces_headers_file: Path | None = None
+    llm_api_key_file: Path | None = None
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -281,8 +341,8 @@ class Settings(BaseSettings):
     @field_validator("api_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [token.strip() for token in value.split(",") if token.strip()]
+        if isinstance(value, str):  # commas, or one a line (a token file)
+            return [token.strip() for token in re.split(r"[,\n]", value) if token.strip()]
         return value
 
     @field_validator("database_url")
@@ -432,6 +492,14 @@ def load_file_config(path: Path | None) -> FileConfig:
         raise ConfigError(f"RCA_CONFIG_FILE: {path}: {first_error(exc)}") from None
 
 
+def settings_file_given(field: str, overrides: dict[str, Any]) -> bool:
+    """Whether RCA_<FIELD>_FILE was set (as an argument or in the environment), for error messages."""
+    if overrides.get(f"{field}_file"):
+        return True
+    wanted = f"RCA_{field}_FILE".upper()
+    return any(name.upper() == wanted and value for name, value in os.environ.items())
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build settings, turning the first validation error into a one-line `ConfigError`."""
     try:
@@ -444,6 +512,9 @@ def load_settings(**overrides: Any) -> Settings:
         given = err.get("input")
         secret = any(word in name.lower() for word in ("token", "url", "header", "key"))
         shown = "" if secret or isinstance(given, dict) or given is None else f" (got {given!r})"
+        field = str(err["loc"][0])
+        if field in SECRET_FILE_SETTINGS and settings_file_given(field, overrides):
+            shown += f" (read from {name}_FILE)"
         raise ConfigError(f"{name}: {err['msg']}{shown}") from None
     if settings.slack_webhook_url and settings.slack_bot_token:
         raise ConfigError("RCA_SLACK_BOT_TOKEN: set either RCA_SLACK_WEBHOOK_URL or RCA_SLACK_BOT_TOKEN, not both")

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 from sqlalchemy import make_url
 
-from rca.config import ConfigError, load_settings
+from rca.config import SECRET_FILE_SETTINGS, ConfigError, Settings, load_settings
 from tests.conftest import CLOSED_PORT_DATABASE_URL, VENV_BIN, create_database, drop_database, subprocess_env
 
 
@@ -109,6 +110,88 @@ def test_valid_config_file_is_applied(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert config.target.host_labels == ["node"]
 
 
+# --------------------------------------------------------------------------- secrets from files
+
+# A valid value for each setting that RCA_<NAME>_FILE can supply, and how the parsed value reads back.
+SECRET_VALUES = {
+    "database_url": ("postgresql+psycopg://rca:s3cret@db:5432/rca", lambda s: s.database_url),
+    "broker_url": ("redis://:s3cret@redis:6379/0", lambda s: s.broker_url),
+    "webhook_token": ("hook-s3cret", lambda s: s.webhook_token.get_secret_value()),
+    "api_tokens": ("one,two", lambda s: ",".join(t.get_secret_value() for t in s.api_tokens)),
+    "slack_webhook_url": ("https://hooks.slack.com/services/T/B/s3cret",
+                          lambda s: s.slack_webhook_url.get_secret_value()),
+    "slack_bot_token": ("xoxb-s3cret", lambda s: s.slack_bot_token.get_secret_value()),
+    "traces_headers": ('{"Authorization": "Bearer s3cret"}',
+                       lambda s: json.dumps({k: v.get_secret_value() for k, v in s.traces_headers.items()})),
+    "llm_api_key": ("sk-s3cret", lambda s: s.llm_api_key.get_secret_value()),
+}
+
+
+def test_every_file_setting_is_a_documented_setting_of_its_own() -> None:
+    assert set(SECRET_VALUES) == set(SECRET_FILE_SETTINGS)
+    for name in SECRET_FILE_SETTINGS:
+        assert name in Settings.model_fields and f"{name}_file" in Settings.model_fields, name
+
+
+@pytest.mark.parametrize("name", sorted(SECRET_VALUES))
+def test_secret_is_read_from_its_file_without_the_trailing_newline(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path, name: str) -> None:
+    value, read_back = SECRET_VALUES[name]
+    secret = tmp_path / name
+    secret.write_text(value + "\n")  # as `echo value > file` and most secret stores write it
+    monkeypatch.setenv(f"RCA_{name.upper()}_FILE", str(secret))
+    if name == "slack_bot_token":
+        monkeypatch.setenv("RCA_SLACK_CHANNEL", "#incidents")
+    assert read_back(load_settings()) == value
+
+
+def test_token_file_takes_one_token_a_line(tmp_path: Path) -> None:
+    (tmp_path / "tokens").write_text("first\nsecond\r\n\nthird\n")
+    settings = load_settings(api_tokens_file=str(tmp_path / "tokens"))
+    assert [t.get_secret_value() for t in settings.api_tokens] == ["first", "second", "third"]
+
+
+@pytest.mark.parametrize("via", ["environment", "arguments"])
+def test_a_secret_given_both_ways_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, via: str) -> None:
+    (tmp_path / "token").write_text("from-file\n")
+    monkeypatch.setenv("RCA_WEBHOOK_TOKEN_FILE", str(tmp_path / "token"))
+    if via == "environment":
+        monkeypatch.setenv("RCA_WEBHOOK_TOKEN", "from-env")
+        arguments = {}
+    else:
+        arguments = {"webhook_token": "from-argument"}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(**arguments)
+    assert str(caught.value) == ("RCA_WEBHOOK_TOKEN_FILE: set either RCA_WEBHOOK_TOKEN or RCA_WEBHOOK_TOKEN_FILE, "
+                                 "not both")
+
+
+@pytest.mark.parametrize(("make", "fragment"), [
+    (lambda path: None, "cannot read {path}: No such file or directory"),
+    (lambda path: path.mkdir(), "cannot read {path}: Is a directory"),
+    (lambda path: path.write_text(""), "{path} is empty"),
+    (lambda path: path.write_text("\n"), "{path} is empty"),
+    (lambda path: path.write_text("  \n\n"), "{path} is empty"),
+    (lambda path: path.write_bytes(b"\xff\xfe token"), "{path} is not UTF-8 text"),
+], ids=["missing", "unreadable-directory", "empty", "only-a-newline", "blank", "not-text"])
+def test_unusable_secret_file_is_one_line_naming_the_file_setting(tmp_path: Path, make, fragment: str) -> None:
+    path = tmp_path / "llm-key"
+    make(path)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(llm_api_key_file=str(path))
+    assert str(caught.value) == "RCA_LLM_API_KEY_FILE: " + fragment.format(path=path)
+
+
+def test_a_bad_value_from_a_file_names_both_settings_and_hides_the_secret(tmp_path: Path) -> None:
+    (tmp_path / "url").write_text("http://hooks.example.com/s3cret\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(slack_webhook_url_file=str(tmp_path / "url"))
+    message = str(caught.value)
+    assert message.startswith("RCA_SLACK_WEBHOOK_URL: "), message
+    assert "(read from RCA_SLACK_WEBHOOK_URL_FILE)" in message
+    assert "s3cret" not in message
+
+
 # --------------------------------------------------------------------------- the real command
 
 
@@ -169,3 +252,19 @@ def test_cli_with_a_bad_config_file_exits_2_naming_it(tmp_path: Path) -> None:
     (tmp_path / "rca.yaml").write_text("thresholds: {}\nbogus: 1\n")
     result = run_rca(tmp_path, "serve", webhook_token="t", api_tokens="a", config_file=str(tmp_path / "rca.yaml"))
     assert_one_line_error(result, "error: RCA_CONFIG_FILE: ")
+
+
+def test_cli_with_a_missing_secret_file_exits_2_naming_it(tmp_path: Path) -> None:
+    result = run_rca(tmp_path, "serve", api_tokens="a", webhook_token_file=str(tmp_path / "absent"))
+    line = assert_one_line_error(result, "error: RCA_WEBHOOK_TOKEN_FILE: cannot read ")
+    assert "No such file or directory" in line
+
+
+def test_cli_reads_the_tokens_from_files(tmp_path: Path) -> None:
+    """`rca serve` gets past its token checks on secrets from files alone (then stops at the
+    database, which is closed): the files really reach the command."""
+    (tmp_path / "hook").write_text("t\n")
+    (tmp_path / "api").write_text("a\n")
+    result = run_rca(tmp_path, "serve", webhook_token_file=str(tmp_path / "hook"),
+                     api_tokens_file=str(tmp_path / "api"), database_url=CLOSED_PORT_DATABASE_URL)
+    assert_one_line_error(result, "error: RCA_DATABASE_URL: cannot connect")
