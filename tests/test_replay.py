@@ -5,15 +5,18 @@ collection code makes (else it must be re-recorded with tools/record_demo_window
 from __future__ import annotations
 
 import fnmatch
+import json
 import time
 import tomllib
 from datetime import UTC, datetime, timedelta
+from importlib import resources
 from pathlib import Path
 
 import httpx
 import pytest
 
 from rca.analyst.summary import AlertText
+from rca.cli import DEMO_ALERT
 from rca.collect.replay import FORMAT, Recording, ReplayServer, normalise_promql
 from rca.collect.target import target_from_alerts
 from rca.config import load_settings
@@ -124,7 +127,7 @@ def test_the_bundled_recording_answers_every_query_the_collection_makes(tmp_path
     alert_start = time.time() - after
     with ReplayServer(recording, anchor=alert_start) as replay:
         settings = load_settings(prometheus_url=replay.url, data_dir=tmp_path)
-        labels = {"alertname": "LLMRequestQueueMedianHigh", "instance": "gpu-node-7:8000", "model_name": "llama-3-8b"}
+        labels = json.loads(resources.files("rca.samples").joinpath(DEMO_ALERT).read_text())["alerts"][0]["labels"]
         start = datetime.fromtimestamp(alert_start, UTC)
         target = target_from_alerts([labels], [start], settings.file_config().target)
         analysis = analyse(settings, target, now=start + timedelta(seconds=after), alerts=[AlertText(labels)])
