@@ -189,7 +189,9 @@ def test_settings_fixed_by_compose_are_set_in_every_rca_service(compose: dict[st
     for env_name in fixed:
         holders = [name for name in RCA_SERVICES if env_name in environment_of(services(compose)[name])
                    or f"{env_name}_FILE" in environment_of(services(compose)[name])]
-        wanted = ["api"] if env_name in ("RCA_HOST", "RCA_PORT") else list(RCA_SERVICES)
+        only = {"RCA_HOST": ["api"], "RCA_PORT": ["api"], "RCA_WORKER_METRICS_HOST": ["worker"],
+                "RCA_WORKER_METRICS_PORT": ["worker"]}
+        wanted = only.get(env_name, list(RCA_SERVICES))
         assert holders == wanted, f"{env_name} is said to be set by docker-compose.yml, but only in {holders}"
     for name in RCA_SERVICES:  # nothing else is pinned where rca.env cannot change it
         pinned = {k for k in environment_of(services(compose)[name]) if k.startswith("RCA_")}
