@@ -303,11 +303,12 @@ def check_service(bin_dir: Path, home: Path) -> None:
         database_url = stack.enter_context(fresh_database())
         broker_url = stack.enter_context(spare_redis_db())
         prometheus = stack.enter_context(StubPrometheus())
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         env = base_env | {
             "RCA_DATABASE_URL": database_url, "RCA_BROKER_URL": broker_url, "RCA_PROMETHEUS_URL": prometheus.url,
             "RCA_WEBHOOK_TOKEN": webhook_token, "RCA_API_TOKENS": api_token, "RCA_DATA_DIR": str(home / "data"),
             "RCA_HOST": "127.0.0.1", "RCA_PORT": str(port), "RCA_LOG_LEVEL": "INFO",
+            "RCA_WORKER_METRICS_PORT": str(metrics_port),
         }
         say(f"rca migrate ({database_url})")
         run([rca, "migrate"], "rca migrate", env=env, cwd=home, timeout=120)
@@ -351,6 +352,16 @@ def check_service(bin_dir: Path, home: Path) -> None:
                                f"{prometheus.queries} Prometheus queries", logs())
         say(f"investigation done: {len(inv['findings'])} findings, {len(inv.get('hypotheses') or [])} hypotheses, "
             f"{prometheus.queries} Prometheus queries")
+
+        # The service's own metrics: the API's (behind the token) and the worker's pool children, summed.
+        for where, url, token, line in [
+            ("API", f"{base}/metrics", api_token, 'rca_webhook_requests_total{code="200",outcome="stored"} 1.0'),
+            ("worker", f"http://127.0.0.1:{metrics_port}/metrics", None, 'rca_investigations_total{status="done"} 1.0'),
+        ]:
+            status, text = http("GET", url, token)
+            if status != 200 or line not in str(text):
+                raise SmokeFailure(f"{where} metrics at {url}: {status}, no line {line!r}", logs() | {url: str(text)})
+        say("/metrics: the webhook counted by the API, the investigation by the worker")
 
         created = run([rca, "token", "create", "--name", "smoke", "--scope", "read"], "rca token create",
                       env=env, cwd=home, timeout=60).stdout.strip()
