@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -41,6 +41,7 @@ from rca.config import Settings  # noqa: E402
 from rca.pipeline import analyse  # noqa: E402
 from tests.e2e import promstack  # noqa: E402
 from tests.e2e.scenarios import MODEL, Exporter, Fleet, Host  # noqa: E402
+from tests.loopback import LoopbackServer  # noqa: E402
 
 SAMPLES = REPO / "rca" / "samples"
 ALERT_FILE = "demo_alert.json"
@@ -51,7 +52,7 @@ ONSET_MINUTES_AGO = 30
 INVESTIGATED_AFTER_SECONDS = 60  # Alertmanager's group wait plus the queue: the worker starts about then
 
 
-class RecordingProxy:
+class RecordingProxy(LoopbackServer):
     """Forwards Prometheus API calls to `upstream` and keeps each query and its answer."""
 
     def __init__(self, upstream: str) -> None:
@@ -83,19 +84,8 @@ class RecordingProxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> RecordingProxy:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        super().__init__(Handler, name="recording-proxy")
+        self.url = self.base
 
 
 def _rule(name: str) -> tuple[str, dict[str, Any]]:
