@@ -9,23 +9,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
 from rca import metrics
-from rca.analyst.cache import AnswerCache, DatabaseAnswerCache
-from rca.analyst.explain import AnalystRecord, explain
+from rca.analyst.cache import AnswerCache
+from rca.analyst.explain import explain
 from rca.analyst.summary import AlertText
 from rca.collect.profile import profile_for
 from rca.collect.prometheus import Collection, PrometheusSource, SeriesResult, choose_window
-from rca.collect.target import Target, scope_candidates
-from rca.config import Settings
-from rca.diagnosis.ranking import Hypothesis, rank
+from rca.collect.target import Target, scope_candidates, target_from_alerts
+from rca.config import Settings, TargetConfig
+from rca.diagnosis.ranking import rank
+from rca.domain.analyst import AnalystRecord
+from rca.domain.evidence import Hypothesis
+from rca.domain.result import InvestigationResult, change_key
 from rca.signals.findings import Finding, judge_all
 from rca.signals.slo import slo_finding
 from rca.store import investigations, similar
+from rca.store.answers import DatabaseAnswerCache
 from rca.store.db import session_scope
 from rca.traces.evidence import trace_findings
 
@@ -40,6 +44,24 @@ class Analysis:
     hypotheses: list[Hypothesis]
     collect_seconds: float
     analyst: AnalystRecord | None = None  # who wrote the hypotheses (rca/analyst), with its accounting
+    rules: list[Hypothesis] = field(default_factory=list)  # the rules' ranking, whoever wrote `hypotheses`
+
+    def result(self, total_seconds: float) -> InvestigationResult:
+        """What the store keeps, with Slack's change key taken from the rules' ranking: an LLM
+        that rewords or reorders its answer does not make Slack post again."""
+        window = self.collection.window
+        return InvestigationResult(
+            findings=self.findings, hypotheses=self.hypotheses, analyst=self.analyst,
+            window_start=window.start, window_end=window.end, step_seconds=window.step_seconds,
+            target=self.target.to_dict() | {"selectors": self.collection.selectors, "stack": self.collection.stack},
+            error=self.collection.prometheus_error, collect_seconds=self.collect_seconds,
+            total_seconds=total_seconds, change_key=change_key(self.findings, [h.category for h in self.rules]),
+        )
+
+
+def target_of(claim: investigations.Claim, config: TargetConfig) -> Target:
+    """The target a claimed investigation looks at, from its firing alerts."""
+    return target_from_alerts(claim.alert_labels, claim.alert_starts, config)
 
 
 History = Callable[[list[Finding], list[Hypothesis], str | None], list[dict[str, Any]]]
@@ -83,7 +105,7 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None, *,
     past = history(findings, rules, collection.stack) if history and settings.llm_configured else None
     analyst = explain(settings, target, findings, rules, alerts=alerts, similar=past, cache=cache)
     return Analysis(target=target, collection=collection, findings=findings, hypotheses=analyst.hypotheses,
-                    collect_seconds=collect_seconds, analyst=analyst.record)
+                    collect_seconds=collect_seconds, analyst=analyst.record, rules=rules)
 
 
 def _precedents(url: str, claim: investigations.Claim, findings: list[Finding], rules: list[Hypothesis],
@@ -112,11 +134,11 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     alerts = [AlertText(labels, annotations, start) for labels, annotations, start
               in zip(claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True)]
     cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
-    analysis = analyse(settings, claim.target(settings.file_config().target), alerts=alerts, cache=cache,
+    analysis = analyse(settings, target_of(claim, settings.file_config().target), alerts=alerts, cache=cache,
                        history=partial(_precedents, url, claim))
     total_seconds = time.perf_counter() - started
     with session_scope(url) as session:
-        investigations.save_analysis(session, investigation_id, analysis, total_seconds=total_seconds)
+        investigations.save_result(session, investigation_id, analysis.result(total_seconds))
     metrics.investigation_finished("done", total_seconds)
     top = analysis.hypotheses[0]
     log.info("investigation %s done: top=%s (%.2f) by %s", investigation_id, top.category, top.confidence,

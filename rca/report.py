@@ -12,15 +12,12 @@ import os
 from collections import Counter
 from typing import Any, TextIO
 
+from rca.domain.values import format_value
+
 MEASURED = ("breached", "ok")
 _STATUS_ORDER = {"breached": 0, "ok": 1, "not_measurable": 2, "unavailable": 3}
 _MARK = {"breached": "!!", "ok": "ok"}
 _COLOURS = {"red": "31", "green": "32", "bold": "1", "dim": "2", "yellow": "33"}
-# unit -> suffix printed after the number (ratios and probabilities print as percentages)
-_SUFFIX = {"requests": " requests", "tokens": " tokens", "seconds": " s", "s": " s", "per_second": "/s",
-           "bytes_per_second": " B/s", "MHz": " MHz", "celsius": " °C", "percent": " %"}
-
-
 def use_colour(stream: TextIO) -> bool:
     """Colour only on a terminal, and never with NO_COLOR set (https://no-color.org) or TERM=dumb."""
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
@@ -32,18 +29,6 @@ class _Style:
 
     def __call__(self, text: str, name: str) -> str:
         return f"\033[{_COLOURS[name]}m{text}\033[0m" if self.colour else text
-
-
-def format_value(value: float | None, unit: str) -> str:
-    """A finding's number in its unit: `98%`, `0.35 s`, `8.1/s`, `1,980 MHz`, `0x40`."""
-    if value is None:
-        return "n/a"
-    if unit in ("ratio", "probability"):
-        return f"{value:.0%}"
-    if unit == "bitmask":
-        return f"0x{int(value):x}"
-    number = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-    return number + _SUFFIX.get(unit, "")
 
 
 def _limit(finding: dict[str, Any]) -> str:

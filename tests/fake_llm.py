@@ -23,7 +23,7 @@ from typing import Any
 
 from rca.collect.target import Target
 from rca.diagnosis.ranking import rank
-from rca.signals.findings import Finding
+from rca.domain.evidence import Finding
 from tests.loopback import LoopbackServer
 
 # What llama-cpp-python 0.3.x answers to response_format json_schema (reference/local_llm.md).

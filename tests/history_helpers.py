@@ -1,5 +1,5 @@
 """Helpers for the history tests: finish an investigation through the real write path
-(`claim` + `save_analysis`), with chosen findings and ranked causes."""
+(`claim` + `save_result`), with chosen findings and ranked causes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from sqlalchemy import select
 
 from rca.collect.prometheus import Collection, Window
 from rca.config import TargetConfig
-from rca.diagnosis.ranking import Hypothesis
-from rca.pipeline import Analysis
-from rca.signals.findings import Finding
+from rca.domain.evidence import Finding, Hypothesis
+from rca.pipeline import Analysis, target_of
 from rca.store import digests, investigations
 from rca.store.db import session_scope
 from rca.store.models import Investigation
@@ -36,7 +35,7 @@ def finish_investigation(url: str, incident_id: int, breached: list[str], catego
                                 .order_by(Investigation.id.desc()).limit(1))
         claim = investigations.claim(session, inv_id)
         assert claim is not None
-        target = claim.target(TargetConfig())
+        target = target_of(claim, TargetConfig())
     findings = [finding(key, onset_minute=n) for n, key in enumerate(breached)] + [finding("gpu_utilization_ok",
                                                                                          breached=False)]
     hypotheses = [Hypothesis(rank=n + 1, category=cat, title=f"{cat.replace('_', ' ')} suspected",
@@ -46,7 +45,7 @@ def finish_investigation(url: str, incident_id: int, breached: list[str], catego
     analysis = Analysis(target=target, collection=Collection(window=window, selectors={}, results=[], stack=stack),
                         findings=findings, hypotheses=hypotheses, collect_seconds=0.1)
     with session_scope(url) as session:
-        investigations.save_analysis(session, inv_id, analysis, total_seconds=0.2)
+        investigations.save_result(session, inv_id, analysis.result(total_seconds=0.2))
         if analyst != "rules":  # the LLM analyst's own write path lands on another branch
             session.get(Investigation, inv_id).analyst = analyst
             digests.refresh(session, incident_id)

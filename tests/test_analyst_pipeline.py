@@ -75,7 +75,7 @@ def test_llm_answer_is_stored_with_accounting_and_reused_for_the_same_evidence(
     assert first["completion_tokens"] == 90 and first["prompt_tokens"] > 0
     assert first["estimated_cost"] == pytest.approx(first["prompt_tokens"] / 1000 + 90 / 1000 * 2)
     assert first["prompt_tokens_estimate"] >= first["prompt_tokens"]
-    assert first["llm_latency_seconds"] > 0 and len(first["evidence_fingerprint"]) == 64
+    assert first["llm_latency_seconds"] > 0 and len(first["answer_key"]) == 64
     [call] = first["llm_exchange"]
     assert call["messages"] == fake.requests[0]["messages"]
     assert json.loads(call["raw_response"])["choices"][0]["message"]["content"] == CALM_ANSWER
@@ -88,7 +88,7 @@ def test_llm_answer_is_stored_with_accounting_and_reused_for_the_same_evidence(
     assert first["disagreement"]["contradicting"] and set(first["disagreement"]["contradicting"]) <= breached
 
     assert second["analyst"] == "llm" and second["cached_from"] == first["id"]
-    assert second["evidence_fingerprint"] == first["evidence_fingerprint"]
+    assert second["answer_key"] == first["answer_key"]
     assert (second["prompt_tokens"], second["completion_tokens"], second["estimated_cost"]) == (0, 0, 0.0)
     assert second["llm_exchange"] == []
     assert [h["category"] for h in second["hypotheses"]] == ["no_clear_cause"]
@@ -134,7 +134,7 @@ def test_an_invalid_answer_is_reused_for_the_same_evidence_but_an_outage_is_not(
             after = wait_for_investigation(client, open_incident(client, "bad-d"))["investigation"]
     assert outage["cached_from"] is None and outage["fallback_reason"].startswith("LLM unavailable: HTTP 503")
     assert len(fake.requests) == 2 and after["analyst"] == "llm" and after["cached_from"] is None
-    assert after["evidence_fingerprint"] == outage["evidence_fingerprint"]
+    assert after["answer_key"] == outage["answer_key"]
 
 
 def test_an_unreachable_llm_leaves_the_rules_answer_and_the_reason(db_url: str, tmp_path: Path,

@@ -11,16 +11,15 @@ import pytest
 
 from rca.collect.profile import QueryAlternative, SignalSpec, load_profile
 from rca.collect.prometheus import Collection, SeriesResult, Window, _samples
+from rca.domain.evidence import Finding, onset_order
 from rca.signals.findings import (
     BASELINE_GUARD_MINUTES,
     CURRENT_MINUTES,
     MIN_CURRENT_MINUTES,
     ONSET_GAP_SAMPLES,
-    Finding,
     current_since,
     judge,
     judge_all,
-    onset_order,
 )
 
 END = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -9,8 +9,8 @@ import pytest
 
 from rca.collect.profile import load_profile
 from rca.config import DEFAULT_TRACE_GROUPS
-from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, Hypothesis, rank, symptoms, taxonomy
-from rca.signals.findings import Finding
+from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, rank, symptoms, taxonomy
+from rca.domain.evidence import Finding, Hypothesis
 
 PROFILE = load_profile()
 # Profile signals plus the trace findings the taxonomy may cite (rca/traces/findings.py).

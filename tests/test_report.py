@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from rca.report import format_value, no_data_hint, no_data_reason, render, use_colour
+from rca.domain.values import format_value
+from rca.report import no_data_hint, no_data_reason, render, use_colour
 
 
 def _finding(fid: str, status: str, detail: str = "", value: float | None = None) -> dict:

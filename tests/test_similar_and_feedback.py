@@ -1,6 +1,6 @@
 """Similar incidents (`GET /api/v1/incidents/{id}/similar`), feedback
 (`POST/GET /api/v1/incidents/{id}/feedback`) and `GET /api/v1/stats/accuracy`, on both backends,
-with incidents created through the webhook and investigations saved through `save_analysis`."""
+with incidents created through the webhook and investigations saved through `save_result`."""
 
 from __future__ import annotations
 

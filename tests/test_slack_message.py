@@ -1,19 +1,26 @@
-"""The Slack message: untrusted text is inert, Block Kit limits hold for any input, the evidence
-fingerprint follows the evidence and not the wording, routing by labels, and Slack settings."""
+"""The Slack message: untrusted text is inert, Block Kit limits hold for any input, the change
+key follows the evidence and not the wording, routing by labels, and Slack settings."""
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from rca.collect.prometheus import Collection, Window
+from rca.collect.target import Target
 from rca.config import ConfigError, SlackFileConfig, load_settings
+from rca.diagnosis.ranking import rank
+from rca.domain.evidence import Finding as DomainFinding
+from rca.domain.evidence import Hypothesis as DomainHypothesis
+from rca.domain.status import FindingStatus
 from rca.notify.blocks import MAX_BLOCKS, cut, render
 from rca.notify.escape import mrkdwn
-from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, evidence_fingerprint
+from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, change_key_of
 from rca.notify.routing import route
+from rca.pipeline import Analysis
 from rca.store.models import Finding, Hypothesis, Investigation
 from rca.store.similar import Precedent
 from tests.fake_slack import block_kit_problems
@@ -72,7 +79,7 @@ def test_message_shows_causes_breached_values_links_and_cost() -> None:
     assert payload["blocks"][0]["type"] == "header"
     assert "LLMRequestQueueMedianHigh on gpu-node-1:8000" in payload["blocks"][0]["text"]["text"]
     assert "`cpu_launch_overhead`* — 72%" in joined and "CPU-bound launch loop" in joined
-    assert "1 → *9.5* (limit > 4.7)" in joined and "40% → *93%*" in joined
+    assert "1 requests → *9.5 requests* (limit > 4.7 requests)" in joined and "40% → *93%*" in joined
     assert "Written by *rules* · 3.2 s · no LLM tokens" in joined
     urls = [e["url"] for b in payload["blocks"] if b["type"] == "actions" for e in b["elements"]]
     assert urls == ["https://rca.example/api/v1/incidents/7", "http://prometheus:9090/graph?g0.expr=x",
@@ -122,25 +129,51 @@ def test_cut_never_splits_an_entity() -> None:
     assert cut(text, 100, "…") == "a" * 95 + "…"
 
 
-def investigation(breached: dict[str, str], categories: list[str], wording: str = "because",
-                  analyst: str = "rules") -> Investigation:
-    findings = [Finding(key=k, kind="signal", status=s, breached=s == "breached", baseline=0.5, onset=None,
-                        detail=f"{k} is {s}") for k, s in breached.items()]
-    hypotheses = [Hypothesis(rank=i, category=c, title=f"{c} {wording}", explanation=wording, confidence=0.9 - i / 10,
-                             analyst=analyst) for i, c in enumerate(categories, start=1)]
-    return Investigation(findings=findings, hypotheses=hypotheses)
+def analysis(breached: dict[str, str], categories: list[str], wording: str = "because",
+             analyst: str = "rules") -> Analysis:
+    """An analysis whose analyst wrote `categories` in this order and wording; the rules' ranking
+    is what the findings give."""
+    findings = [DomainFinding(key=k, kind="signal", title=k, status=FindingStatus(s), breached=s == "breached",
+                              value=1.0, baseline=0.5, threshold=0.8, comparison=">", unit="ratio", onset=None,
+                              query=None, source=None, series_labels=None, detail=f"{k} is {s}")
+                for k, s in breached.items()]
+    hypotheses = [DomainHypothesis(rank=i, category=c, title=f"{c} {wording}", explanation=wording,
+                                   confidence=0.9 - i / 10, evidence=[], analyst=analyst)
+                  for i, c in enumerate(categories, start=1)]
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    window = Window(start=start, end=start + timedelta(hours=3), step_seconds=15)
+    return Analysis(target=Target(host="gpu-node-1", labels={}, alert_start=start),
+                    collection=Collection(window=window, selectors={}, results=[]), findings=findings,
+                    hypotheses=hypotheses, collect_seconds=0.0, rules=rank(findings))
 
 
-def test_fingerprint_follows_the_evidence_not_the_stored_wording_or_order() -> None:
-    base = investigation({"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["arrival_surge", "no_clear_cause"])
-    reworded = investigation({"queue_median": "breached", "cpu_bound_ratio": "ok"},
-                             ["arrival_surge", "no_clear_cause"], wording="since the LLM said so")
-    reordered_by_llm = investigation({"queue_median": "breached", "cpu_bound_ratio": "ok"},
-                                     ["no_clear_cause", "arrival_surge"], analyst="llm")
-    new_breach = investigation({"queue_median": "breached", "cpu_bound_ratio": "breached"},
-                               ["arrival_surge", "no_clear_cause"])
-    assert evidence_fingerprint(base) == evidence_fingerprint(reworded) == evidence_fingerprint(reordered_by_llm)
-    assert evidence_fingerprint(base) != evidence_fingerprint(new_breach)
+def change_key(analysis: Analysis) -> str:
+    return analysis.result(total_seconds=1.0).change_key
+
+
+def test_change_key_follows_the_evidence_not_the_wording_or_order() -> None:
+    base = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["arrival_surge", "no_clear_cause"])
+    reworded = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"},
+                        ["arrival_surge", "no_clear_cause"], wording="since the LLM said so")
+    reordered_by_llm = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"},
+                                ["no_clear_cause", "arrival_surge"], analyst="llm")
+    new_breach = analysis({"queue_median": "breached", "cpu_bound_ratio": "breached"},
+                          ["arrival_surge", "no_clear_cause"])
+    assert change_key(base) == change_key(reworded) == change_key(reordered_by_llm)
+    assert change_key(base) != change_key(new_breach)
+
+
+def test_an_investigation_from_before_the_change_key_is_keyed_from_its_stored_rows() -> None:
+    """Finished before migration 0007: no stored key, so notify takes it from the stored findings
+    and hypotheses, as it computed it then."""
+    fresh = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["arrival_surge", "no_clear_cause"])
+    rules = fresh.rules
+    stored = Investigation(findings=[Finding(key=f.key, breached=f.breached, baseline=f.baseline, onset=f.onset)
+                                     for f in fresh.findings],
+                           hypotheses=[Hypothesis(rank=h.rank, category=h.category) for h in rules])
+    assert change_key_of(stored) == change_key(fresh)
+    stored.change_key = "stored-key"
+    assert change_key_of(stored) == "stored-key"
 
 
 def test_routing_by_labels_first_match_then_default() -> None:

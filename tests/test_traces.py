@@ -11,7 +11,7 @@ import pytest
 
 from rca.config import ConfigError, Settings, TracesConfig, load_settings
 from rca.diagnosis.ranking import rank
-from rca.signals.findings import Finding
+from rca.domain.evidence import Finding
 from rca.traces.attribution import compile_groups, summarise, time_trace
 from rca.traces.client import TraceHTTP
 from rca.traces.evidence import service_for, trace_findings

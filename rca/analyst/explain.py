@@ -11,7 +11,7 @@ exchange for audit.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rca import metrics
@@ -27,39 +27,16 @@ from rca.analyst.summary import (
     fingerprint,
     fit_to_budget,
 )
-from rca.analyst.validate import INVALID_ANSWER, Verdict, answer_schema, check, disagreement
+from rca.analyst.validate import Verdict, answer_schema, check, disagreement
 from rca.collect.target import Target
 from rca.config import Settings
-from rca.diagnosis.ranking import Hypothesis, taxonomy
-from rca.signals.findings import Finding
+from rca.diagnosis.ranking import taxonomy
+from rca.domain.analyst import INVALID_ANSWER, AnalystRecord
+from rca.domain.evidence import Finding, Hypothesis
 
 log = logging.getLogger(__name__)
 NOT_CONFIGURED = ("no LLM configured (RCA_LLM_BASE_URL unset): the deterministic rules analyst wrote "
                   "these hypotheses")
-
-
-@dataclass
-class AnalystRecord:
-    """What the analyst did, stored on the investigation and returned by the API."""
-
-    analyst: str  # llm | rules
-    model: str | None = None
-    output_mode: str | None = None  # json_schema | json_object | prompt
-    prompt_tokens: int | None = None  # as the server counted them, all calls together
-    completion_tokens: int | None = None
-    prompt_tokens_estimate: int | None = None  # the budget check's estimate of the first prompt
-    latency_seconds: float | None = None
-    estimated_cost: float | None = None
-    fallback_reason: str | None = None
-    disagreement: dict[str, Any] | None = None
-    fingerprint: str | None = None
-    cached_from: int | None = None
-    trimmed: list[str] = field(default_factory=list)
-    dropped: list[dict[str, Any]] = field(default_factory=list)  # LLM hypotheses refused, with why
-    exchange: list[dict[str, Any]] = field(default_factory=list)  # every request and raw response
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -91,7 +68,7 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
     if not settings.llm_configured:
         return AnalystResult(rules, AnalystRecord(analyst="rules", fallback_reason=NOT_CONFIGURED))
     base_url, model = str(settings.llm_base_url), str(settings.llm_model)
-    record = AnalystRecord(analyst="rules", model=model, fingerprint=fingerprint(model, base_url, target, findings))
+    record = AnalystRecord(analyst="rules", model=model, answer_key=fingerprint(model, base_url, target, findings))
 
     def fall_back(reason: str) -> AnalystResult:
         log.warning("LLM analyst fell back to the rules: %s", reason)
@@ -107,7 +84,7 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
         return fall_back(f"over budget: {exc} (RCA_LLM_PROMPT_TOKEN_BUDGET)")
     record.trimmed = summary.trimmed
 
-    if cache is not None and (hit := cache.lookup(record.fingerprint or "")) is not None:
+    if cache is not None and (hit := cache.lookup(record.answer_key or "")) is not None:
         record.cached_from, record.model = hit.investigation_id, hit.model
         record.prompt_tokens = record.completion_tokens = 0
         record.latency_seconds, record.estimated_cost = 0.0, 0.0

@@ -34,8 +34,9 @@ from datetime import datetime
 from typing import Any
 
 from rca.collect.target import Target
-from rca.diagnosis.ranking import Hypothesis, taxonomy
-from rca.signals.findings import Finding
+from rca.diagnosis.ranking import taxonomy
+from rca.domain.evidence import Finding, Hypothesis
+from rca.domain.values import format_value
 
 CHARS_PER_TOKEN = 2.5
 TOKENS_PER_MESSAGE = 4
@@ -47,16 +48,6 @@ def estimate_tokens(messages: list[dict[str, str]]) -> int:
     """Conservative prompt-token estimate of chat messages."""
     chars = sum(len(m["content"]) for m in messages)
     return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages)
-
-
-def fmt(value: float | None, unit: str) -> str:
-    """A value as an engineer reads it: ratios as percentages, others to 3 significant digits."""
-    if value is None:
-        return "n/a"
-    if unit == "ratio":
-        return f"{value:.0%}"
-    text = f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-    return text + (f" {unit}" if unit and unit not in ("count", "ratio") else "")
 
 
 @dataclass
@@ -89,9 +80,9 @@ class Summary:
 
 
 def _finding_line(f: Finding) -> dict[str, Any]:
-    threshold = f"{f.comparison} {fmt(f.threshold, f.unit)}" if f.threshold is not None else "n/a"
-    return {"id": f.key, "status": f.status, "title": f.title, "baseline": fmt(f.baseline, f.unit),
-            "current": fmt(f.value, f.unit), "threshold": threshold,
+    threshold = f"{f.comparison} {format_value(f.threshold, f.unit)}" if f.threshold is not None else "n/a"
+    return {"id": f.key, "status": f.status, "title": f.title, "baseline": format_value(f.baseline, f.unit),
+            "current": format_value(f.value, f.unit), "threshold": threshold,
             "onset": f"{f.onset:%Y-%m-%d %H:%M} UTC" if f.onset else None}
 
 

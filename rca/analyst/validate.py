@@ -19,11 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from rca.diagnosis.ranking import NO_CLEAR_CAUSE, Hypothesis, taxonomy
-from rca.signals.findings import Finding
+from rca.diagnosis.ranking import NO_CLEAR_CAUSE, taxonomy
+from rca.domain.evidence import Finding, Hypothesis
 
 MAX_HYPOTHESES = 5
-INVALID_ANSWER = "invalid LLM answer"  # how the fallback reason starts when the model answered, but wrongly
 _FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 

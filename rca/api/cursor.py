@@ -15,8 +15,8 @@ from datetime import datetime
 from fastapi.exceptions import RequestValidationError
 
 from rca.api.errors import unprocessable
+from rca.domain.clock import in_utc
 from rca.store.incidents import Hit, IncidentFilter, Position
-from rca.store.models import in_utc
 
 
 def _fingerprint(filters: IncidentFilter) -> str:

@@ -29,12 +29,13 @@ from rca.api.schemas import (
 )
 from rca.api.storable import require_storable_query
 from rca.diagnosis.ranking import taxonomy
+from rca.domain.clock import in_utc
 from rca.store import feedback as feedback_store
 from rca.store import fts
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
-from rca.store.models import Feedback, Incident, in_utc
+from rca.store.models import Feedback, Incident
 
 router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read), Depends(require_storable_query)],
                    responses=AUTH_ERRORS)
@@ -49,16 +50,6 @@ def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
                                 "invalid_label_filter")
         pairs.append((name, value))
     return tuple(pairs)
-
-
-def _summary(hit: incident_store.Hit) -> IncidentSummary:
-    return IncidentSummary(
-        id=hit.incident_id, title=hit.title, status=hit.status, alertname=hit.alertname, created_at=hit.created_at,
-        updated_at=hit.updated_at, resolved_at=hit.resolved_at, notification_count=hit.notification_count,
-        investigation_status=hit.investigation_status, top_category=hit.top_category,
-        top_confidence=hit.top_confidence, confirmed_category=hit.confirmed_category, breached=hit.breached,
-        score=hit.score,
-    )
 
 
 def _in_utc(value: datetime | None, name: str) -> datetime | None:
@@ -111,7 +102,7 @@ def list_incidents(
         if total and counted is None:
             counted = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
     next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
-    return IncidentPage(items=[_summary(hit) for hit in hits],
+    return IncidentPage(items=[IncidentSummary.of(hit) for hit in hits],
                         total=None if counted is None else min(counted, TOTAL_CAP),
                         total_exact=counted is not None and counted <= TOTAL_CAP, limit=limit, sort=order,
                         next_cursor=next_cursor)
@@ -156,7 +147,7 @@ def similar_incidents(request: Request, incident_id: IncidentId,
         if target is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
         matches = similar_store.find(session, target, limit)
-    items = [SimilarIncident(incident=_summary(m.hit), score=m.score, shared_breached=m.shared,
+    items = [SimilarIncident(incident=IncidentSummary.of(m.hit), score=m.score, shared_breached=m.shared,
                              onset_order=m.signature.onset_order, stack=m.signature.stack,
                              confirmed_category=m.signature.confirmed_category) for m in matches]
     return SimilarPage(incident_id=incident_id, breached=target.breached, onset_order=target.onset_order,

@@ -7,49 +7,25 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rca.api.derive import model_of, public
 from rca.api.errors import VALIDATION_ERROR
 from rca.api.storable import problem
-from rca.signals.findings import onset_order
+from rca.domain.evidence import Finding, Hypothesis, onset_order
+from rca.store.incidents import Hit
 
 
-class FindingOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: str
-    kind: str
-    title: str
-    status: str
-    breached: bool
-    value: float | None
-    baseline: float | None
-    threshold: float | None
-    comparison: str
-    unit: str
-    onset: datetime | None
-    query: str | None
-    source: str | None
-    series_labels: dict[str, str] | None
-    detail: str
-
-    @classmethod
-    def from_row(cls, row: Any) -> FindingOut:
-        """Stored findings keep their public id in `key` (the integer id is internal)."""
-        data = {name: getattr(row, name) for name in cls.model_fields if name != "id"}
-        return cls(id=row.key, **data)
+class FindingOut(model_of(Finding, rename={"key": "id"})):  # type: ignore[misc]
+    """One finding; `id` is its signal id (hypotheses cite it), unique within the investigation."""
 
 
-class HypothesisOut(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+class HypothesisOut(model_of(Hypothesis, exclude=("score",))):  # type: ignore[misc]
+    """One ranked root cause, citing findings by id."""
 
-    rank: int
-    category: str
-    title: str
-    confidence: float
-    evidence: list[str]
-    contradicting: list[str]
-    next_steps: list[str]
-    explanation: str
-    analyst: str
+
+def findings_out(rows: list[Any]) -> list[Any]:
+    """Stored findings keep their public id in `key` (the integer id is internal)."""
+    public = [name for name in FindingOut.model_fields if name != "id"]
+    return [FindingOut(id=row.key, **{name: getattr(row, name) for name in public}) for row in rows]
 
 
 class InvestigationOut(BaseModel):
@@ -84,7 +60,8 @@ class InvestigationOut(BaseModel):
     estimated_cost: float | None = Field(None, description="tokens times RCA_LLM_PRICE_PER_1K_*")
     fallback_reason: str | None = Field(None, description="why the rules analyst wrote the hypotheses")
     disagreement: dict[str, Any] | None = Field(None, description="the LLM's first cause is contradicted")
-    evidence_fingerprint: str | None = None
+    answer_key: str | None = Field(None, description="the LLM answer cache's key: model, endpoint, target, evidence")
+    change_key: str | None = Field(None, description="hash of what Slack shows: breached findings, rules' top causes")
     cached_from: int | None = Field(None, description="investigation whose LLM answer was reused")
     prompt_trimmed: list[str] | None = Field(None, description="what was cut to fit the prompt budget")
     llm_dropped: list[dict[str, Any]] | None = Field(None, description="LLM hypotheses refused, with why")
@@ -96,7 +73,7 @@ class InvestigationOut(BaseModel):
         data = {name: getattr(row, name) for name in cls.model_fields if name not in computed}
         hypotheses = [HypothesisOut.model_validate(h) for h in row.hypotheses]
         margin = round(hypotheses[0].confidence - hypotheses[1].confidence, 3) if len(hypotheses) > 1 else None
-        return cls(**data, findings=[FindingOut.from_row(f) for f in row.findings], hypotheses=hypotheses,
+        return cls(**data, findings=findings_out(row.findings), hypotheses=hypotheses,
                    margin=margin, onset_order=onset_order(row.findings))
 
 
@@ -113,21 +90,20 @@ class AlertOut(BaseModel):
     generator_url: str | None
 
 
-class IncidentSummary(BaseModel):
-    id: int
-    title: str
-    status: str
-    alertname: str | None
-    created_at: datetime
-    updated_at: datetime
-    resolved_at: datetime | None
-    notification_count: int
-    investigation_status: str | None
-    top_category: str | None
-    top_confidence: float | None
-    confirmed_category: str | None = Field(default=None, description="root cause an engineer confirmed")
-    breached: list[str] = Field(default_factory=list, description="breached finding ids of the latest finished run")
-    score: float | None = Field(default=None, description="full-text relevance (only when `q` is given)")
+SUMMARY_NAMES = {"incident_id": "id"}
+
+
+class IncidentSummary(model_of(Hit, rename=SUMMARY_NAMES, fields={  # type: ignore[misc]
+    "investigation_status": Field(description="status of the newest investigation"),
+    "confirmed_category": Field(default=None, description="root cause an engineer confirmed"),
+    "breached": Field(default_factory=list, description="breached finding ids of the latest finished run"),
+    "score": Field(default=None, description="full-text relevance (only when `q` is given)"),
+})):
+    """One incident of a result page: what a list shows, without the large text and JSON."""
+
+    @classmethod
+    def of(cls, hit: Hit) -> IncidentSummary:
+        return cls(**public(hit, SUMMARY_NAMES))
 
 
 class SlackAttemptOut(BaseModel):

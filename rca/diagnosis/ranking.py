@@ -18,7 +18,6 @@ cause, and ranks above a cause that is weaker than that doubt.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -27,7 +26,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
-from rca.signals.findings import Finding, is_chronic
+from rca.domain.evidence import Finding, Hypothesis, is_chronic
+from rca.domain.status import MEASURED
 
 TAXONOMY_FILE = Path(__file__).with_name("taxonomy.yaml")
 NO_CLEAR_CAUSE = "no_clear_cause"
@@ -35,7 +35,6 @@ MAX_CONFIDENCE = 0.9
 UNCOVERED_FLOOR = 0.6  # the confidence factor of a cause none of whose evidence could be measured
 LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at least LEAD_MINUTES
 LEAD_MINUTES = 3.0
-MEASURED = ("ok", "breached")
 CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
 UNEXPLAINED_CONFIDENCE = 0.4  # no_clear_cause when findings are breached but none anchors a cause
 
@@ -69,23 +68,6 @@ def taxonomy() -> dict[str, Category]:
 def symptoms() -> frozenset[str]:
     """Latency findings every cause moves: evidence for many causes, lead for none."""
     return frozenset(_taxonomy_file().get("symptoms", []))
-
-
-@dataclass
-class Hypothesis:
-    rank: int
-    category: str
-    title: str
-    confidence: float
-    evidence: list[str]
-    contradicting: list[str] = field(default_factory=list)
-    next_steps: list[str] = field(default_factory=list)
-    explanation: str = ""
-    score: float = 0.0
-    analyst: str = "rules"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _explain(findings: dict[str, Finding], keys: list[str]) -> str:
@@ -134,9 +116,7 @@ def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) 
 
 
 def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
-    """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included. Stored
-    finding rows rank the same (they carry the same fields), so the rules' answer can be redone
-    from the database whoever wrote the stored hypotheses."""
+    """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
     by_key = {f.key: f for f in findings}
     breached = {f.key for f in findings if f.breached}
     anchored = {name: cat for name, cat in taxonomy().items()
@@ -180,10 +160,10 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
     return ranked
 
 
-def _no_clear_cause(findings: list[Finding], top: float | None) -> Hypothesis:
+def _no_clear_cause(findings: Sequence[Finding], top: float | None) -> Hypothesis:
     cat = taxonomy()[NO_CLEAR_CAUSE]
     signals = [f for f in findings if f.kind == "signal"]
-    measured = [f for f in signals if f.status in ("breached", "ok")]
+    measured = [f for f in signals if f.status in MEASURED]
     healthy = [f.key for f in measured if not f.breached]
     if top is None:
         moved = sorted(f.key for f in findings if f.breached)
@@ -193,7 +173,7 @@ def _no_clear_cause(findings: list[Finding], top: float | None) -> Hypothesis:
             # Something is abnormal, only not in a way any cause is anchored on: say so, unsure.
             confidence = min(confidence, UNEXPLAINED_CONFIDENCE)
             explanation = f"Abnormal, but no cause's anchor signal is breached: {', '.join(moved)}."
-        missing = [f.key for f in signals if f.status not in ("breached", "ok")]
+        missing = [f.key for f in signals if f.status not in MEASURED]
         if missing:
             explanation += f" Unavailable data: {', '.join(missing)}."
     else:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from rca.store.models import in_utc
+from rca.domain.clock import in_utc
 
 # Alertmanager writes Go's zero time for an alert that has not ended.
 GO_ZERO_TIME_YEAR = 1

@@ -13,9 +13,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rca.domain.clock import utcnow
 from rca.intake.schema import WebhookAlert, WebhookPayload
 from rca.store import digests
-from rca.store.models import Alert, Incident, Investigation, Notification, utcnow
+from rca.store.models import Alert, Incident, Investigation, Notification
 
 ACTIVE_INVESTIGATION = ("queued", "running")
 

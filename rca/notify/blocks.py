@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from rca.domain.values import format_value
 from rca.notify.escape import code, mrkdwn, single_line
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage
 
@@ -55,21 +56,15 @@ def _context(text: str) -> Block:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": cut(text, MAX_SECTION_TEXT)}]}
 
 
-def _number(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.0%}" if unit == "ratio" else f"{value:.3g}"
-
-
 def _hypothesis(rank: int, h: HypothesisLine) -> Block:
     why = cut(mrkdwn(single_line(h.why)), MAX_WHY)
     return _section(f"*{rank}. {code(h.category)}* — {h.confidence:.0%}\n{why}")
 
 
 def _breached_line(f: BreachedLine) -> str:
-    limit = f" (limit {f.comparison} {_number(f.threshold, f.unit)})" if f.threshold is not None else ""
+    limit = f" (limit {f.comparison} {format_value(f.threshold, f.unit)})" if f.threshold is not None else ""
     return (f"• {mrkdwn(single_line(f.title))} {code(f.key)}: "
-            f"{_number(f.baseline, f.unit)} → *{_number(f.value, f.unit)}*{limit}")
+            f"{format_value(f.baseline, f.unit)} → *{format_value(f.value, f.unit)}*{limit}")
 
 
 def _breached_sections(breached: list[BreachedLine]) -> list[Block]:

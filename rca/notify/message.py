@@ -1,4 +1,4 @@
-"""What a Slack message says about an incident, as plain data, and the evidence fingerprint.
+"""What a Slack message says about an incident, as plain data, and its change key.
 
 `IncidentMessage` is the only input of `blocks.render`: it is built from stored rows here and
 holds raw (unescaped) text; escaping happens once, in `blocks`. Keeping it plain data lets tests
@@ -7,15 +7,11 @@ and other analysts (the LLM writes `model`, `tokens`, `cost_usd`) fill it withou
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 
-from rca.diagnosis.ranking import rank
+from rca.domain.result import change_key
 from rca.store.models import Incident, Investigation
 from rca.store.similar import Precedent
-
-TOP_CATEGORIES = 3  # how many ranked causes count as "the ranking" for the fingerprint
 
 
 @dataclass(frozen=True)
@@ -110,13 +106,10 @@ def _tokens(investigation: Investigation) -> int | None:
     return sum(c for c in counts if c is not None) if any(c is not None for c in counts) else None
 
 
-def evidence_fingerprint(investigation: Investigation) -> str:
-    """A hash of what the evidence says, not how it is worded: the breached findings and their
-    statuses, and the top categories of the deterministic (rules) ranking. A re-investigation
-    that only rewords an explanation or moves a confidence a little keeps the same fingerprint."""
-    rules = rank(list(investigation.findings))  # the rules' ranking, even when an LLM wrote the hypotheses
-    evidence = {
-        "breached": sorted((f.key, f.status) for f in investigation.findings if f.breached),
-        "top": [h.category for h in rules[:TOP_CATEGORIES]],
-    }
-    return hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
+def change_key_of(investigation: Investigation) -> str:
+    """What the message shows, as the pipeline keyed it when it finished the investigation.
+    Investigations finished before migration 0007 have no key: theirs is taken from the stored
+    findings and hypotheses (the analyst's ranking, which equals the rules' unless an LLM wrote it)."""
+    if investigation.change_key:
+        return investigation.change_key
+    return change_key(list(investigation.findings), [h.category for h in investigation.hypotheses])

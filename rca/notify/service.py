@@ -3,7 +3,7 @@
 Idempotency. The incident's `slack_deliveries` row (unique on the incident) is locked with
 SELECT ... FOR UPDATE for the whole run, Slack calls included, and the outcome is committed with
 it. A redelivered or concurrent task therefore waits for the first one and then finds the
-message already posted with the same evidence fingerprint, and sends nothing. What is sent is
+message already posted with the same change key, and sends nothing. What is sent is
 derived from the row, not from the task's arguments, so any number of tasks converge on one
 message, at most one update per material change, and one resolved notice.
 
@@ -30,13 +30,14 @@ from sqlalchemy.orm import Session, selectinload
 
 from rca import metrics
 from rca.config import Settings
+from rca.domain.clock import utcnow
 from rca.notify import blocks
 from rca.notify.delivery import Sender, SendResult, make_sender
-from rca.notify.message import IncidentMessage, evidence_fingerprint, from_incident, incident_labels
+from rca.notify.message import IncidentMessage, change_key_of, from_incident, incident_labels
 from rca.notify.routing import route
 from rca.store import similar
 from rca.store.db import session_scope
-from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery, utcnow
+from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
         if investigation is None:
             return Outcome("skipped", detail="no finished investigation yet; its completion will post")
         channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
-        evidence = evidence_fingerprint(investigation)
+        evidence = change_key_of(investigation)
 
         def plan(message: IncidentMessage) -> list[Step]:
             return _plan(delivery, sender, message, investigation.id, evidence, channel, incident.resolved_at)

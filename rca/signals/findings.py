@@ -1,19 +1,23 @@
 """Judge each signal's data: current value, pre-onset baseline, breach and onset.
 
-A finding is the unit of evidence everywhere (API, database, ranking, prompts). Its `key` is the
-signal id, so hypotheses can cite it and a redelivered investigation cannot store it twice.
+The `Finding` (rca.domain.evidence) is the unit of evidence everywhere (API, database, ranking,
+prompts). Its `key` is the signal id, so hypotheses can cite it and a redelivered investigation
+cannot store it twice.
 """
 
 from __future__ import annotations
 
 import operator
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from rca.collect.profile import SignalSpec
 from rca.collect.prometheus import Collection, Samples, SeriesResult
+from rca.domain.evidence import Finding
+from rca.domain.status import FindingStatus
+from rca.domain.values import format_value
 
 CURRENT_MINUTES = 10  # "current" = median of the last ten minutes (or since the alert started)
 MIN_CURRENT_MINUTES = 2
@@ -21,41 +25,6 @@ BASELINE_GUARD_MINUTES = 30  # the baseline ends this long before the alert star
 ONSET_GAP_SAMPLES = 2  # a breach run survives this many healthy samples in a row
 
 COMPARE = {">": operator.gt, "<": operator.lt}
-
-
-@dataclass
-class Finding:
-    key: str
-    kind: str
-    title: str
-    status: str  # breached | ok | unavailable | not_measurable
-    breached: bool
-    value: float | None
-    baseline: float | None
-    threshold: float | None
-    comparison: str
-    unit: str
-    onset: datetime | None
-    query: str | None
-    source: str | None
-    series_labels: dict[str, str] | None
-    detail: str
-
-    @property
-    def chronic(self) -> bool:
-        return is_chronic(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["onset"] = self.onset.isoformat() if self.onset else None
-        return data
-
-
-def is_chronic(finding: Any) -> bool:
-    """Breached for the whole window: no healthy baseline to show that it changed. Only an
-    absolute threshold can do this; a relative rule compares with the series' own past. Takes a
-    `Finding` or a stored finding row."""
-    return bool(finding.breached) and finding.baseline is None
 
 
 def _median(values: list[float]) -> float | None:
@@ -132,14 +101,6 @@ def _severity(spec: SignalSpec, verdict: _SeriesVerdict) -> float:
     return delta if spec.comparison == ">" else -delta
 
 
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "ratio":
-        return f"{value:.0%}"
-    return f"{value:.3g}"
-
-
 def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding:
     """One finding per signal: the worst of its series decides."""
     spec = result.spec
@@ -150,18 +111,18 @@ def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding
         if (v := _judge_series(spec, labels, samples, end.timestamp(), alert_start.timestamp()))
     ]
     if result.not_measurable:
-        return Finding(**base, status="not_measurable", breached=False, value=None, baseline=None,
+        return Finding(**base, status=FindingStatus.NOT_MEASURABLE, breached=False, value=None, baseline=None,
                        onset=None, series_labels=None, detail=result.error or "not measurable on this stack")
     if not verdicts:
         why = result.error or f"no samples in the last {CURRENT_MINUTES} minutes"
-        return Finding(**base, status="unavailable", breached=False, value=None, baseline=None,
+        return Finding(**base, status=FindingStatus.UNAVAILABLE, breached=False, value=None, baseline=None,
                        onset=None, series_labels=None, detail=f"data unavailable: {why}")
     worst = max(verdicts, key=lambda v: _severity(spec, v))
     onset = datetime.fromtimestamp(worst.onset, UTC) if worst.onset else None
-    limit_text = _fmt(worst.limit, spec.unit) if worst.limit is not None else "n/a (no baseline)"
+    limit_text = format_value(worst.limit, spec.unit) if worst.limit is not None else "n/a (no baseline)"
     detail = (
-        f"{spec.title} is {_fmt(worst.current, spec.unit)} "
-        f"(baseline {_fmt(worst.baseline, spec.unit)}, limit {spec.comparison} {limit_text})"
+        f"{spec.title} is {format_value(worst.current, spec.unit)} "
+        f"(baseline {format_value(worst.baseline, spec.unit)}, limit {spec.comparison} {limit_text})"
     )
     if worst.breached and worst.baseline is None:
         detail += ", beyond its limit for the whole window (no healthy baseline)"
@@ -172,18 +133,10 @@ def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding
     if len(verdicts) > 1:
         detail += f" [worst of {len(verdicts)} series]"
     return Finding(**base | {"threshold": worst.limit if spec.threshold is None else spec.threshold},
-                   status="breached" if worst.breached else "ok", breached=worst.breached,
+                   status=FindingStatus.BREACHED if worst.breached else FindingStatus.OK, breached=worst.breached,
                    value=worst.current, baseline=worst.baseline, onset=onset,
                    series_labels=worst.labels or None, detail=detail)
 
 
 def judge_all(collection: Collection, alert_start: datetime) -> list[Finding]:
     return [judge(result, collection.window.end, alert_start) for result in collection.results]
-
-
-def onset_order(findings: list[Any]) -> list[str]:
-    """Breached finding keys in the order they started (what moved first); takes `Finding`s or
-    stored finding rows, which share `key`, `breached` and `onset`."""
-    dated = [f for f in findings if f.breached and f.onset]
-    return [f.key for f in sorted(dated, key=lambda f: f.onset or datetime.max.replace(tzinfo=UTC))]
-

@@ -22,7 +22,9 @@ import numpy as np
 from scipy.stats import weibull_min
 
 from rca.collect.prometheus import Collection, Samples, SeriesResult
-from rca.signals.findings import BASELINE_GUARD_MINUTES, Finding, breach_onset, current_since
+from rca.domain.evidence import Finding
+from rca.domain.values import format_value
+from rca.signals.findings import BASELINE_GUARD_MINUTES, breach_onset, current_since
 
 KEY = "slo_violation_probability"
 DEPTH_SIGNAL = "queue_median"  # the same depth the queue signal reports, so the two findings agree
@@ -101,10 +103,6 @@ def align(depth: Samples, ttft: Samples, tolerance: float) -> list[tuple[float, 
     return [(float(t_ts[i]), float(d_val[nearest[i]]), ttft[i][1]) for i in np.flatnonzero(close)]
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.3g}"
-
-
 def _unavailable(base: dict[str, Any], detail: str, status: str = "unavailable",
                  labels: dict[str, str] | None = None) -> Finding:
     return Finding(**base, status=status, breached=False, value=None, baseline=None, onset=None,
@@ -176,10 +174,11 @@ def slo_finding(collection: Collection, alert_start: datetime,
                           lambda p: p >= threshold)
     trend = ("k > 1: violations accelerate with depth" if fit.shape > 1
              else "k <= 1: no acceleration with depth, violations are not concentrated at deep queues")
-    detail = (f"P({slo} | {_fmt(current)} waiting) = {value:.2f} (Weibull k={_fmt(fit.shape)}, "
-              f"lambda={_fmt(fit.scale)}, fitted on {fit.violations} violations; {trend})")
+    depth, shape, scale = (format_value(x, "") for x in (current, fit.shape, fit.scale))
+    detail = (f"P({slo} | {depth} waiting) = {value:.2f} (Weibull k={shape}, "
+              f"lambda={scale}, fitted on {fit.violations} violations; {trend})")
     if baseline is not None and baseline_depth is not None:
-        detail += f"; baseline {baseline:.2f} at {_fmt(baseline_depth)} waiting"
+        detail += f"; baseline {baseline:.2f} at {format_value(baseline_depth, '')} waiting"
     if at_zero:
         detail += f"; {at_zero} violations with an empty queue left out (not queue-driven)"
     labels = counts | {"weibull_shape": f"{fit.shape:.6g}", "weibull_scale": f"{fit.scale:.6g}",

@@ -5,7 +5,7 @@ The application rewrites the digest, rather than database triggers, because the 
 assembled from five tables and JSON label maps: one Python function does that identically on
 Postgres and SQLite, where triggers would need the flattening written twice in two SQL dialects.
 Every write path calls `refresh` in its own transaction: intake (`rca.intake.service`), a finished
-analysis (`rca.store.investigations.save_analysis`) and feedback (`rca.store.feedback`).
+analysis (`rca.store.investigations.save_result`) and feedback (`rca.store.feedback`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rca.signals.findings import onset_order
+from rca.domain.evidence import onset_order
 from rca.store import fts
 from rca.store.models import Alert, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
 

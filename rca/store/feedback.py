@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rca.domain.clock import utcnow
 from rca.store import digests
-from rca.store.models import Feedback, Hypothesis, IncidentDigest, Investigation, utcnow
+from rca.store.models import Feedback, Hypothesis, IncidentDigest, Investigation
 
 
 class FeedbackError(ValueError):

@@ -10,8 +10,9 @@ from typing import Literal
 from sqlalchemy import ColumnElement, and_, case, func, literal, null, select, text, tuple_
 from sqlalchemy.orm import Session, selectinload
 
+from rca.domain.clock import utcnow
 from rca.store import fts, word_frequency
-from rca.store.models import Incident, IncidentDigest, Investigation, SlackDelivery, utcnow
+from rca.store.models import Incident, IncidentDigest, Investigation, SlackDelivery
 
 Sort = Literal["time", "relevance"]
 RELEVANCE_WINDOW = 250

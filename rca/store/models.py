@@ -11,6 +11,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from rca.domain.clock import in_utc, utcnow
+
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 
@@ -31,19 +33,6 @@ class UTCDateTime(TypeDecorator):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def in_utc(value: datetime) -> datetime:
-    """An aware time as UTCDateTime stores it. ValueError when it has no year in UTC: found by
-    fuzzing, 0001-01-01T00:00:00+02:00 failed at the database instead of where it came in."""
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("time out of range once converted to UTC") from None
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
@@ -155,7 +144,8 @@ class Investigation(Base):
     estimated_cost: Mapped[float | None] = mapped_column(Float)
     fallback_reason: Mapped[str | None] = mapped_column(Text)
     disagreement: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
-    evidence_fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    answer_key: Mapped[str | None] = mapped_column(String(64), index=True)  # the LLM answer cache's key
+    change_key: Mapped[str | None] = mapped_column(String(64))  # what Slack shows of it (rca.pipeline.change_key)
     cached_from: Mapped[int | None] = mapped_column(Integer)  # investigation whose LLM answer was reused
     prompt_trimmed: Mapped[list[str] | None] = mapped_column(JSONType)
     llm_dropped: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)

@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import select, union_all
 from sqlalchemy.orm import Session
 
-from rca.signals.findings import onset_order
+from rca.domain.evidence import onset_order
 from rca.store import fts
 from rca.store.digests import breached_key
 from rca.store.incidents import Hit, hits

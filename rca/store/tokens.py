@@ -10,7 +10,8 @@ import secrets
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rca.store.models import ApiToken, utcnow
+from rca.domain.clock import utcnow
+from rca.store.models import ApiToken
 
 SCOPES = ("read", "write")
 PREFIX = "rca_"

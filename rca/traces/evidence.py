@@ -10,7 +10,7 @@ import logging
 from datetime import datetime
 
 from rca.config import Settings, TracesConfig
-from rca.signals.findings import Finding
+from rca.domain.evidence import Finding
 from rca.traces.attribution import compile_groups, time_trace
 from rca.traces.client import TraceHTTP
 from rca.traces.findings import attribution_findings, unavailable

@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from rca.config import TracesConfig
-from rca.signals.findings import BASELINE_GUARD_MINUTES, Finding
+from rca.domain.evidence import Finding
+from rca.signals.findings import BASELINE_GUARD_MINUTES
 from rca.traces.attribution import (
     OperationStats,
     TraceTiming,

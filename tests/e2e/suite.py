@@ -20,7 +20,7 @@ from pathlib import Path
 from rca.analyst.summary import AlertText
 from rca.collect.target import target_from_alerts
 from rca.config import Settings, TargetConfig
-from rca.diagnosis.ranking import Hypothesis
+from rca.domain.evidence import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
 from tests.e2e.scenarios import MODEL, NAMESPACE, RAMP_SECONDS, Exporter, Fleet, Host, address

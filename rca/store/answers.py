@@ -1,0 +1,56 @@
+"""The LLM answer cache in the database (the analyst's `AnswerCache` protocol): earlier
+investigations whose LLM answered the same answer key, newest first."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rca.domain.analyst import INVALID_ANSWER, CachedAnswer
+from rca.domain.clock import utcnow
+from rca.domain.evidence import Hypothesis
+from rca.domain.status import Analyst, InvestigationStatus
+from rca.store.db import session_scope
+from rca.store.models import Investigation
+
+STORED_HYPOTHESIS_FIELDS = [f.name for f in fields(Hypothesis) if f.name != "score"]
+
+
+class DatabaseAnswerCache:
+    def __init__(self, database_url: str, window_seconds: int, exclude_investigation_id: int | None = None) -> None:
+        self.database_url = database_url
+        self.window = timedelta(seconds=window_seconds)
+        self.exclude = exclude_investigation_id
+
+    def lookup(self, answer_key: str) -> CachedAnswer | None:
+        if self.window <= timedelta(0):
+            return None
+        with session_scope(self.database_url) as session:
+            row = recent_llm_answer(session, answer_key, since=utcnow() - self.window, exclude_id=self.exclude)
+            if row is None:
+                return None
+            if row.analyst != Analyst.LLM:
+                return CachedAnswer(row.id, [], row.llm_model, invalid_reason=row.fallback_reason)
+            hypotheses = [Hypothesis(**{name: _copy(getattr(h, name)) for name in STORED_HYPOTHESIS_FIELDS})
+                          for h in row.hypotheses]
+            return CachedAnswer(row.id, hypotheses, row.llm_model)
+
+
+def _copy(value: object) -> object:
+    """Lists leave the session as plain lists, not the ORM's tracked ones."""
+    return list(value) if isinstance(value, list) else value
+
+
+def recent_llm_answer(session: Session, answer_key: str, since: datetime,
+                      exclude_id: int | None = None) -> Investigation | None:
+    """The newest finished investigation since `since` with this answer key whose LLM gave an
+    answer, valid or not."""
+    answered = (Investigation.analyst == Analyst.LLM) | Investigation.fallback_reason.startswith(INVALID_ANSWER)
+    query = select(Investigation).where(
+        Investigation.answer_key == answer_key, answered, Investigation.status == InvestigationStatus.DONE,
+        Investigation.finished_at >= since, Investigation.id != (exclude_id or 0),
+    ).order_by(Investigation.finished_at.desc()).limit(1)
+    return session.scalars(query).first()
