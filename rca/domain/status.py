@@ -30,15 +30,6 @@ class FindingStatus(StrEnum):
 MEASURED = frozenset({FindingStatus.BREACHED, FindingStatus.OK})
 
 
-class DeliveryStatus(StrEnum):
-    """An incident's Slack message."""
-
-    PENDING = "pending"
-    RETRYING = "retrying"
-    DELIVERED = "delivered"
-    FAILED = "failed"
-
-
 class Analyst(StrEnum):
     """Who wrote an investigation's hypotheses."""
 
