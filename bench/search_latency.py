@@ -314,7 +314,7 @@ def explain_slowest(url: str, kind: str, seed: int) -> None:
     from sqlalchemy import event
 
     from rca.api.app import create_app
-    from rca.config import load_settings
+    from rca.startup import checked_settings
     from rca.store.db import get_engine
 
     rng = random.Random(seed + 2)
@@ -329,7 +329,7 @@ def explain_slowest(url: str, kind: str, seed: int) -> None:
     def capture(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
         statements.append((statement, parameters))
 
-    settings = load_settings(database_url=url, api_tokens=API_TOKEN, webhook_token="unused", prometheus_url=None)
+    settings = checked_settings(database_url=url, api_tokens=API_TOKEN, webhook_token="unused", prometheus_url=None)
     with TestClient(create_app(settings)) as client:
         event.listen(engine, "before_cursor_execute", capture)  # the request's statements only
         reply = client.get(path, params=params, headers={"Authorization": f"Bearer {API_TOKEN}"})

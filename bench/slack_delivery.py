@@ -26,9 +26,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rca.api.app import create_app  # noqa: E402
-from rca.config import load_settings  # noqa: E402
 from rca.notify.blocks import render  # noqa: E402
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage  # noqa: E402
+from rca.startup import checked_settings  # noqa: E402
 from rca.store.db import migrate  # noqa: E402
 from tests.conftest import LiveServer, StubPrometheus, make_alert, make_payload  # noqa: E402
 from tests.fake_slack import TOKEN, Failure, FakeSlack, block_kit_problems  # noqa: E402
@@ -67,7 +67,7 @@ def main() -> None:
     limited_runs: list[float] = []
     waits: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, FakeSlack() as slack, StubPrometheus() as prometheus:
-        settings = load_settings(data_dir=Path(tmp), webhook_token="bench", api_tokens="bench",
+        settings = checked_settings(data_dir=Path(tmp), webhook_token="bench", api_tokens="bench",
                                  prometheus_url=prometheus.url, slack_bot_token=TOKEN, slack_channel="#bench",
                                  slack_api_url=slack.api_url)
         migrate(settings.effective_database_url)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rca.config import TracesConfig, load_settings  # noqa: E402
+from rca.config import TracesConfig  # noqa: E402
+from rca.startup import checked_settings  # noqa: E402
 from rca.traces.attribution import compile_groups, time_trace  # noqa: E402
 from rca.traces.client import TraceHTTP  # noqa: E402
 from rca.traces.evidence import trace_findings  # noqa: E402
@@ -51,7 +52,7 @@ def main() -> None:
         spans = statistics.mean(len(t.spans) for t in store.traces)
         for backend in ("jaeger", "tempo"):
             with FakeBackend(backend, store) as fake:
-                settings = load_settings(traces_backend=backend, traces_url=fake.url,
+                settings = checked_settings(traces_backend=backend, traces_url=fake.url,
                                          traces_sample_size=args.traces, traces_budget_seconds=300)
                 timings, count = [], 0
                 for _ in range(args.runs):

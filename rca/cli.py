@@ -20,7 +20,9 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
-from rca.config import ConfigError, Settings, first_error, load_settings
+from rca.config import ConfigError, Settings, first_error
+from rca.domain.status import AlertStatus, InvestigationStatus
+from rca.startup import checked_settings
 
 log = logging.getLogger("rca")
 DEMO_ALERT = "demo_alert.json"  # the recorded incident's webhook (tools/record_demo_window.py)
@@ -134,8 +136,9 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     if settings.worker_metrics_port:
         _multiprocess_metrics(settings)
     _prepare_database(settings)
-    from workers.app import app
+    from rca.jobs.celery_app import create_app
 
+    app = create_app(settings)
     _serve_worker_metrics(settings)
 
     argv = ["worker", "--loglevel", settings.log_level.upper(), "--concurrency", str(args.concurrency),
@@ -168,7 +171,7 @@ def _alerts_from_args(args: argparse.Namespace) -> tuple[list[dict[str, str]], l
             _fail(f"{args.payload}: {exc.strerror}")
         except ValidationError as exc:
             _fail(f"{args.payload}: not an Alertmanager payload: {first_error(exc)}")
-        firing = [a for a in payload.alerts if a.status == "firing"] or payload.alerts
+        firing = [a for a in payload.alerts if a.status == AlertStatus.FIRING] or payload.alerts
         return [a.labels for a in firing], [a.startsAt for a in firing]
     labels = {}
     for item in args.label:
@@ -264,7 +267,7 @@ def _wait_for_investigation(base: str, incident_id: int, auth: dict[str, str], t
     while True:
         incident = httpx.get(f"{base}/api/v1/incidents/{incident_id}", headers=auth, timeout=10).json()
         inv = incident["investigation"]
-        if inv and inv["status"] in ("done", "failed"):
+        if inv and inv["status"] in (InvestigationStatus.DONE, InvestigationStatus.FAILED):
             return incident
         if time.monotonic() > deadline:
             _fail(f"the investigation did not finish within {timeout:.0f} s", code=EXIT_FAILED)
@@ -345,7 +348,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             inv = incident["investigation"]
             print(f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
                   f"in {inv['total_seconds'] or 0:.1f} s\n")
-            if inv["status"] != "done":
+            if inv["status"] != InvestigationStatus.DONE:
                 _fail(f"investigation failed: {inv.get('error')}", code=EXIT_FAILED)
             alert = incident["alerts"][0] if incident["alerts"] else {}
             since = datetime.fromisoformat(alert["starts_at"]).strftime(" (firing since %H:%M:%S UTC)") if alert else ""
@@ -521,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        settings = load_settings()
+        settings = checked_settings()
     except ConfigError as exc:
         _fail(str(exc))
     _setup_logging(settings)

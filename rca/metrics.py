@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 
 from prometheus_client import (
@@ -32,6 +32,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from rca.domain.status import InvestigationStatus
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ SWEEPER_REENQUEUED = Counter("rca_sweeper_reenqueued_total",
 
 for _code, _outcome in WEBHOOK_OUTCOMES.items():
     WEBHOOK_REQUESTS.labels(outcome=_outcome, code=str(_code))
-for _status in ("done", "failed"):
+for _status in (InvestigationStatus.DONE, InvestigationStatus.FAILED):
     INVESTIGATIONS.labels(status=_status)
     INVESTIGATION_DURATION.labels(status=_status)
 for _reason in PROMETHEUS_ERROR_REASONS:
@@ -128,25 +130,22 @@ class BuildInfoCollector(Collector):
 
 
 class QueueAgeCollector(Collector):
-    """`rca_investigation_queue_oldest_age_seconds`, read from the database at each scrape (one
-    indexed query), so it is right whichever process enqueued and whichever runs the queue."""
+    """`rca_investigation_queue_oldest_age_seconds`, read at each scrape through `oldest_age` (the
+    API passes one indexed query of the store), so it is right whichever process enqueued and
+    whichever runs the queue."""
 
     NAME = "rca_investigation_queue_oldest_age_seconds"
     HELP = "Age of the oldest investigation still queued (0 when none)."
 
-    def __init__(self, database_url: str) -> None:
-        self.database_url = database_url
+    def __init__(self, oldest_age: Callable[[], float]) -> None:
+        self.oldest_age = oldest_age
 
     def describe(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(self.NAME, self.HELP)  # registering must not touch the database
 
     def collect(self) -> Iterator[Metric]:
-        from rca.store.db import session_scope
-        from rca.store.investigations import oldest_queued_age
-
         try:
-            with session_scope(self.database_url) as session:
-                age = oldest_queued_age(session)
+            age = self.oldest_age()
         except Exception as exc:  # the database is down: leave the gauge out, /readyz says why
             log.warning("queue age not measured: %s", exc)
             return
@@ -157,10 +156,10 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
 
-def scrape_registry(queue_database_url: str | None = None) -> CollectorRegistry:
+def scrape_registry(queue_oldest_age: Callable[[], float] | None = None) -> CollectorRegistry:
     """What one scrape of this process shows: every process's values in multiprocess mode (plus
-    this one's process metrics), else the default registry; the build info; and, given a
-    database, the queue age."""
+    this one's process metrics), else the default registry; the build info; and, given a way to
+    read it, the queue age."""
     registry = CollectorRegistry()
     if multiprocess_dir():
         multiprocess.MultiProcessCollector(registry)
@@ -169,8 +168,8 @@ def scrape_registry(queue_database_url: str | None = None) -> CollectorRegistry:
     else:
         registry.register(REGISTRY)  # type: ignore[arg-type]  # a registry is a collector of its collectors
     registry.register(BuildInfoCollector())
-    if queue_database_url:
-        registry.register(QueueAgeCollector(queue_database_url))
+    if queue_oldest_age is not None:
+        registry.register(QueueAgeCollector(queue_oldest_age))
     return registry
 
 

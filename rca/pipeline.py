@@ -20,12 +20,14 @@ from rca.analyst.explain import explain
 from rca.analyst.summary import AlertText
 from rca.collect.profile import profile_for
 from rca.collect.prometheus import Collection, PrometheusSource, SeriesResult, choose_window
+from rca.collect.promql import query_params
 from rca.collect.target import Target, scope_candidates, target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
 from rca.domain.evidence import Hypothesis
 from rca.domain.result import InvestigationResult, change_key
+from rca.domain.status import InvestigationStatus
 from rca.signals.findings import Finding, judge_all
 from rca.signals.slo import slo_finding
 from rca.store import investigations, similar
@@ -89,7 +91,7 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None, *,
         aliases = source.aliases(profile.identities, target.host_candidates(), window, pod or None)
         target = replace(target, aliases=aliases)
         collection = source.collect(profile, scope_candidates(target, file_config.target), window,
-                                    stack=file_config.stack, params=file_config.query_params())
+                                    stack=file_config.stack, params=query_params(file_config))
     else:
         error = "no Prometheus configured (set RCA_PROMETHEUS_URL)"
         collection = Collection(window=window, selectors={}, prometheus_error=error,
@@ -139,17 +141,8 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     total_seconds = time.perf_counter() - started
     with session_scope(url) as session:
         investigations.save_result(session, investigation_id, analysis.result(total_seconds))
-    metrics.investigation_finished("done", total_seconds)
+    metrics.investigation_finished(InvestigationStatus.DONE, total_seconds)
     top = analysis.hypotheses[0]
     log.info("investigation %s done: top=%s (%.2f) by %s", investigation_id, top.category, top.confidence,
              analysis.analyst.analyst if analysis.analyst else "rules")
-    return "done"
-
-
-def record_failure(settings: Settings, investigation_id: int, exc: Exception, seconds: float) -> None:
-    """Close the investigation as failed after an error no retry can fix (a bug, bad data, the
-    time limit); call it from the `except` block, so that the log has the traceback."""
-    log.exception("investigation %s failed", investigation_id)
-    with session_scope(settings.effective_database_url) as session:
-        investigations.mark_failed(session, investigation_id, f"{type(exc).__name__}: {exc}", final=True)
-    metrics.investigation_finished("failed", seconds)
+    return InvestigationStatus.DONE

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from rca.cli import build_parser
-from rca.config import SECRET_FILE_SETTINGS, ConfigError, Settings, load_settings
+from rca.config import ConfigError, Settings, load_settings
+from rca.config.secrets import SECRET_FILE_SETTINGS
 from tests.conftest import REPO
 
 COMPOSE = REPO / "docker-compose.yml"

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from rca.config import SECRET_FILE_SETTINGS, ConfigError, Settings, load_settings
+from rca.config import ConfigError, Settings, load_settings
+from rca.config.secrets import SECRET_FILE_SETTINGS
+from rca.startup import checked_settings
 from tests.conftest import CLOSED_PORT_DATABASE_URL, VENV_BIN, create_database, drop_database, subprocess_env
 
 
@@ -87,7 +89,7 @@ def test_bad_config_file_is_one_line_naming_the_file(monkeypatch: pytest.MonkeyP
     path.write_text(text)
     monkeypatch.setenv("RCA_CONFIG_FILE", str(path))
     with pytest.raises(ConfigError) as caught:
-        load_settings()
+        checked_settings()
     message = str(caught.value)
     assert message.startswith("RCA_CONFIG_FILE: "), message
     assert "\n" not in message
@@ -98,7 +100,7 @@ def test_bad_config_file_is_one_line_naming_the_file(monkeypatch: pytest.MonkeyP
 def test_missing_config_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RCA_CONFIG_FILE", str(tmp_path / "absent.yaml"))
     with pytest.raises(ConfigError, match=r"^RCA_CONFIG_FILE: cannot read .*absent.yaml"):
-        load_settings()
+        checked_settings()
 
 
 def test_valid_config_file_is_applied(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rca.config import ConfigError, FileConfig, cpu_list_regex, load_file_config, parse_cpu_list
+from rca.collect.promql import cpu_list_regex, query_params
+from rca.config import ConfigError, FileConfig, load_file_config
+from rca.config.cpus import parse_cpu_list
 
 
 @pytest.mark.parametrize(("text", "cpus"), [
@@ -34,20 +36,20 @@ def test_regex_lists_every_cpu() -> None:
 def test_config_file_pinned_cpus_becomes_a_query_parameter(tmp_path: Path) -> None:
     path = tmp_path / "rca.yaml"
     path.write_text("pinned_cpus: 4-7,12\n")
-    params = load_file_config(path).query_params()
+    params = query_params(load_file_config(path))
     assert (params["pinned_cpus"], params["pinned_cpu_count"]) == ("4|5|6|7|12", "5")
     path.write_text("pinned_cpus: 3\n")  # YAML reads a single id as an int
-    params = load_file_config(path).query_params()
+    params = query_params(load_file_config(path))
     assert (params["pinned_cpus"], params["pinned_cpu_count"]) == ("3", "1")
-    assert set(FileConfig().query_params()) == {"process_groups"}
+    assert set(query_params(FileConfig())) == {"process_groups"}
 
 
 def test_process_groups_become_a_case_insensitive_promql_regex(tmp_path: Path) -> None:
-    default = FileConfig().query_params()["process_groups"]
+    default = query_params(FileConfig())["process_groups"]
     assert default == "(?i).*(vllm|sglang|text\\\\-generation|tritonserver).*"  # `\-` inside a PromQL string
     path = tmp_path / "rca.yaml"
     path.write_text('process_groups: [my.engine, \'a"b\']\n')
-    assert load_file_config(path).query_params()["process_groups"] == '(?i).*(my\\\\.engine|a\\"b).*'
+    assert query_params(load_file_config(path))["process_groups"] == '(?i).*(my\\\\.engine|a\\"b).*'
 
 
 @pytest.mark.parametrize("value", ["[]", "['']", "vllm"])

@@ -13,6 +13,7 @@ from string import Template
 import pytest
 
 from rca.collect.profile import SCOPES, load_profile
+from rca.collect.promql import query_params
 from rca.config import FileConfig
 from tests.deploy_helpers import (
     DEPLOY,
@@ -104,7 +105,7 @@ def test_every_alert_links_to_its_own_runbook_section() -> None:
 
 def _rendered(query: str) -> str:
     """A profile query with its scope selectors as a throwaway matcher and the default parameters."""
-    values = {scope: 'instance="x"' for scope in SCOPES} | FileConfig(pinned_cpus="4-7").query_params()
+    values = {scope: 'instance="x"' for scope in SCOPES} | query_params(FileConfig(pinned_cpus="4-7"))
     return Template(query).substitute(values)
 
 

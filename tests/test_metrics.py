@@ -25,7 +25,8 @@ from rca.analyst.explain import explain
 from rca.api.app import create_app
 from rca.collect.target import target_from_alerts
 from rca.config import ConfigError, TracesConfig, load_settings
-from rca.dispatch import sweep
+from rca.jobs.celery_app import create_app as create_celery_app
+from rca.jobs.sweep import sweep
 from rca.notify.service import deliver
 from rca.pipeline import analyse
 from rca.store import tokens
@@ -52,7 +53,6 @@ from tests.e2e.promstack import free_port
 from tests.fake_llm import SURGE_ANSWER, FakeLLM, completion, error, surge_findings, surge_rules, surge_target
 from tests.fake_slack import Failure, FakeSlack
 from tests.slack_helpers import slack_settings, store_incident, store_investigation
-from workers.app import create_app as create_celery_app
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 CLOSED_PORT_URL = "http://127.0.0.1:1"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rca.collect.profile import load_profile
-from rca.config import DEFAULT_TRACE_GROUPS
+from rca.config.files import DEFAULT_TRACE_GROUPS
 from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, rank, symptoms, taxonomy
 from rca.domain.evidence import Finding, Hypothesis
 

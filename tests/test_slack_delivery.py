@@ -282,11 +282,11 @@ class _NoDispatch:
 
 
 def test_database_down_for_slack_does_not_raise_into_the_investigation_path(tmp_path: Path, slack: FakeSlack) -> None:
-    from rca.dispatch import notify_done
+    from rca.jobs.slack import queue_notice_of
 
     settings = slack_settings(CLOSED_PORT_DATABASE_URL, tmp_path, slack)
     started = time.monotonic()
-    notify_done(settings, 1, lambda incident_id, event: True)  # logs and returns
+    queue_notice_of(settings, 1, lambda incident_id, event: True)  # logs and returns
     assert time.monotonic() - started < 30
 
 

@@ -21,6 +21,7 @@ from rca.notify.escape import mrkdwn
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, change_key_of
 from rca.notify.routing import route
 from rca.pipeline import Analysis
+from rca.startup import checked_settings
 from rca.store.models import Finding, Hypothesis, Investigation
 from rca.store.similar import Precedent
 from tests.fake_slack import block_kit_problems
@@ -200,7 +201,7 @@ def test_routing_by_labels_first_match_then_default() -> None:
 def test_bad_slack_settings_stop_start_up_without_showing_secrets(overrides: dict, message_start: str,
                                                                  tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        load_settings(data_dir=tmp_path, **overrides)
+        checked_settings(data_dir=tmp_path, **overrides)
     assert str(err.value).startswith(message_start), str(err.value)
     assert "secretvalue" not in str(err.value)
 

@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rca.api.app import create_app
+from rca.jobs.celery_app import create_app as create_celery_app
 from tests.conftest import (
     API_AUTH,
     StubPrometheus,
@@ -28,7 +29,6 @@ from tests.conftest import (
 )
 from tests.fake_slack import TOKEN, Failure, FakeSlack
 from tests.slack_helpers import CHANNEL, slack_settings
-from workers.app import create_app as create_celery_app
 
 
 @pytest.fixture(scope="module")

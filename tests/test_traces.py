@@ -12,6 +12,7 @@ import pytest
 from rca.config import ConfigError, Settings, TracesConfig, load_settings
 from rca.diagnosis.ranking import rank
 from rca.domain.evidence import Finding
+from rca.startup import checked_settings
 from rca.traces.attribution import compile_groups, summarise, time_trace
 from rca.traces.client import TraceHTTP
 from rca.traces.evidence import service_for, trace_findings
@@ -454,7 +455,7 @@ def test_the_config_file_rejects_a_bad_operation_mapping(tmp_path) -> None:
     path = tmp_path / "rca.yaml"
     path.write_text("traces: {operations: {lora: ['*lora*']}}\n")
     with pytest.raises(ConfigError, match="RCA_CONFIG_FILE: .*traces.operations.*trace_<name>"):
-        load_settings(config_file=path)
+        checked_settings(config_file=path)
 
 
 def test_tempo_skips_a_trace_that_fails_to_load_but_not_a_whole_failing_slice() -> None:

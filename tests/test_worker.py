@@ -14,7 +14,9 @@ from sqlalchemy import select, update
 
 from rca.api.app import create_app
 from rca.collect.profile import DEFAULT_PROFILE, load_profile
-from rca.dispatch import CeleryDispatcher, sweep
+from rca.jobs.celery_app import create_app as create_celery_app
+from rca.jobs.dispatch import CeleryDispatcher
+from rca.jobs.sweep import sweep
 from rca.signals.slo import KEY as SLO_KEY
 from rca.store.db import get_engine
 from rca.store.models import Finding, Hypothesis, Investigation
@@ -35,7 +37,6 @@ from tests.conftest import (
     wait_for,
     wait_for_investigation,
 )
-from workers.app import create_app as create_celery_app
 
 FINDING_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals} | {SLO_KEY, TRACES_KEY}
 # Container (cAdvisor) signals: the test alert names no pod, so these have no selector.

@@ -19,8 +19,9 @@ from rca.api.auth import require_read
 from rca.api.docs import install_docs
 from rca.api.schemas import ReadinessOut
 from rca.config import Settings
-from rca.dispatch import Dispatcher, create_dispatcher
-from rca.store.db import ping
+from rca.jobs.dispatch import Dispatcher, create_dispatcher
+from rca.store import investigations
+from rca.store.db import ping, session_scope
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,11 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
                             status_code=200 if ready else 503)
 
-    scrape = metrics.scrape_registry(settings.effective_database_url)
+    def oldest_queued_age() -> float:
+        with session_scope(settings.effective_database_url) as session:
+            return investigations.oldest_queued_age(session)
+
+    scrape = metrics.scrape_registry(oldest_queued_age)
 
     # Left out of the OpenAPI document: Prometheus' text format, not part of the JSON API.
     @app.get("/metrics", tags=["health"], summary="The service's own metrics (docs/metrics.md)",

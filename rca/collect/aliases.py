@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rca.collect.profile import IdentitySpec
+from rca.collect.promql import promql_string
 from rca.collect.target import host_from_label, host_regex
-from rca.config import promql_string
 
 MAX_HOPS = 3
 MAX_ALIASES = 16  # a label that is not really an identity must not pull in a whole fleet

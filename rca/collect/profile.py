@@ -13,10 +13,10 @@ from pathlib import Path
 from string import Template
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from rca.config import ConfigError, FileConfig, first_error
+from rca.config import ConfigError, FileConfig
+from rca.config.loader import load_yaml
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
 DEFAULT_PROFILE = "vllm_dcgm"
@@ -189,14 +189,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     path = Path(name_or_path)
     if not path.suffix:
         path = PROFILES_DIR / f"{name_or_path}.yaml"
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError:
+    if not path.is_file():
         bundled = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
-        raise ConfigError(f"profile {name_or_path!r} not found (bundled: {bundled})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"profile {path} is not valid YAML: {exc}".replace("\n", " ")) from None
-    try:
-        return Profile.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"profile {path}: {first_error(exc)}") from None
+        raise ConfigError(f"profile {name_or_path!r} not found (bundled: {bundled})")
+    return load_yaml(path, Profile, "profile")

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rca.config import TargetConfig, promql_string
+from rca.collect.promql import promql_string
+from rca.config import TargetConfig
 
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _HOST_CHARS = re.compile(r"^[A-Za-z0-9_.-]+$")

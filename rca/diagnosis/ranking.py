@@ -23,9 +23,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, Field
 
+from rca.config import ConfigError
+from rca.config.loader import read_yaml
 from rca.domain.evidence import Finding, Hypothesis, is_chronic
 from rca.domain.status import MEASURED
 
@@ -57,7 +58,10 @@ class Category(BaseModel):
 
 @lru_cache(maxsize=1)
 def _taxonomy_file() -> dict[str, Any]:
-    return yaml.safe_load(TAXONOMY_FILE.read_text())
+    raw = read_yaml(TAXONOMY_FILE, "taxonomy")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"taxonomy: {TAXONOMY_FILE} is not a mapping")
+    return raw
 
 
 @lru_cache(maxsize=1)

@@ -20,6 +20,15 @@ class InvestigationStatus(StrEnum):
     FAILED = "failed"
 
 
+class DeliveryStatus(StrEnum):
+    """An incident's Slack message: the state of bringing it up to date."""
+
+    PENDING = "pending"
+    RETRYING = "retrying"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
 class FindingStatus(StrEnum):
     BREACHED = "breached"
     OK = "ok"

@@ -14,11 +14,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
+from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.intake.schema import WebhookAlert, WebhookPayload
 from rca.store import digests
 from rca.store.models import Alert, Incident, Investigation, Notification
 
-ACTIVE_INVESTIGATION = ("queued", "running")
+ACTIVE_INVESTIGATION = (InvestigationStatus.QUEUED, InvestigationStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class IntakeResult:
 
 def _open_incident(session: Session, group_key: str) -> Incident | None:
     return session.scalar(
-        select(Incident).where(Incident.group_key == group_key, Incident.status == "firing").with_for_update()
+        select(Incident).where(Incident.group_key == group_key, Incident.status == AlertStatus.FIRING).with_for_update()
     )
 
 
@@ -64,8 +65,8 @@ def _upsert_alert(session: Session, incident: Incident, alert: WebhookAlert, raw
                 last_seen_at=now,
             )
         )
-        return alert.status == "firing"
-    newly_firing = row.status == "resolved" and alert.status == "firing"
+        return alert.status == AlertStatus.FIRING
+    newly_firing = row.status == AlertStatus.RESOLVED and alert.status == AlertStatus.FIRING
     row.status = alert.status
     row.annotations = alert.annotations
     row.starts_at = alert.startsAt
@@ -89,7 +90,7 @@ def _new_incident(session: Session, payload: WebhookPayload) -> Incident:
         common_annotations=payload.commonAnnotations,
         external_url=payload.externalURL or None,
         notification_count=0,
-        resolved_at=utcnow() if payload.status == "resolved" else None,
+        resolved_at=utcnow() if payload.status == AlertStatus.RESOLVED else None,
     )
     session.add(incident)
     session.flush()
@@ -99,7 +100,7 @@ def _new_incident(session: Session, payload: WebhookPayload) -> Incident:
 def record_notification(session: Session, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResult:
     """Store the notification and its alerts; decide whether a new investigation is needed."""
     incident = _open_incident(session, payload.groupKey)
-    if incident is None and payload.status == "resolved":
+    if incident is None and payload.status == AlertStatus.RESOLVED:
         # A resolve notice for a group we already closed (or never saw firing).
         incident = _latest_incident(session, payload.groupKey)
     created = incident is None
@@ -117,13 +118,13 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
     incident.updated_at = now
     incident.common_labels = payload.commonLabels
     incident.common_annotations = payload.commonAnnotations
-    resolved_now = payload.status == "resolved" and incident.status != "resolved"
+    resolved_now = payload.status == AlertStatus.RESOLVED and incident.status != AlertStatus.RESOLVED
     if resolved_now:
-        incident.status = "resolved"
+        incident.status = AlertStatus.RESOLVED
         incident.resolved_at = now
 
     investigation_id = None
-    if incident.status == "firing" and (created or any(newly_firing)):
+    if incident.status == AlertStatus.FIRING and (created or any(newly_firing)):
         session.flush()
         investigation_id = _request_investigation(
             session, incident, reason="new_incident" if created else "new_alerts"
@@ -137,12 +138,12 @@ def _request_investigation(session: Session, incident: Incident, reason: str) ->
     """Queue an investigation unless one is already waiting to run (it will see the new alerts)."""
     pending = session.scalar(
         select(Investigation.id).where(
-            Investigation.incident_id == incident.id, Investigation.status == "queued"
+            Investigation.incident_id == incident.id, Investigation.status == InvestigationStatus.QUEUED
         )
     )
     if pending is not None:
         return None
-    investigation = Investigation(incident_id=incident.id, status="queued", reason=reason, attempts=0)
+    investigation = Investigation(incident_id=incident.id, status=InvestigationStatus.QUEUED, reason=reason, attempts=0)
     session.add(investigation)
     session.flush()
     return investigation.id

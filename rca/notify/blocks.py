@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from rca.domain.status import AlertStatus
 from rca.domain.values import format_value
 from rca.notify.escape import code, mrkdwn, single_line
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage
@@ -123,7 +124,7 @@ def _last_time(message: IncidentMessage) -> Block | None:
 
 
 def header_text(message: IncidentMessage) -> str:
-    icon = ":white_check_mark:" if message.status == "resolved" else ":rotating_light:"
+    icon = ":white_check_mark:" if message.status == AlertStatus.RESOLVED else ":rotating_light:"
     return cut(f"{icon} {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}",
                MAX_HEADER_TEXT, "…")
 
@@ -132,7 +133,7 @@ def fallback_text(message: IncidentMessage) -> str:
     """The plain `text` Slack shows in notifications and where blocks cannot be drawn."""
     top = message.hypotheses[0] if message.hypotheses else None
     cause = f": likely {top.category} ({top.confidence:.0%})" if top else ""
-    state = "resolved" if message.status == "resolved" else "firing"
+    state = "resolved" if message.status == AlertStatus.RESOLVED else "firing"
     text = f"[{state}] {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}{cause}"
     return cut(text, MAX_FALLBACK_TEXT, "…")
 

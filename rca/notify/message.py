@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rca.domain.result import change_key
+from rca.domain.status import AlertStatus
 from rca.store.models import Incident, Investigation
 from rca.store.similar import Precedent
 
@@ -67,7 +68,7 @@ def _target(incident: Incident, investigation: Investigation) -> str:
 
 def incident_labels(incident: Incident) -> dict[str, str]:
     """The labels routing sees: the group's common labels over the first firing alert's."""
-    firing = [a for a in incident.alerts if a.status == "firing"] or list(incident.alerts)
+    firing = [a for a in incident.alerts if a.status == AlertStatus.FIRING] or list(incident.alerts)
     return {**(firing[0].labels if firing else {}), **(incident.common_labels or {})}
 
 

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session, selectinload
 from rca import metrics
 from rca.config import Settings
 from rca.domain.clock import utcnow
+from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
 from rca.notify import blocks
 from rca.notify.delivery import Sender, SendResult, make_sender
 from rca.notify.message import IncidentMessage, change_key_of, from_incident, incident_labels
@@ -70,7 +71,7 @@ def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliver
     if row is None:
         try:
             with session.begin_nested():
-                session.add(SlackDelivery(incident_id=incident_id, mode=mode, status="pending", messages=0,
+                session.add(SlackDelivery(incident_id=incident_id, mode=mode, status=DeliveryStatus.PENDING, messages=0,
                                           updates=0))
         except IntegrityError:
             pass  # another run created it first; lock theirs
@@ -83,7 +84,7 @@ def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliver
 def _latest_done(session: Session, incident_id: int) -> Investigation | None:
     return session.scalar(
         select(Investigation)
-        .where(Investigation.incident_id == incident_id, Investigation.status == "done")
+        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
         .options(selectinload(Investigation.findings), selectinload(Investigation.hypotheses))
         .order_by(Investigation.id.desc()).limit(1)
     )
@@ -98,13 +99,13 @@ def _plan(delivery: SlackDelivery, sender: Sender, message: IncidentMessage, inv
           evidence: str, channel: str | None, resolved_at: object) -> list[Step]:
     """The calls still owed to Slack for this incident, derived from what the row says was sent."""
     main = _main_fingerprint(evidence, message.status)
-    resolved = message.status == "resolved" and delivery.resolved_notified_at is None
+    resolved = message.status == AlertStatus.RESOLVED and delivery.resolved_notified_at is None
 
     def posted(row: SlackDelivery, result: SendResult) -> None:
         row.messages += 1
         row.channel, row.ts = result.channel or row.channel, result.ts or row.ts
         row.fingerprint, row.thread_fingerprint = main, evidence
-        if message.status == "resolved":
+        if message.status == AlertStatus.RESOLVED:
             row.resolved_notified_at = utcnow()  # the message itself says so
 
     def updated(row: SlackDelivery, _result: SendResult) -> None:
@@ -188,7 +189,8 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
             count_slack_call(step.action, result)
             if not result.ok:
                 final = not result.retryable or attempt >= settings.slack_max_attempts
-                delivery.status, delivery.last_error = ("failed" if final else "retrying"), result.error
+                delivery.status = DeliveryStatus.FAILED if final else DeliveryStatus.RETRYING
+                delivery.last_error = result.error
                 log.warning("slack %s for incident %s failed (%s, HTTP %s)%s", step.action, incident_id, result.error,
                             result.http_status, "" if final else f"; attempt {attempt}, will retry")
                 if final:
@@ -196,7 +198,7 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
                 return Outcome("retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds),
                                result.error or "")
             step.done(delivery, result)
-        delivery.status, delivery.last_error = "delivered", None
+        delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, None
         log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
         return Outcome("delivered", detail=", ".join(s.action for s in steps))
 
@@ -215,4 +217,4 @@ def done_incident(settings: Settings, investigation_id: int) -> int | None:
     with session_scope(settings.effective_database_url) as session:
         row = session.execute(select(Investigation.incident_id, Investigation.status)
                               .where(Investigation.id == investigation_id)).first()
-    return row.incident_id if row is not None and row.status == "done" else None
+    return row.incident_id if row is not None and row.status == InvestigationStatus.DONE else None

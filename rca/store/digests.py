@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rca.domain.evidence import onset_order
+from rca.domain.status import InvestigationStatus
 from rca.store import fts
 from rca.store.models import Alert, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
 
@@ -60,7 +61,7 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
         raise LookupError(f"incident {incident_id} vanished")
     alerts = list(session.scalars(select(Alert).where(Alert.incident_id == incident_id).order_by(Alert.id)))
     done = session.scalar(select(Investigation).where(Investigation.incident_id == incident_id,
-                                                      Investigation.status == "done")
+                                                      Investigation.status == InvestigationStatus.DONE)
                           .order_by(Investigation.id.desc()).limit(1))
     findings = list(session.scalars(select(Finding).where(Finding.investigation_id == done.id))) if done else []
     hypotheses = list(session.scalars(select(Hypothesis).where(Hypothesis.investigation_id == done.id)

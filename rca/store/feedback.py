@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
+from rca.domain.status import InvestigationStatus
 from rca.store import digests
 from rca.store.models import Feedback, Hypothesis, IncidentDigest, Investigation
 
@@ -27,7 +28,7 @@ def record(session: Session, incident_id: int, *, category: str, note: str, verd
            author: str) -> Feedback:
     """Store one verdict about the incident's latest finished investigation and refresh its digest."""
     investigation_id = session.scalar(select(Investigation.id).where(
-        Investigation.incident_id == incident_id, Investigation.status == "done")
+        Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
         .order_by(Investigation.id.desc()).limit(1))
     ranks = set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id))) \
         if investigation_id else set()

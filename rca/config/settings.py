@@ -1,7 +1,9 @@
-"""Settings from `RCA_*` environment variables plus an optional YAML config file.
+"""Settings from `RCA_*` environment variables (and `RCA_*_FILE` secrets).
 
 Everything the service reads from its environment lives here, so that a bad setting is caught
-once, at start-up, and reported as one line that names it (`ConfigError`).
+once, at start-up, and reported as one line that names it (`ConfigError`). Checks that need
+other stages (the profile the config file selects, Slack's channel routes) run in
+`rca.startup`.
 """
 
 from __future__ import annotations
@@ -14,248 +16,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
-from pydantic import (
-    BaseModel,
-    Field,
-    PrivateAttr,
-    SecretStr,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-
-class ConfigError(Exception):
-    """A setting is wrong; the message is one line that names it and says what to do."""
-
-
-def first_error(exc: ValidationError) -> str:
-    """`where: what` for the first problem pydantic found, for one-line error messages."""
-    err = exc.errors()[0]
-    where = ".".join(str(part) for part in err["loc"]) or "top level"
-    return f"{where}: {err['msg']}"
-
-
-class TargetConfig(BaseModel):
-    """How alert labels are turned into the scope of an investigation."""
-
-    model_config = {"extra": "forbid"}  # a misspelt key must not silently fall back to the default
-
-    host_labels: list[str] = Field(
-        default=["instance", "Hostname", "hostname", "node", "host", "nodename"],
-        description="Labels that name the host, in order of preference; a port suffix is dropped.",
-    )
-    scope_labels: list[str] = Field(
-        default=["namespace", "pod", "model_name", "job"],
-        description="Labels that narrow the serving target when the alert carries them.",
-    )
-    gpu_host_labels: list[str] = Field(
-        default=["Hostname", "hostname", "instance"],
-        description="Labels on GPU exporter series that may carry the host name.",
-    )
-
-
-MAX_CPU_ID = 8191  # the kernel's NR_CPUS ceiling on x86_64; anything above is a typo
-
-
-def _decimal(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """A Linux CPU list (`isolcpus`, `taskset -c`, `cpuset.cpus` syntax: `4-7,12`) as sorted ids.
-
-    Raises ValueError saying what is wrong; the config file reports it under `pinned_cpus`.
-    """
-    cpus: set[int] = set()
-    items = [item.strip() for item in text.split(",")]
-    if not any(items):
-        raise ValueError("empty CPU list; write it like 4-7,12")
-    for item in items:
-        if not item:
-            raise ValueError(f"empty item in CPU list {text!r}; write it like 4-7,12")
-        low, sep, high = (part.strip() for part in item.partition("-"))
-        if not _decimal(low) or (sep and not _decimal(high)):
-            raise ValueError(f"{item!r} is not a CPU id or a range like 4-7")
-        first, last = int(low), int(high) if sep else int(low)
-        if first > last:
-            raise ValueError(f"range {item!r} runs backwards")
-        if last > MAX_CPU_ID:
-            raise ValueError(f"CPU id {last} is above {MAX_CPU_ID}")
-        cpus.update(range(first, last + 1))
-    return sorted(cpus)
-
-
-def cpu_list_regex(cpus: list[int]) -> str:
-    """`[4, 5, 12]` -> `4|5|12`, for a `cpu=~"..."` matcher (node_exporter's `cpu` label is the id)."""
-    return "|".join(str(cpu) for cpu in cpus)
-
-
-def promql_string(value: str) -> str:
-    """`value` escaped for the inside of a double-quoted PromQL string."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-class SlackRoute(BaseModel):
-    """Send incidents whose labels all equal `match` to `channel` (first matching route wins)."""
-
-    model_config = {"extra": "forbid"}
-
-    match: dict[str, str] = Field(min_length=1, description="label name -> exact value; every pair must match")
-    channel: str = Field(min_length=1, description="channel name (#sev1) or id (C0123...)")
-
-
-class SlackFileConfig(BaseModel):
-    """Slack channel routing by alert labels (bot-token mode; a webhook posts where it was created)."""
-
-    model_config = {"extra": "forbid"}
-
-    routes: list[SlackRoute] = Field(default_factory=list)
-    default_channel: str | None = Field(default=None, description="when no route matches; else RCA_SLACK_CHANNEL")
-DEFAULT_TRACE_GROUPS: dict[str, list[str]] = {
-    # Span names (globs, case-insensitive) whose time, children included, each trace finding measures.
-    # LoRA: vLLM/S-LoRA/LoRAX style adapter loads and their file I/O, compilation and injection steps.
-    "trace_lora_adapter_load_share": ["*lora*load*", "*load*lora*", "*adapter*load*", "*load*adapter*",
-                                      "lora_adapter.*"],
-    # Prefill: TGI's `prefill` / gRPC `.../Prefill` spans, engines' `prefill` and context-encoding spans.
-    "trace_prefill_share": ["*prefill*", "*context_encod*", "*prompt_processing*"],
-}
-
-
-class TracesConfig(BaseModel):
-    """How an alert maps to a traced service and which span names each trace finding measures."""
-
-    model_config = {"extra": "forbid"}
-
-    service_labels: list[str] = Field(
-        default=["service", "service_name", "app", "job", "model_name"],
-        description="Alert labels that name the traced service, in order of preference.",
-    )
-    services: dict[str, str] = Field(
-        default_factory=dict, description="Label value -> service name in the trace backend, when they differ.",
-    )
-    operations: dict[str, list[str]] = Field(
-        default_factory=lambda: {k: list(v) for k, v in DEFAULT_TRACE_GROUPS.items()},
-        description="Trace finding key -> span-name globs; replaces the defaults as a whole.",
-    )
-    phase_attributes: dict[str, str] = Field(
-        default_factory=lambda: {"gen_ai.latency.time_in_queue": "queue",
-                                 "gen_ai.latency.time_in_model_prefill": "prefill",
-                                 "gen_ai.latency.time_in_model_decode": "decode"},
-        description="Span attribute (seconds) -> phase, for engines that report phases as attributes "
-                    "(vLLM's llm_request span); in this order they become child spans <span>:<phase>.",
-    )
-    share_threshold: float = Field(default=0.15, gt=0, lt=1,
-                                   description="Share of request time above which an operation group breaches")
-    min_share_increase: float = Field(default=0.10, gt=0, lt=1,
-                                      description="...and by how much its share must exceed the baseline")
-
-    @field_validator("operations")
-    @classmethod
-    def _check_operations(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        for key, patterns in value.items():
-            if not key.startswith("trace_") or not key.replace("_", "").isalnum():
-                raise ValueError(f"{key!r}: trace finding keys look like trace_<name>")
-            if not patterns:
-                raise ValueError(f"{key!r}: give at least one span-name pattern")
-        return value
-
-
-class FileConfig(BaseModel):
-    """The optional config file (`RCA_CONFIG_FILE`): thresholds and profile overrides."""
-
-    model_config = {"extra": "forbid"}
-
-    thresholds: dict[str, float] = Field(default_factory=dict)
-    profile: str | None = None
-    stack: str | None = Field(default=None, description="serving stack id; unset = detect from metric names")
-    slo_ttft_seconds: float = Field(default=2.0, gt=0, allow_inf_nan=False,
-                                    description="TTFT p95 SLO for the violation-probability model (seconds)")
-    slo_probability_threshold: float = Field(default=0.5, gt=0, le=1,
-                                             description="P(SLO violation | queue depth) that breaches that finding")
-    pinned_cpus: str | None = Field(
-        default=None,
-        description="CPUs the serving engine is pinned to (`4-7,12`), for hosts without isolcpus",
-    )
-    process_groups: list[str] = Field(
-        default=["vllm", "sglang", "text-generation", "tritonserver"], min_length=1,
-        description="process-exporter group names of the serving engine, matched case-insensitively as substrings",
-    )
-    target: TargetConfig = Field(default_factory=TargetConfig)
-    slack: SlackFileConfig = Field(default_factory=SlackFileConfig)
-
-    @field_validator("process_groups")
-    @classmethod
-    def _check_process_groups(cls, value: list[str]) -> list[str]:
-        if any(not name.strip() for name in value):
-            raise ValueError("a process group name is empty")
-        return value
-    traces: TracesConfig = Field(default_factory=TracesConfig)
-
-    @field_validator("pinned_cpus", mode="before")
-    @classmethod
-    def _check_pinned_cpus(cls, value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)  # `pinned_cpus: 4` in YAML is an int
-        if isinstance(value, str):
-            parse_cpu_list(value)
-        return value
-
-    def query_params(self) -> dict[str, str]:
-        """Values for the profile's operator placeholders (`rca.collect.profile.PARAMETERS`)."""
-        names = "|".join(re.escape(name.strip()) for name in self.process_groups)
-        params = {"process_groups": promql_string(f"(?i).*({names}).*")}
-        if self.pinned_cpus is not None:
-            cpus = parse_cpu_list(self.pinned_cpus)
-            params["pinned_cpus"] = cpu_list_regex(cpus)
-            params["pinned_cpu_count"] = str(len(cpus))
-        return params
-
-
-# Settings that may hold a secret, and so may also be read from a file named by RCA_<NAME>_FILE
-# (Docker and Kubernetes secrets): credentials in URLs, tokens, keys, and the traces headers.
-SECRET_FILE_SETTINGS = ("database_url", "broker_url", "webhook_token", "api_tokens", "slack_webhook_url",
-                        "slack_bot_token", "traces_headers", "llm_api_key")
-
-
-def read_secret_file(setting: str, path: Path) -> str:
-    """A secret file's text without its trailing newline; a one-line `ConfigError` naming the
-    `*_FILE` setting when it is missing, unreadable or empty."""
-    try:
-        value = path.read_text(encoding="utf-8").rstrip("\r\n")
-    except OSError as exc:
-        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{setting}: {path} is not UTF-8 text") from None
-    if not value.strip():
-        raise ConfigError(f"{setting}: {path} is empty")
-    return value
-
-
-class SecretFilesSource(PydanticBaseSettingsSource):
-    """Fills RCA_<NAME> from the file that RCA_<NAME>_FILE names. It runs after the init arguments
-    and the environment (pydantic-settings hands it what they set as `current_state`), so it can
-    refuse a setting given both ways instead of silently picking one."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ reads whole pairs
-
-    def __call__(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for name in SECRET_FILE_SETTINGS:
-            path = self.current_state.get(f"{name}_file")
-            if path is None or str(path) == "":
-                continue
-            setting = f"RCA_{name.upper()}_FILE"
-            if self.current_state.get(name) not in (None, ""):
-                raise ConfigError(f"{setting}: set either RCA_{name.upper()} or {setting}, not both")
-            values[name] = read_secret_file(setting, Path(path))
-        return values
+from rca.config.errors import ConfigError
+from rca.config.files import FileConfig, load_file_config
+from rca.config.secrets import SECRET_FILE_SETTINGS, SecretFilesSource
 
 
 class Settings(BaseSettings):
@@ -476,22 +244,6 @@ def check_slack_url(url: str) -> None:
     raise ValueError("must be an https:// URL (http:// only to 127.0.0.1 or localhost)")
 
 
-def load_file_config(path: Path | None) -> FileConfig:
-    """Read and validate the YAML config file; errors name the file and the key."""
-    if path is None:
-        return FileConfig()
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise ConfigError(f"RCA_CONFIG_FILE: cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"RCA_CONFIG_FILE: {path} is not valid YAML: {exc}".replace("\n", " ")) from None
-    try:
-        return FileConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"RCA_CONFIG_FILE: {path}: {first_error(exc)}") from None
-
-
 def settings_file_given(field: str, overrides: dict[str, Any]) -> bool:
     """Whether RCA_<FIELD>_FILE was set (as an argument or in the environment), for error messages."""
     if overrides.get(f"{field}_file"):
@@ -518,17 +270,6 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(f"{name}: {err['msg']}{shown}") from None
     if settings.slack_webhook_url and settings.slack_bot_token:
         raise ConfigError("RCA_SLACK_BOT_TOKEN: set either RCA_SLACK_WEBHOOK_URL or RCA_SLACK_BOT_TOKEN, not both")
-    from rca.collect.profile import profile_for  # imports this module
-
-    try:  # validate the file and the profile it selects now, not at the first investigation
-        profile_for(settings.file_config())
-    except ConfigError as exc:
-        message = str(exc)
-        raise ConfigError(message if message.startswith("RCA_") else f"RCA_CONFIG_FILE: {message}") from None
-    slack_file = settings.file_config().slack
-    if settings.slack_bot_token and not (settings.slack_channel or slack_file.default_channel):
-        raise ConfigError("RCA_SLACK_CHANNEL: not set; the bot token needs a default channel "
-                          "(or slack.default_channel in RCA_CONFIG_FILE)")
     return settings
 
 

@@ -1,0 +1,94 @@
+"""The Celery runner: Redis broker, late acks, one message at a time per worker process, and the
+three tasks as thin wires over the job bodies. They take ids and reload state, so a retried or
+redelivered task never duplicates findings or hypotheses.
+
+Late acks plus `task_reject_on_worker_lost` mean a worker that dies mid-investigation leaves the
+message to be redelivered; the task is idempotent, so redelivery is safe. `workers.app` is this
+app for `celery -A workers.app`; `rca worker` starts it directly.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery, Task
+from celery.signals import worker_process_init, worker_process_shutdown
+
+from rca import metrics
+from rca.config import Settings, get_settings
+from rca.jobs.investigate import investigate
+from rca.jobs.policy import CELERY_RETRY, TRANSIENT
+from rca.jobs.sweep import sweep
+from rca.notify.service import deliver
+from rca.store.db import forget_engines_after_fork
+
+INVESTIGATE, SLACK_NOTIFY, SWEEP = "rca.investigate", "rca.slack_notify", "rca.sweep"
+INVESTIGATIONS_QUEUE, SLACK_QUEUE = "investigations", "slack"
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    app = Celery("rca", broker=settings.broker_url or "memory://")
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        # Bound an investigation: the soft limit lets the task record the failure, the hard one kills it.
+        task_soft_time_limit=settings.investigation_timeout_seconds,
+        task_time_limit=settings.investigation_timeout_seconds + 30,
+        task_default_queue=INVESTIGATIONS_QUEUE,
+        task_routes={SWEEP: {"queue": INVESTIGATIONS_QUEUE}, SLACK_NOTIFY: {"queue": SLACK_QUEUE}},
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 600},
+        beat_schedule={
+            "sweep-stranded-investigations": {"task": SWEEP, "schedule": float(settings.sweep_after_seconds)},
+        },
+        worker_hijack_root_logger=False,
+    )
+    _register_tasks(app)
+    return app
+
+
+def _register_tasks(app: Celery) -> None:
+    """The tasks read the process's settings (`get_settings`) when they run, as the worker does."""
+
+    def queue_slack_notice(incident_id: int, event: str) -> bool:
+        slack_notify.apply_async(args=[incident_id, event], queue=SLACK_QUEUE, retry=False)
+        return True
+
+    @app.task(name=INVESTIGATE, bind=True, **CELERY_RETRY)
+    def investigate_task(self: Task, investigation_id: int) -> str:
+        return investigate(get_settings(), investigation_id, queue_slack_notice, retryable=TRANSIENT)
+
+    @app.task(name=SLACK_NOTIFY, bind=True, soft_time_limit=120, time_limit=150, **CELERY_RETRY)
+    def slack_notify(self: Task, incident_id: int, event: str) -> str:
+        """Bring the incident's Slack message up to date (see `rca.notify.service`). Retries itself
+        with Slack's Retry-After or exponential backoff, at most RCA_SLACK_MAX_ATTEMPTS tries; a
+        database blip retries like an investigation does."""
+        settings = get_settings()
+        outcome = deliver(settings, incident_id, event, attempt=self.request.retries + 1)
+        if outcome.retry_in is not None:
+            raise self.retry(countdown=outcome.retry_in, max_retries=settings.slack_max_attempts)
+        return outcome.status
+
+    @app.task(name=SWEEP)
+    def sweep_task() -> int:
+        """Re-enqueue investigations whose first enqueue was lost (broker down at intake)."""
+        settings = get_settings()
+        ids = sweep(settings, timedelta(seconds=settings.sweep_after_seconds))
+        for investigation_id in ids:
+            investigate_task.delay(investigation_id)
+        return len(ids)
+
+
+@worker_process_init.connect
+def _fresh_connections_in_child(**_kwargs: Any) -> None:
+    forget_engines_after_fork()
+
+
+@worker_process_shutdown.connect
+def _metrics_of_exiting_child(pid: int, **_kwargs: Any) -> None:
+    """prometheus-client's multiprocess mode: an exiting pool child drops its live gauges."""
+    metrics.mark_process_dead(pid)

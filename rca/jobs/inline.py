@@ -1,0 +1,54 @@
+"""The embedded runner: investigations on background threads of the API process, Slack on a
+thread of its own, and a sweeper thread for what a previous process accepted but never ran."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from rca.config import Settings
+from rca.jobs.investigate import investigate
+from rca.jobs.slack import deliver_with_retries
+from rca.jobs.sweep import sweep
+
+log = logging.getLogger(__name__)
+
+
+class InlineDispatcher:
+    def __init__(self, settings: Settings, workers: int = 2) -> None:
+        self.settings = settings
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="investigate")
+        # One thread for Slack: deliveries queue up behind a rate limit instead of piling onto it.
+        self.slack_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slack")
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep_forever, name="sweeper", daemon=True)
+        self._sweeper.start()
+
+    def enqueue(self, investigation_id: int) -> bool:
+        self.pool.submit(investigate, self.settings, investigation_id, self.notify)
+        return True
+
+    def notify(self, incident_id: int, event: str) -> bool:
+        if not self.settings.slack_enabled:
+            return False
+        self.slack_pool.submit(deliver_with_retries, self.settings, incident_id, event, self._stop.wait)
+        return True
+
+    def _sweep_forever(self) -> None:
+        # The first sweep at start-up picks up what a previous process accepted but never ran.
+        older_than = timedelta(0)
+        while not self._stop.is_set():
+            try:
+                for investigation_id in sweep(self.settings, older_than):
+                    self.enqueue(investigation_id)
+            except Exception as exc:
+                log.warning("sweep failed: %s", exc)
+            older_than = timedelta(seconds=self.settings.sweep_after_seconds)
+            self._stop.wait(self.settings.sweep_after_seconds)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.pool.shutdown(wait=True, cancel_futures=False)
+        self.slack_pool.shutdown(wait=True, cancel_futures=False)
