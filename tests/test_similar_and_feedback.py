@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 from tests.conftest import API_AUTH, make_alert, make_payload, post_webhook
 from tests.error_helpers import only_error
@@ -110,6 +113,22 @@ def test_bad_feedback_is_refused_and_stores_nothing(intake_client: TestClient) -
     reply = intake_client.post("/api/v1/incidents/999999/feedback", json={"category": "kv_memory_pressure"},
                                headers=API_AUTH)
     assert reply.status_code == 404
+    assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
+
+
+def test_feedback_the_database_refuses_to_commit_is_answered_503_not_201(intake_client: TestClient,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request's transaction commits before the response goes out: a commit that fails is the
+    client's error to retry, never a 201 for feedback that was lost."""
+    inc = diagnosed(intake_client, "kv", ["kv_cache_usage"], ["kv_memory_pressure"])
+
+    def refuse(self: Session) -> None:
+        raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(Session, "commit", refuse)
+    reply = confirm(intake_client, inc, category="kv_memory_pressure")
+    monkeypatch.undo()
+    assert reply.status_code == 503, reply.text
     assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
 from pydantic import AwareDatetime
 
 from rca.api.auth import Principal, require_api_token, require_read, require_write
 from rca.api.cursor import decode_cursor, encode_cursor
+from rca.api.deps import DatabaseSession
 from rca.api.errors import unprocessable
 from rca.api.schemas import (
     AUTH_ERRORS,
@@ -34,7 +35,6 @@ from rca.store import feedback as feedback_store
 from rca.store import fts
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
-from rca.store.db import session_scope
 from rca.store.models import Feedback, Incident
 
 router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read), Depends(require_storable_query)],
@@ -66,7 +66,7 @@ def _in_utc(value: datetime | None, name: str) -> datetime | None:
                         "`time` (newest first, the default without). Follow `next_cursor` for the next page.",
 )
 def list_incidents(
-    request: Request,
+    session: DatabaseSession,
     q: Annotated[str | None, Query(max_length=500, description="free text; every word must match")] = None,
     status_: Annotated[Literal["firing", "resolved"] | None, Query(alias="status")] = None,
     alertname: Annotated[str | None, Query(max_length=255)] = None,
@@ -95,12 +95,11 @@ def list_incidents(
         q=q, status=status_, alertname=alertname, labels=_parse_labels(label), since=since, until=until,
         signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
     after = decode_cursor(cursor, order, filters) if cursor else None
-    with session_scope(request.app.state.settings.effective_database_url) as session:
-        hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
-        # A first page without a next one already holds every match; a longer result is counted on request.
-        counted: int | None = len(hits) if cursor is None and not more else None
-        if total and counted is None:
-            counted = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
+    hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
+    # A first page without a next one already holds every match; a longer result is counted on request.
+    counted: int | None = len(hits) if cursor is None and not more else None
+    if total and counted is None:
+        counted = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
     next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
     return IncidentPage(items=[IncidentSummary.of(hit) for hit in hits],
                         total=None if counted is None else min(counted, TOTAL_CAP),
@@ -127,26 +126,23 @@ IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 @router.get("/{incident_id}", response_model=IncidentOut, summary="One incident with its evidence",
             responses={404: {"model": ErrorOut, "description": "no such incident"}})
-def get_incident(request: Request, incident_id: IncidentId) -> IncidentOut:
-    with session_scope(request.app.state.settings.effective_database_url) as session:
-        incident = incident_store.get(session, incident_id=incident_id)
-        if incident is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-        return incident_out(incident)
-
+def get_incident(session: DatabaseSession, incident_id: IncidentId) -> IncidentOut:
+    incident = incident_store.get(session, incident_id=incident_id)
+    if incident is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+    return incident_out(incident)
 
 
 @router.get("/{incident_id}/similar", response_model=SimilarPage, summary="Past incidents with the same evidence",
             description="Ranked by evidence signature: breached findings, their onset order, the serving stack and "
                         "the top causes; each with the cause an engineer confirmed, when known.",
             responses={404: {"model": ErrorOut, "description": "no such incident"}})
-def similar_incidents(request: Request, incident_id: IncidentId,
+def similar_incidents(session: DatabaseSession, incident_id: IncidentId,
                       limit: Annotated[int, Query(ge=1, le=50)] = 10) -> SimilarPage:
-    with session_scope(request.app.state.settings.effective_database_url) as session:
-        target = similar_store.signature(session, incident_id)
-        if target is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-        matches = similar_store.find(session, target, limit)
+    target = similar_store.signature(session, incident_id)
+    if target is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+    matches = similar_store.find(session, target, limit)
     items = [SimilarIncident(incident=IncidentSummary.of(m.hit), score=m.score, shared_breached=m.shared,
                              onset_order=m.signature.onset_order, stack=m.signature.stack,
                              confirmed_category=m.signature.confirmed_category) for m in matches]
@@ -165,7 +161,7 @@ def _feedback_out(row: Feedback) -> FeedbackOut:
              description="Needs a token with the write scope. The newest feedback of an incident is its confirmed "
                          "cause; earlier ones stay as history.",
              responses={404: {"model": ErrorOut, "description": "no such incident"}})
-def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
+def post_feedback(session: DatabaseSession, incident_id: IncidentId, body: FeedbackIn,
                   principal: Annotated[Principal, Depends(require_api_token)]) -> FeedbackOut:
     known = taxonomy()
     if body.category not in known:
@@ -175,22 +171,20 @@ def post_feedback(request: Request, incident_id: IncidentId, body: FeedbackIn,
     ranks = [v.rank for v in body.hypotheses]
     if len(set(ranks)) != len(ranks):
         raise unprocessable(("body", "hypotheses"), "each hypothesis rank may be judged only once", "duplicate_rank")
-    with session_scope(request.app.state.settings.effective_database_url) as session:
-        if session.get(Incident, incident_id) is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-        try:
-            row = feedback_store.record(session, incident_id, category=body.category, note=body.note,
-                                        verdicts=[v.model_dump() for v in body.hypotheses], author=principal.name)
-        except feedback_store.FeedbackError as exc:
-            raise unprocessable(("body", "hypotheses"), str(exc), "unknown_rank") from None
-        session.flush()
-        return _feedback_out(row)
+    if session.get(Incident, incident_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+    try:
+        row = feedback_store.record(session, incident_id, category=body.category, note=body.note,
+                                    verdicts=[v.model_dump() for v in body.hypotheses], author=principal.name)
+    except feedback_store.FeedbackError as exc:
+        raise unprocessable(("body", "hypotheses"), str(exc), "unknown_rank") from None
+    session.flush()
+    return _feedback_out(row)
 
 
 @router.get("/{incident_id}/feedback", response_model=list[FeedbackOut], summary="Feedback given, oldest first",
             responses={404: {"model": ErrorOut, "description": "no such incident"}})
-def list_feedback(request: Request, incident_id: IncidentId) -> list[FeedbackOut]:
-    with session_scope(request.app.state.settings.effective_database_url) as session:
-        if session.get(Incident, incident_id) is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-        return [_feedback_out(row) for row in feedback_store.history(session, incident_id)]
+def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[FeedbackOut]:
+    if session.get(Incident, incident_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+    return [_feedback_out(row) for row in feedback_store.history(session, incident_id)]

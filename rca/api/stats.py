@@ -3,13 +3,13 @@ confirmed, so the team can judge whether to trust it."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from rca.api.auth import require_read
+from rca.api.deps import DatabaseSession
 from rca.api.schemas import AUTH_ERRORS, AccuracyOut
 from rca.api.storable import require_storable_query
 from rca.store import feedback as feedback_store
-from rca.store.db import session_scope
 
 router = APIRouter(prefix="/api/v1/stats", dependencies=[Depends(require_read), Depends(require_storable_query)],
                    responses=AUTH_ERRORS)
@@ -18,6 +18,5 @@ router = APIRouter(prefix="/api/v1/stats", dependencies=[Depends(require_read), 
 @router.get("/accuracy", response_model=AccuracyOut, summary="AC@1 and AC@3 over confirmed incidents",
             description="Per analyst (rules, LLM) and per confirmed category; an incident counts once, with its "
                         "newest feedback and its latest finished investigation.")
-def accuracy(request: Request) -> AccuracyOut:
-    with session_scope(request.app.state.settings.effective_database_url) as session:
-        return AccuracyOut.model_validate(feedback_store.accuracy(session))
+def accuracy(session: DatabaseSession) -> AccuracyOut:
+    return AccuracyOut.model_validate(feedback_store.accuracy(session))
