@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, urlsplit
 REPO = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379")
-# The same claim protocol as tests/conftest.py, so that parallel test sessions never share a broker.
+# The same claim protocol as tests/helpers/brokers.py, so that parallel test sessions never share a broker.
 REDIS_DB_PREFERENCE = (11, 12, 13, 14, 15, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 REDIS_CLAIM_KEY = "rca-tests:claimed-by"
 INVESTIGATION_TIMEOUT = 120.0
@@ -131,7 +131,7 @@ def redis_cli(db: int, *args: str) -> str:
 
 @contextmanager
 def spare_redis_db() -> Iterator[str]:
-    """An empty Redis database marked as ours (see tests/conftest.py), flushed afterwards."""
+    """An empty Redis database marked as ours (see tests/helpers/brokers.py), flushed afterwards."""
     token = secrets.token_hex(8)
     for db in REDIS_DB_PREFERENCE:
         if redis_cli(db, "DBSIZE") == "0" and redis_cli(db, "SET", REDIS_CLAIM_KEY, token, "NX", "EX", "900") == "OK":

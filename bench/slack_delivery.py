@@ -1,4 +1,4 @@
-"""Benchmark: Slack delivery of the service against a local fake Slack (tests/fake_slack.py).
+"""Benchmark: Slack delivery of the service against a local fake Slack (tests/fakes/slack.py).
 
     .venv/bin/python bench/slack_delivery.py --runs 20
 
@@ -30,8 +30,10 @@ from rca.notify.blocks import render  # noqa: E402
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage  # noqa: E402
 from rca.startup import checked_settings  # noqa: E402
 from rca.store.db import migrate  # noqa: E402
-from tests.conftest import LiveServer, StubPrometheus, make_alert, make_payload  # noqa: E402
-from tests.fake_slack import TOKEN, Failure, FakeSlack, block_kit_problems  # noqa: E402
+from tests.fakes.prometheus import StubPrometheus  # noqa: E402
+from tests.fakes.slack import TOKEN, Failure, FakeSlack, block_kit_problems  # noqa: E402
+from tests.helpers.payloads import make_alert, make_payload  # noqa: E402
+from tests.helpers.service import LiveServer  # noqa: E402
 
 
 def percentile(values: list[float], q: int) -> float:

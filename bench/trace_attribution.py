@@ -4,7 +4,7 @@
 
 Serves 3 h 15 min of realistic LLM-serving request traces (gateway -> engine -> queue, LoRA
 adapter load with its three steps, prefill, decode, optionally one span per decode step) from the
-protocol-faithful fake Jaeger and Tempo servers on loopback (tests/trace_fakes.py), then times
+protocol-faithful fake Jaeger and Tempo servers on loopback (tests/fakes/traces.py), then times
 `rca.traces.evidence.trace_findings` with `RCA_TRACES_SAMPLE_SIZE=500`: services lookup, the
 sliced searches (Tempo: plus one fetch per trace), parsing, attribution and findings. Also times
 the attribution alone on the fetched traces. The loopback server has no network latency, so
@@ -30,7 +30,7 @@ from rca.traces.client import TraceHTTP  # noqa: E402
 from rca.traces.evidence import trace_findings  # noqa: E402
 from rca.traces.jaeger import JaegerSource  # noqa: E402
 from rca.traces.sampling import collect_sample, plan_sample  # noqa: E402
-from tests.trace_fakes import LORA_FAULT, SERVICE, FakeBackend, Store, TraceFactory  # noqa: E402
+from tests.fakes.traces import LORA_FAULT, SERVICE, FakeBackend, Store, TraceFactory  # noqa: E402
 
 
 def main() -> None:

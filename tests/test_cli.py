@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from rca import cli
-from tests.conftest import stop_process, subprocess_env
+from tests.helpers.processes import stop_process, subprocess_env
 
 LABEL = ["--label", "instance=gpu-node-1:8000"]
 

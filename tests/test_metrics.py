@@ -33,26 +33,17 @@ from rca.store import tokens
 from rca.store.db import get_engine, session_scope
 from rca.store.models import Investigation
 from rca.traces.evidence import trace_findings
-from tests.conftest import (
-    API_AUTH,
-    CLOSED_PORT_DATABASE_URL,
-    REPO,
-    VENV_BIN,
-    RecordingDispatcher,
-    StubPrometheus,
-    make_alert,
-    make_payload,
-    make_settings,
-    post_webhook,
-    running_worker,
-    subprocess_env,
-    wait_for,
-    wait_for_investigation,
-)
 from tests.e2e.promstack import free_port
-from tests.fake_llm import SURGE_ANSWER, FakeLLM, completion, error, surge_findings, surge_rules, surge_target
-from tests.fake_slack import Failure, FakeSlack
-from tests.slack_helpers import slack_settings, store_incident, store_investigation
+from tests.fakes.llm import SURGE_ANSWER, FakeLLM, completion, error, surge_findings, surge_rules, surge_target
+from tests.fakes.prometheus import StubPrometheus
+from tests.fakes.slack import Failure, FakeSlack
+from tests.helpers.databases import CLOSED_PORT_DATABASE_URL
+from tests.helpers.paths import REPO, VENV_BIN
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.processes import running_worker, subprocess_env
+from tests.helpers.service import API_AUTH, RecordingDispatcher, make_settings, wait_for_investigation
+from tests.helpers.slack import slack_settings, store_incident, store_investigation
+from tests.helpers.waiting import wait_for
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 CLOSED_PORT_URL = "http://127.0.0.1:1"

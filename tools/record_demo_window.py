@@ -41,7 +41,7 @@ from rca.config import Settings  # noqa: E402
 from rca.pipeline import analyse  # noqa: E402
 from tests.e2e import promstack  # noqa: E402
 from tests.e2e.scenarios import MODEL, Exporter, Fleet, Host  # noqa: E402
-from tests.loopback import LoopbackServer  # noqa: E402
+from tests.helpers.loopback import LoopbackServer  # noqa: E402
 
 SAMPLES = REPO / "rca" / "samples"
 ALERT_FILE = "demo_alert.json"

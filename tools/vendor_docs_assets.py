@@ -9,7 +9,7 @@ Usage (from the repository root; needs `npm` and the npm registry, nothing else)
 For each package it runs `npm pack NAME@VERSION`, checks the tarball's sha512 against the registry's
 `dist.integrity`, copies only the files the docs pages load plus the licence files into
 `<name>-<version>/`, removes the previous version's folder and rewrites VERSIONS.json (the integrity
-and a sha256 per file, which tests/test_api_docs.py checks). Then update README.md there by hand.
+and a sha256 per file, which tests/api/test_docs.py checks). Then update README.md there by hand.
 """
 
 from __future__ import annotations

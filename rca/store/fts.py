@@ -3,7 +3,7 @@
 Postgres keeps a stored, generated `tsvector` column (`search_vector`, English stemming) on
 `incident_digests` with a GIN index; SQLite keeps an FTS5 table `incident_fts` (porter stemming)
 whose rowid is the incident id. Both are created by migration 0005 only, so the model comparison
-(`alembic check`, tests/test_migrations.py) is told to ignore them through `include_name`.
+(`alembic check`, tests/store/test_migrations.py) is told to ignore them through `include_name`.
 
 A query is the words of `q`, all of which must match (plainto_tsquery / quoted FTS5 terms): the
 same meaning on both backends and no query syntax a user can get wrong.

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.conftest import claim_redis_db
 from tests.e2e import promstack
+from tests.helpers.brokers import claim_redis_db
 
 ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
 
-from tests.loopback import LoopbackServer
+from tests.helpers.loopback import LoopbackServer
 
 GRID_SECONDS = 5.0  # counters integrate their rates on this grid
 RAMP_SECONDS = 120.0

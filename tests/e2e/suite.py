@@ -24,7 +24,7 @@ from rca.domain.evidence import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
 from tests.e2e.scenarios import MODEL, NAMESPACE, RAMP_SECONDS, Exporter, Fleet, Host, address
-from tests.trace_fakes import LORA_FAULT, FakeBackend, Phases, Store, TraceFactory
+from tests.fakes.traces import LORA_FAULT, FakeBackend, Phases, Store, TraceFactory
 
 ONSET_MINUTES_AGO = 25
 CONFIDENT = 0.5

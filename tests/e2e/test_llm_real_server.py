@@ -24,9 +24,11 @@ from rca.analyst.explain import explain
 from rca.api.app import create_app
 from rca.config import Settings, load_settings
 from rca.diagnosis.ranking import taxonomy
-from tests.conftest import StubPrometheus, make_alert, make_payload, make_settings, post_webhook, wait_for_investigation
 from tests.e2e.promstack import Process, free_port, wait_until
-from tests.fake_llm import surge_findings, surge_rules, surge_target
+from tests.fakes.llm import surge_findings, surge_rules, surge_target
+from tests.fakes.prometheus import StubPrometheus
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.service import make_settings, wait_for_investigation
 
 pytestmark = pytest.mark.e2e
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

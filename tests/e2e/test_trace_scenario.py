@@ -4,7 +4,7 @@ SGLang serves LoRA adapters; since the onset most requests load an adapter on th
 SGLang exports no LoRA-deferred metric, so Prometheus shows only a longer queue and a slower
 first token: metrics alone cannot tell adapter loading from a batching or capacity problem (and
 `lora_adapter_loading` has no breached anchor at all). The service's traces, in a fake Jaeger or
-Tempo that speaks the real query API (tests/trace_fakes.py), show `lora_adapter.load` taking a
+Tempo that speaks the real query API (tests/fakes/traces.py), show `lora_adapter.load` taking a
 large share of request time since the onset, and that decides the ranking. A healthy twin with
 healthy traces stays `no_clear_cause`.
 """
@@ -24,7 +24,7 @@ from rca.config import Settings, TargetConfig
 from rca.pipeline import Analysis, analyse
 from tests.e2e import promstack
 from tests.e2e.scenarios import MODEL, Exporter, Fleet, Host
-from tests.trace_fakes import HEALTHY, LORA_FAULT, FakeBackend, Store, TraceFactory
+from tests.fakes.traces import HEALTHY, LORA_FAULT, FakeBackend, Store, TraceFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,305 @@
+"""The search API (`GET /api/v1/incidents[/{id}]`), health and readiness. Incidents are created
+through the real webhook; investigations run on the real in-process dispatcher where the test
+needs their results."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rca.api.app import create_app
+from rca.collect.profile import DEFAULT_PROFILE, load_profile
+from rca.signals.slo import KEY as SLO_KEY
+from rca.traces.findings import SUMMARY_KEY as TRACES_KEY
+from tests.fakes.prometheus import StubPrometheus
+from tests.helpers.brokers import CLOSED_PORT_BROKER_URL
+from tests.helpers.databases import CLOSED_PORT_DATABASE_URL
+from tests.helpers.errors import assert_documented, field_errors, only_error
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.service import API_AUTH, API_TOKEN, RecordingDispatcher, make_settings, wait_for_investigation
+
+SIGNAL_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals}
+# One finding per profile signal, plus the SLO model built from two of them, plus the traces' one
+# (no trace backend configured here, so it says so).
+FINDING_IDS = SIGNAL_IDS | {SLO_KEY, TRACES_KEY}
+# Container (cAdvisor) signals: the test alerts name no pod, so these have no selector.
+POD_ONLY_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals
+                if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)}
+
+
+def search(client: TestClient, **params: Any) -> dict[str, Any]:
+    reply = client.get("/api/v1/incidents", params=params, headers=API_AUTH)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def open_incident(client: TestClient, group: str, *alerts: dict[str, Any]) -> int:
+    reply = post_webhook(client, make_payload(group, alerts=list(alerts)))
+    assert reply.status_code == 200, reply.text
+    return reply.json()["incident_id"]
+
+
+# --------------------------------------------------------------------------- authentication
+
+
+@pytest.mark.parametrize("path", ["/api/v1/incidents", "/api/v1/incidents/1"])
+@pytest.mark.parametrize(("headers", "fragment"), [
+    ({}, "missing credentials"),
+    ({"Authorization": "Bearer wrong"}, "invalid API token"),
+    ({"Authorization": "Basic YXBpOmFwaS1zZWNyZXQtZm9yLXRlc3Rz"}, "missing credentials"),  # api:<token>
+], ids=["none", "wrong-bearer", "basic"])
+def test_search_api_requires_a_valid_bearer_token(intake_client: TestClient, path: str, headers: dict[str, str],
+                                                  fragment: str) -> None:
+    open_incident(intake_client, "g", make_alert("fp-a"))
+    reply = intake_client.get(path, headers=headers)
+    assert reply.status_code == 401, reply.text
+    assert fragment in reply.json()["detail"]
+    assert reply.headers["www-authenticate"] == "Bearer"
+    assert "items" not in reply.json()
+
+
+def test_every_configured_api_token_is_accepted(db_url: str, tmp_path: Path) -> None:
+    settings = make_settings(db_url, tmp_path, api_tokens=f"first-token, {API_TOKEN}")
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        for token in ("first-token", API_TOKEN):
+            assert client.get("/api/v1/incidents", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        assert client.get("/api/v1/incidents", headers={"Authorization": "Bearer first"}).status_code == 401
+
+
+# --------------------------------------------------------------------------- search
+
+
+def test_incidents_are_listed_newest_first(intake_client: TestClient) -> None:
+    ids = [open_incident(intake_client, f"group-{n}", make_alert(f"fp-{n}")) for n in range(4)]
+    page = search(intake_client)
+    assert [item["id"] for item in page["items"]] == list(reversed(ids))
+    assert page["total"] == 4 and page["next_cursor"] is None and page["sort"] == "time"
+    first = page["items"][-1]
+    assert first["status"] == "firing" and first["investigation_status"] == "queued"
+    assert first["notification_count"] == 1 and first["alertname"] == "LLMRequestQueueMedianHigh"
+
+
+def test_search_filters_by_status(intake_client: TestClient) -> None:
+    still_firing = open_incident(intake_client, "a", make_alert("fp-a"))
+    resolved = open_incident(intake_client, "b", make_alert("fp-b"))
+    post_webhook(intake_client, make_payload("b", alerts=[make_alert("fp-b", status="resolved")]))
+
+    assert [i["id"] for i in search(intake_client, status="firing")["items"]] == [still_firing]
+    [item] = search(intake_client, status="resolved")["items"]
+    assert item["id"] == resolved and item["resolved_at"] is not None
+    assert search(intake_client)["total"] == 2
+    reply = intake_client.get("/api/v1/incidents", params={"status": "open"}, headers=API_AUTH)
+    only_error(intake_client, reply, ["query", "status"], "literal_error")
+
+
+def test_search_filters_by_alertname_of_any_alert_in_the_incident(intake_client: TestClient) -> None:
+    kv = open_incident(intake_client, "kv", make_alert("fp-kv", alertname="KVCacheHigh"))
+    mixed = open_incident(intake_client, "mixed", make_alert("fp-q", alertname="QueueHigh"),
+                          make_alert("fp-k2", alertname="KVCacheHigh"))
+    open_incident(intake_client, "queue", make_alert("fp-q2", alertname="QueueHigh"))
+
+    page = search(intake_client, alertname="KVCacheHigh")
+    assert [i["id"] for i in page["items"]] == [mixed, kv] and page["total"] == 2
+    assert search(intake_client, alertname="NoSuchAlert") == {
+        "items": [], "total": 0, "total_exact": True, "limit": 50, "sort": "time", "next_cursor": None}
+
+
+def test_search_filters_by_alert_labels_and_ands_repeated_filters(intake_client: TestClient) -> None:
+    one = open_incident(intake_client, "one", make_alert("fp-1", instance="gpu-node-1:8000", model_name="llama"))
+    two = open_incident(intake_client, "two", make_alert("fp-2", instance="gpu-node-2:8000", model_name="llama"))
+    open_incident(intake_client, "three", make_alert("fp-3", instance="gpu-node-2:8000", model_name="qwen"))
+
+    assert [i["id"] for i in search(intake_client, label="model_name=llama")["items"]] == [two, one]
+    both = search(intake_client, label=["model_name=llama", "instance=gpu-node-2:8000"])
+    assert [i["id"] for i in both["items"]] == [two] and both["total"] == 1
+    assert search(intake_client, label="model_name=mistral")["total"] == 0
+    assert search(intake_client, label="missing_label=llama")["total"] == 0
+    # a value may itself contain '=' (only the first one separates name from value)
+    eq = open_incident(intake_client, "eq", make_alert("fp-eq", selector="a=b"))
+    assert [i["id"] for i in search(intake_client, label="selector=a=b")["items"]] == [eq]
+
+
+@pytest.mark.parametrize("bad", ["model_name", "=llama", ""])
+def test_malformed_label_filter_is_refused_with_422(intake_client: TestClient, bad: str) -> None:
+    reply = intake_client.get("/api/v1/incidents", params={"label": bad}, headers=API_AUTH)
+    only_error(intake_client, reply, ["query", "label"], "invalid_label_filter", "name=value")
+
+
+def test_search_filters_by_creation_time_window(intake_client: TestClient) -> None:
+    early = open_incident(intake_client, "early", make_alert("fp-e"))
+    time.sleep(0.02)
+    between = datetime.now(UTC)
+    time.sleep(0.02)
+    late = open_incident(intake_client, "late", make_alert("fp-l"))
+
+    assert [i["id"] for i in search(intake_client, since=between.isoformat())["items"]] == [late]
+    assert [i["id"] for i in search(intake_client, until=between.isoformat())["items"]] == [early]
+    hour = timedelta(hours=1)
+    window = search(intake_client, since=(between - hour).isoformat(), until=(between + hour).isoformat())
+    assert window["total"] == 2
+    assert search(intake_client, since=(between + hour).isoformat())["total"] == 0
+
+
+@pytest.mark.parametrize(("params", "fragment"), [
+    ({"since": "2026-12-03T10:00:00+00:00", "until": "2026-12-03T10:00:00+00:00"}, "since must be before until"),
+    ({"since": "2026-12-03T11:00:00+00:00", "until": "2026-12-03T10:00:00+00:00"}, "since must be before until"),
+    ({"since": "2026-12-03T10:00:00"}, "timezone"),
+    ({"limit": "0"}, "limit"),
+    ({"limit": "201"}, "limit"),
+    ({"cursor": "not-a-cursor"}, "invalid cursor"),
+], ids=["equal", "reversed", "naive", "limit-0", "limit-too-big", "garbage-cursor"])
+def test_invalid_search_parameters_are_refused_with_422(intake_client: TestClient, params: dict[str, str],
+                                                        fragment: str) -> None:
+    reply = intake_client.get("/api/v1/incidents", params=params, headers=API_AUTH)
+    assert fragment in str(field_errors(intake_client, reply))
+
+
+def test_search_pages_through_results_with_next_cursor(intake_client: TestClient) -> None:
+    ids = [open_incident(intake_client, f"page-{n}", make_alert(f"fp-{n}")) for n in range(5)]
+    newest_first = list(reversed(ids))
+
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = search(intake_client, limit=2, total="true", **({"cursor": cursor} if cursor else {}))
+        assert page["total"] == 5 and page["total_exact"] and page["limit"] == 2
+        seen += [item["id"] for item in page["items"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == newest_first and pages == 3
+    assert search(intake_client, limit=5)["next_cursor"] is None
+
+
+def test_unknown_incident_is_404(intake_client: TestClient) -> None:
+    known = open_incident(intake_client, "g", make_alert("fp-a"))
+    reply = intake_client.get(f"/api/v1/incidents/{known + 1000}", headers=API_AUTH)
+    assert reply.status_code == 404
+    assert reply.json()["detail"] == f"incident {known + 1000} not found"
+    assert intake_client.get(f"/api/v1/incidents/{known}", headers=API_AUTH).status_code == 200
+
+
+# --------------------------------------------------------------------------- detail, with real investigations
+
+
+def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investigation(
+        db_url: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
+    settings = make_settings(db_url, tmp_path, prometheus_url=prometheus.url)
+    with TestClient(create_app(settings)) as client:  # the real InlineDispatcher
+        incident_id = open_incident(client, "detail", make_alert("fp-a", model_name="llama"),
+                                    make_alert("fp-b", model_name="llama"))
+        incident = wait_for_investigation(client, incident_id)
+        listed = search(client)["items"][0]
+
+    assert incident["id"] == incident_id and incident["status"] == "firing"
+    assert {a["fingerprint"] for a in incident["alerts"]} == {"fp-a", "fp-b"}
+    assert all(a["labels"]["instance"] == "gpu-node-1:8000" for a in incident["alerts"])
+
+    inv = incident["investigation"]
+    assert inv["status"] == "done", inv["error"]
+    assert inv["attempts"] == 1 and inv["error"] is None
+    assert inv["started_at"] <= inv["finished_at"]
+    assert inv["target"]["host"] == "gpu-node-1" and inv["target"]["labels"]["model_name"] == "llama"
+    assert incident["investigations"] == [inv]
+
+    findings = inv["findings"]
+    assert {f["id"] for f in findings} == FINDING_IDS
+    [slo] = [f for f in findings if f["id"] == SLO_KEY]
+    assert slo["status"] == "ok" and slo["value"] is None  # the stub's flat 0.5 s TTFT never breaks the SLO
+    assert "no TTFT SLO violation" in slo["detail"]
+    assert all(q in prometheus.queries for q in slo["query"].split("\n"))
+    for finding in (f for f in findings if f["id"] in POD_ONLY_IDS):
+        assert finding["status"] == "unavailable" and "no pod series match this target" in finding["detail"]
+    [traces] = [f for f in findings if f["id"] == TRACES_KEY]
+    assert traces["status"] == "unavailable" and "no trace backend configured" in traces["detail"]
+    for finding in (f for f in findings if f["id"] not in POD_ONLY_IDS | {SLO_KEY, TRACES_KEY}):
+        assert finding["status"] in ("ok", "breached"), finding
+        assert finding["value"] == pytest.approx(float(StubPrometheus.VALUE))
+        assert finding["query"] and finding["query"] in prometheus.queries
+        assert "gpu-node-1" in finding["query"]
+        assert finding["source"]
+
+    hypotheses = inv["hypotheses"]
+    assert hypotheses, "an investigation always ranks at least one cause"
+    assert [h["rank"] for h in hypotheses] == list(range(1, len(hypotheses) + 1))
+    cited = {key for h in hypotheses for key in h["evidence"] + h["contradicting"]}
+    assert cited <= SIGNAL_IDS
+    assert listed["investigation_status"] == "done"
+    assert listed["top_category"] == hypotheses[0]["category"]
+    assert listed["top_confidence"] == pytest.approx(hypotheses[0]["confidence"])
+
+
+def test_investigation_without_prometheus_finishes_with_findings_marked_unavailable(
+        db_url: str, tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(db_url, tmp_path))) as client:
+        incident = wait_for_investigation(client, open_incident(client, "noprom", make_alert("fp-a")))
+
+    inv = incident["investigation"]
+    assert inv["status"] == "done"
+    assert "RCA_PROMETHEUS_URL" in inv["error"]
+    assert {f["id"] for f in inv["findings"]} == FINDING_IDS
+    assert all(f["status"] == "unavailable" and f["detail"].startswith("data unavailable") for f in inv["findings"])
+    assert inv["hypotheses"]
+
+
+# --------------------------------------------------------------------------- health
+
+
+def test_healthz_answers_without_credentials_or_dependencies(tmp_path: Path) -> None:
+    settings = make_settings(CLOSED_PORT_DATABASE_URL, tmp_path, broker_url=CLOSED_PORT_BROKER_URL)
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        reply = client.get("/healthz")
+    assert reply.status_code == 200 and reply.json() == {"status": "ok"}
+
+
+def test_readyz_is_ready_with_real_postgres_and_redis(pg_db: str, redis_url: str, tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(pg_db, tmp_path, broker_url=redis_url))) as client:
+        reply = client.get("/readyz")
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"status": "ready", "checks": {"database": "ok", "broker": "ok", "queue": "celery"}}
+
+
+def test_readyz_is_not_ready_when_the_broker_is_down(pg_db: str, tmp_path: Path) -> None:
+    settings = make_settings(pg_db, tmp_path, broker_url=CLOSED_PORT_BROKER_URL)
+    with TestClient(create_app(settings)) as client:
+        started = time.monotonic()
+        reply = client.get("/readyz")
+        elapsed = time.monotonic() - started
+        assert_documented(client, reply, "GET", "/readyz")
+    assert reply.status_code == 503, reply.text
+    checks = reply.json()["checks"]
+    assert reply.json()["status"] == "not ready"
+    assert checks["database"] == "ok" and checks["broker"].startswith("unavailable")
+    assert elapsed < 15
+
+
+def test_readyz_is_not_ready_when_the_database_is_down(redis_url: str, tmp_path: Path) -> None:
+    settings = make_settings(CLOSED_PORT_DATABASE_URL, tmp_path, broker_url=redis_url)
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        reply = client.get("/readyz")
+        assert_documented(client, reply, "GET", "/readyz")
+    assert reply.status_code == 503, reply.text
+    assert reply.json()["checks"]["database"].startswith("unavailable")
+    assert reply.json()["checks"]["broker"] == "ok"
+
+
+def test_readyz_in_embedded_mode_needs_only_the_database(sqlite_url: str, tmp_path: Path) -> None:
+    with TestClient(create_app(make_settings(sqlite_url, tmp_path), dispatcher=RecordingDispatcher())) as client:
+        reply = client.get("/readyz")
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["checks"]["queue"] == "embedded (in-process)"
+
+
+def test_search_with_the_database_down_answers_503_with_retry_after(tmp_path: Path) -> None:
+    settings = make_settings(CLOSED_PORT_DATABASE_URL, tmp_path)
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        for path in ("/api/v1/incidents", "/api/v1/incidents/1"):
+            reply = client.get(path, headers=API_AUTH)
+            assert reply.status_code == 503, reply.text
+            assert "database unavailable" in reply.json()["detail"]
+            assert int(reply.headers["retry-after"]) > 0

@@ -1,0 +1,256 @@
+"""A local HTTP server that speaks the two Slack protocols the service uses, and checks every
+payload it receives against Block Kit's limits.
+
+Web API (`POST /api/chat.postMessage`, `POST /api/chat.update`), as slack_sdk sends them (JSON,
+or form fields with `blocks` as a JSON string), with `Authorization: Bearer xoxb-...`. Answers
+HTTP 200 with `{"ok": true, "channel": ..., "ts": ..., "message": {...}}` or `{"ok": false,
+"error": "..."}`; chat.update needs the channel id and the ts that chat.postMessage returned.
+  https://docs.slack.dev/reference/methods/chat.postMessage
+  https://docs.slack.dev/reference/methods/chat.update
+Incoming webhook (`POST /services/T.../B.../secret`): 200 with the plain-text body `ok`;
+`invalid_payload` 400, `no_service` 404, plain-text error bodies.
+  https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks
+Rate limits: HTTP 429 with `Retry-After: <seconds>`.
+  https://docs.slack.dev/apis/web-api/rate-limits
+Block Kit limits: 50 blocks a message, header plain_text 150, section text 3,000, section fields
+10 of 2,000, context 10 elements, actions 25 elements, button text 75, URL 3,000, block_id 255.
+  https://docs.slack.dev/reference/block-kit/blocks
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import parse_qs
+
+from tests.helpers.loopback import LoopbackServer
+
+TOKEN = "xoxb-fake-secret-token-0123456789"
+WEBHOOK_PATH = "/services/T0000TEST/B0000TEST/fakeWebhookSecretXyz"
+TEXT_OBJECT_TYPES = ("plain_text", "mrkdwn")
+
+
+def _text_problems(where: str, obj: Any, limit: int, kinds: tuple[str, ...] = TEXT_OBJECT_TYPES) -> list[str]:
+    if not isinstance(obj, dict) or obj.get("type") not in kinds or not isinstance(obj.get("text"), str):
+        return [f"{where}: not a text object of type {'/'.join(kinds)}"]
+    if not obj["text"]:
+        return [f"{where}: empty text"]
+    if len(obj["text"]) > limit:
+        return [f"{where}: {len(obj['text'])} characters, more than {limit}"]
+    return []
+
+
+def block_kit_problems(payload: dict[str, Any]) -> list[str]:
+    """Everything in a message payload that breaks Block Kit's documented limits."""
+    problems = []
+    text, blocks = payload.get("text"), payload.get("blocks")
+    if not text and not blocks:
+        problems.append("neither text nor blocks")
+    if text is not None and (not isinstance(text, str) or len(text) > 40000):
+        problems.append("text is not a string of at most 40,000 characters")
+    if blocks is None:
+        return problems
+    if not isinstance(blocks, list) or len(blocks) > 50:
+        return problems + [f"blocks: {len(blocks) if isinstance(blocks, list) else 'not a list'} (at most 50)"]
+    for i, block in enumerate(blocks):
+        kind, where = block.get("type"), f"blocks[{i}]"
+        if len(block.get("block_id", "")) > 255:
+            problems.append(f"{where}.block_id longer than 255")
+        if kind == "header":
+            problems += _text_problems(f"{where}.text", block.get("text"), 150, ("plain_text",))
+        elif kind == "section":
+            if "text" not in block and "fields" not in block:
+                problems.append(f"{where}: a section needs text or fields")
+            if "text" in block:
+                problems += _text_problems(f"{where}.text", block["text"], 3000)
+            for j, item in enumerate(block.get("fields", [])):
+                problems += _text_problems(f"{where}.fields[{j}]", item, 2000)
+            if len(block.get("fields", [])) > 10:
+                problems.append(f"{where}.fields: more than 10")
+        elif kind == "context":
+            elements = block.get("elements") or []
+            if not 1 <= len(elements) <= 10:
+                problems.append(f"{where}.elements: {len(elements)} (1 to 10)")
+            for j, item in enumerate(elements):
+                problems += _text_problems(f"{where}.elements[{j}]", item, 3000)
+        elif kind == "actions":
+            elements = block.get("elements") or []
+            if not 1 <= len(elements) <= 25:
+                problems.append(f"{where}.elements: {len(elements)} (1 to 25)")
+            for j, item in enumerate(elements):
+                problems += _text_problems(f"{where}.elements[{j}].text", item.get("text"), 75, ("plain_text",))
+                if len(item.get("url", "")) > 3000:
+                    problems.append(f"{where}.elements[{j}].url longer than 3,000")
+        elif kind != "divider":
+            problems.append(f"{where}: unexpected block type {kind!r}")
+    return problems
+
+
+@dataclass
+class Received:
+    at: float  # time.monotonic() when answered
+    path: str
+    payload: dict[str, Any]
+    status: int
+    answer: str
+
+
+@dataclass
+class Failure:
+    status: int
+    retry_after: int | None = None
+    error: str = "service_unavailable"
+
+
+@dataclass
+class FakeSlack(LoopbackServer):
+    """Start with `with FakeSlack() as slack:`; script failures with `fail_next`; set `down` for an outage."""
+
+    received: list[Received] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    messages: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    down: bool = False
+    delay: float = 0.0  # seconds before each answer, to make concurrent calls overlap
+
+    def __post_init__(self) -> None:
+        self._failures: deque[Failure] = deque()
+        self._ts = itertools.count(1)
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                time.sleep(fake.delay)
+                status, headers, answer, payload = fake.answer(self.path, dict(self.headers), body)
+                data = answer.encode()
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                with fake._lock:
+                    fake.received.append(Received(time.monotonic(), self.path, payload, status, answer))
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(Handler, name="fake-slack")
+        self.api_url = f"{self.base}/api/"
+        self.webhook_url = f"{self.base}{WEBHOOK_PATH}"
+
+    def reset(self) -> None:
+        """Forget what was received, for the next test on a server shared by a module."""
+        with self._lock:
+            self.received.clear()
+            self.problems.clear()
+            self.messages.clear()
+            self._failures.clear()
+        self.down, self.delay = False, 0.0
+
+    def fail_next(self, *failures: Failure) -> None:
+        self._failures.extend(failures)
+
+    # ------------------------------------------------------------------ what tests look at
+
+    def calls(self, path_end: str, ok_only: bool = True) -> list[Received]:
+        return [r for r in self.received if r.path.endswith(path_end) and (r.status == 200 or not ok_only)
+                and (not ok_only or '"ok": false' not in r.answer)]
+
+    def posts(self) -> list[Received]:
+        """Accepted chat.postMessage calls that started a message (not thread replies)."""
+        return [r for r in self.calls("chat.postMessage") if not r.payload.get("thread_ts")]
+
+    def replies(self) -> list[Received]:
+        return [r for r in self.calls("chat.postMessage") if r.payload.get("thread_ts")]
+
+    def updates(self) -> list[Received]:
+        return self.calls("chat.update")
+
+    def webhook_posts(self) -> list[Received]:
+        return self.calls(WEBHOOK_PATH)
+
+    # ------------------------------------------------------------------ the protocol
+
+    def answer(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], str, dict]:
+        payload = self._parse(headers, body)
+        api = path.startswith("/api/")
+        plain = {"Content-Type": "text/html"}  # what hooks.slack.com sends with its string bodies
+        jsonh = {"Content-Type": "application/json; charset=utf-8"}
+        if self.down:
+            return 503, plain, "<html><body>503 Service Unavailable</body></html>", payload
+        with self._lock:
+            failure = self._failures.popleft() if self._failures else None
+        if failure is not None:
+            extra = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
+            if failure.status == 429:
+                body_text = json.dumps({"ok": False, "error": "ratelimited"}) if api else "rate_limited"
+                return 429, {**(jsonh if api else plain), **extra}, body_text, payload
+            return failure.status, {**plain, **extra}, failure.error, payload
+        if payload is None:
+            return (200, jsonh, json.dumps({"ok": False, "error": "invalid_json"}), {}) if api else \
+                (400, plain, "invalid_payload", {})
+        problems = block_kit_problems(payload)
+        if problems:
+            self.problems += problems
+            return (200, jsonh, json.dumps({"ok": False, "error": "invalid_blocks"}), payload) if api else \
+                (400, plain, "invalid_blocks", payload)
+        if not api:
+            if path != WEBHOOK_PATH:
+                return 404, plain, "no_service", payload
+            return 200, plain, "ok", payload
+        if headers.get("Authorization") != f"Bearer {TOKEN}":
+            return 200, jsonh, json.dumps({"ok": False, "error": "invalid_auth"}), payload
+        method = path.removeprefix("/api/")
+        result = self._post(payload) if method == "chat.postMessage" else \
+            self._update(payload) if method == "chat.update" else {"ok": False, "error": "unknown_method"}
+        return 200, jsonh, json.dumps(result), payload
+
+    @staticmethod
+    def _parse(headers: dict[str, str], body: bytes) -> dict[str, Any] | None:
+        kind = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+        try:
+            if kind.startswith("application/json"):
+                data = json.loads(body)
+                return data if isinstance(data, dict) else None
+            form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+            if "blocks" in form:
+                form["blocks"] = json.loads(form["blocks"])
+            return form
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    @staticmethod
+    def channel_id(channel: str) -> str:
+        """Slack answers with the channel's id even when given its name."""
+        return channel if channel.startswith("C") else f"C{zlib.crc32(channel.encode()):010d}"
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        channel = payload.get("channel")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        channel = self.channel_id(channel)
+        thread_ts = payload.get("thread_ts")
+        if thread_ts and (channel, thread_ts) not in self.messages:
+            return {"ok": False, "error": "thread_not_found"}
+        ts = f"1700000000.{next(self._ts):06d}"
+        message = {"type": "message", "text": payload.get("text", ""), "blocks": payload.get("blocks", []),
+                   "ts": ts, "bot_id": "B0FAKE", **({"thread_ts": thread_ts} if thread_ts else {})}
+        self.messages[(channel, ts)] = message
+        return {"ok": True, "channel": channel, "ts": ts, "message": message}
+
+    def _update(self, payload: dict[str, Any]) -> dict[str, Any]:
+        key = (payload.get("channel", ""), payload.get("ts", ""))
+        if key not in self.messages:  # a channel name instead of its id also lands here, as on Slack
+            return {"ok": False, "error": "message_not_found"}
+        self.messages[key].update(text=payload.get("text", ""), blocks=payload.get("blocks", []))
+        return {"ok": True, "channel": key[0], "ts": key[1], "text": payload.get("text", ""),
+                "message": self.messages[key]}

@@ -1,0 +1,77 @@
+"""Child processes the tests start (`rca worker`, `rca serve`): a clean environment, a running
+worker yielded once it answers a ping, and stopping each by its pid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from tests.helpers.paths import VENV_BIN
+from tests.helpers.waiting import wait_for
+
+
+def subprocess_env(**rca: str) -> dict[str, str]:
+    """A clean environment for a child process: no inherited RCA_* settings, only the given ones."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RCA_")}
+    env.update({f"RCA_{k.upper()}": v for k, v in rca.items()})
+    return env
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
+    """Terminate one process we started, by its pid; kill it if it does not go."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
+
+
+@dataclass
+class Worker:
+    """A running `rca worker` child process and a Celery client of its broker (to send it tasks)."""
+
+    process: subprocess.Popen[bytes]
+    app: Celery
+    log: Path
+    broker: str
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+@contextmanager
+def running_worker(home: Path, env: dict[str, str], app: Celery, broker: str, name: str) -> Iterator[Worker]:
+    """`rca worker --no-beat --concurrency 1` in `home`, yielded once it answers a ping, stopped by
+    its pid afterwards; its output goes to `home/worker.log` for failure messages. Its metrics port
+    is off unless `env` sets RCA_WORKER_METRICS_PORT."""
+    log = home / "worker.log"
+    hostname = f"{name}-{uuid.uuid4().hex[:8]}@127.0.0.1"
+    env = {"RCA_WORKER_METRICS_PORT": "0", **env}  # parallel sessions would fight over 9808; tests that want it set it
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(VENV_BIN / "rca"), "worker", "--no-beat", "--concurrency", "1", "--hostname", hostname],
+            cwd=home, env=env, stdout=sink, stderr=subprocess.STDOUT,
+        )
+    worker = Worker(process, app, log, broker)
+    try:
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")
+            return bool(app.control.ping(destination=[hostname], timeout=0.5))
+
+        wait_for(ready, 45, "the Celery worker to answer a ping", interval=0.2)
+        yield worker
+    finally:
+        stop_process(process)
+        app.close()

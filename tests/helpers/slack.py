@@ -1,0 +1,69 @@
+"""Shared by the Slack tests: settings pointing at the fake Slack, and incidents stored directly."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rca.config import Settings
+from rca.store import digests
+from rca.store.db import session_scope
+from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation
+from tests.fakes.slack import TOKEN, FakeSlack
+from tests.helpers.service import make_settings
+
+CHANNEL = "#llm-alerts"
+
+
+def slack_settings(db_url: str, tmp_path: Path, slack: FakeSlack, mode: str = "bot", **overrides: Any) -> Settings:
+    values: dict[str, Any] = {"slack_retry_backoff_seconds": 0.2, "public_url": "https://rca.example"}
+    if mode == "bot":
+        values |= {"slack_bot_token": TOKEN, "slack_channel": CHANNEL, "slack_api_url": slack.api_url}
+    else:
+        values |= {"slack_webhook_url": slack.webhook_url}
+    return make_settings(db_url, tmp_path, **(values | overrides))
+
+
+def store_incident(url: str, *, annotations: dict[str, str] | None = None, severity: str = "critical") -> int:
+    now = datetime.now(UTC)
+    labels = {"alertname": "LLMRequestQueueMedianHigh", "instance": "gpu-node-1:8000", "severity": severity}
+    with session_scope(url) as session:
+        incident = Incident(group_key=f"g-{now.timestamp()}", status="firing", title="queue high",
+                            alertname=labels["alertname"], receiver="llm-rca", group_labels={}, common_labels=labels,
+                            common_annotations={}, external_url="http://alertmanager:9093", notification_count=1)
+        session.add(incident)
+        session.flush()
+        session.add(Alert(incident_id=incident.id, fingerprint="fp", alertname=labels["alertname"], status="firing",
+                          labels=labels, annotations=annotations or {"summary": "queue above 4.7"},
+                          starts_at=now - timedelta(minutes=5), generator_url="http://prometheus:9090/graph", raw={}))
+        return incident.id
+
+
+def store_investigation(url: str, incident_id: int, breached: list[str], categories: list[str],
+                        wording: str = "because the evidence says so") -> int:
+    """A finished investigation with these breached findings and this ranking."""
+    now = datetime.now(UTC)
+    with session_scope(url) as session:
+        inv = Investigation(incident_id=incident_id, status="done", reason="new_incident", attempts=1,
+                            queued_at=now, finished_at=now, total_seconds=2.5, analyst="rules",
+                            target={"host": "gpu-node-1", "instance": "gpu-node-1:8000"})
+        for key in ("queue_median", "cpu_bound_ratio", "prefix_cache_hit_rate"):
+            hit = key in breached
+            inv.findings.append(Finding(key=key, kind="signal", title=key.replace("_", " "),
+                                        status="breached" if hit else "ok", breached=hit, value=9.0 if hit else 1.0,
+                                        baseline=1.0, threshold=4.7, comparison=">", unit="requests", detail=""))
+        for rank, category in enumerate(categories, start=1):
+            inv.hypotheses.append(Hypothesis(rank=rank, category=category, title=f"{category}: {wording}",
+                                             confidence=round(0.8 - rank / 10, 2), evidence=[], contradicting=[],
+                                             next_steps=[], explanation=wording, analyst="rules"))
+        session.add(inv)
+        session.flush()
+        digests.refresh(session, incident_id)  # as every production write path does
+        return inv.id
+
+
+def resolve(url: str, incident_id: int) -> None:
+    with session_scope(url) as session:
+        incident = session.get(Incident, incident_id)
+        incident.status, incident.resolved_at = "resolved", datetime.now(UTC)

@@ -1,0 +1,316 @@
+"""Slack delivery against a local server speaking Slack's Web API and webhook protocols
+(`tests/fakes/slack.py`): one message per incident, updates only on material change, Retry-After
+honoured, 5xx retried with backoff, client errors final, a Slack outage invisible to
+investigations, and no secret in logs or API answers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from rca.api.app import create_app
+from rca.notify.service import deliver
+from rca.store import feedback as feedback_store
+from rca.store.db import session_scope
+from rca.store.models import SlackAttempt, SlackDelivery
+from tests.fakes.prometheus import StubPrometheus
+from tests.fakes.slack import TOKEN, WEBHOOK_PATH, Failure, FakeSlack
+from tests.helpers.databases import CLOSED_PORT_DATABASE_URL, rows, truncate
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.service import API_AUTH, RecordingDispatcher, make_settings, wait_for_investigation
+from tests.helpers.slack import resolve, slack_settings, store_incident, store_investigation
+from tests.helpers.waiting import wait_for
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    with FakeSlack() as fake:
+        yield fake
+    assert fake.problems == [], "a payload broke Block Kit's limits"
+
+
+def attempts(url: str, incident_id: int) -> list[tuple[str, str, int | None, float | None]]:
+    query = (select(SlackAttempt.action, SlackAttempt.outcome, SlackAttempt.http_status, SlackAttempt.retry_after)
+             .join(SlackDelivery).where(SlackDelivery.incident_id == incident_id).order_by(SlackAttempt.id))
+    return [tuple(row) for row in rows(url, query)]
+
+
+def delivery(url: str, incident_id: int) -> object:
+    [row] = rows(url, select(SlackDelivery.__table__).where(SlackDelivery.incident_id == incident_id))
+    return row
+
+
+def test_bot_posts_once_and_updates_only_on_material_change(db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(db_url, tmp_path, slack)
+    incident_id = store_incident(db_url)
+    store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge", "batching_misconfig"])
+
+    assert deliver(settings, incident_id, "investigation").status == "delivered"
+    assert deliver(settings, incident_id, "investigation").status == "unchanged"  # a redelivered task
+    store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge", "batching_misconfig"],
+                        wording="an LLM put it differently")
+    assert deliver(settings, incident_id, "investigation").status == "unchanged"  # same evidence, new words
+    assert (len(slack.posts()), len(slack.updates()), len(slack.replies())) == (1, 0, 0)
+
+    changed = store_investigation(db_url, incident_id, ["queue_median", "cpu_bound_ratio"],
+                                  ["cpu_launch_overhead", "arrival_surge"])
+    assert deliver(settings, incident_id, "investigation").status == "delivered"
+    assert deliver(settings, incident_id, "investigation").status == "unchanged"
+
+    [post], [update], [reply] = slack.posts(), slack.updates(), slack.replies()
+    posted = json.loads(post.answer)
+    assert post.payload["channel"] == "#llm-alerts"
+    assert (update.payload["channel"], update.payload["ts"]) == (posted["channel"], posted["ts"])
+    assert reply.payload["thread_ts"] == posted["ts"] and f"Re-investigation #{changed}" in reply.payload["text"]
+    assert "cpu_launch_overhead" in json.dumps(update.payload["blocks"])
+    row = delivery(db_url, incident_id)
+    assert (row.status, row.channel, row.ts, row.messages, row.updates) == ("delivered", posted["channel"],
+                                                                          posted["ts"], 2, 1)
+
+
+def test_resolved_incident_gets_one_thread_reply_and_the_message_says_resolved(
+        db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(db_url, tmp_path, slack)
+    incident_id = store_incident(db_url)
+    store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge"])
+    deliver(settings, incident_id, "investigation")
+    resolve(db_url, incident_id)
+
+    assert deliver(settings, incident_id, "resolved").status == "delivered"
+    assert deliver(settings, incident_id, "resolved").status == "unchanged"
+
+    [post], [update], [reply] = slack.posts(), slack.updates(), slack.replies()
+    assert ":white_check_mark:" in update.payload["blocks"][0]["text"]["text"]
+    assert reply.payload["thread_ts"] == json.loads(post.answer)["ts"] and "Resolved" in reply.payload["text"]
+
+
+def test_resolve_before_the_first_post_waits_for_it(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(pg_db, tmp_path, slack)
+    incident_id = store_incident(pg_db)
+    resolve(pg_db, incident_id)
+    assert deliver(settings, incident_id, "resolved").status == "skipped"  # nothing to reply to yet
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    assert deliver(settings, incident_id, "investigation").status == "delivered"
+    [post] = slack.posts()
+    assert ":white_check_mark:" in post.payload["blocks"][0]["text"]["text"]
+    assert deliver(settings, incident_id, "resolved").status == "unchanged"  # the message already says so
+    assert slack.replies() == []
+
+
+def test_rate_limit_honours_retry_after(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(pg_db, tmp_path, slack)
+    incident_id = store_incident(pg_db)
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    slack.fail_next(Failure(429, retry_after=7))
+
+    outcome = deliver(settings, incident_id, "investigation", attempt=1)
+    assert (outcome.status, outcome.retry_in) == ("retrying", 7.0)
+    assert delivery(pg_db, incident_id).status == "retrying"
+    assert deliver(settings, incident_id, "investigation", attempt=2).status == "delivered"
+    assert attempts(pg_db, incident_id) == [("post", "rate_limited", 429, 7.0), ("post", "ok", 200, None)]
+    assert len(slack.posts()) == 1
+
+
+def test_server_errors_and_network_errors_retry_with_backoff_then_give_up(pg_db: str, tmp_path: Path,
+                                                                          slack: FakeSlack) -> None:
+    settings = slack_settings(pg_db, tmp_path, slack, slack_max_attempts=3, slack_retry_backoff_seconds=2)
+    incident_id = store_incident(pg_db)
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    slack.fail_next(Failure(503), Failure(500, error="rollup_error"))
+
+    assert deliver(settings, incident_id, "investigation", attempt=1).retry_in == 2
+    assert deliver(settings, incident_id, "investigation", attempt=2).retry_in == 4
+    assert deliver(settings, incident_id, "investigation", attempt=3).status == "delivered"
+
+    unreachable = slack_settings(pg_db, tmp_path, slack, slack_api_url="http://127.0.0.1:1/api/", slack_max_attempts=2)
+    other = store_incident(pg_db)
+    store_investigation(pg_db, other, ["queue_median"], ["arrival_surge"])
+    assert deliver(unreachable, other, "investigation", attempt=1).status == "retrying"
+    final = deliver(unreachable, other, "investigation", attempt=2)
+    assert final.status == "failed" and final.retry_in is None
+    assert attempts(pg_db, other) == [("post", "retry", None, None)] * 2
+    assert delivery(pg_db, other).last_error.startswith("network error")
+    assert attempts(pg_db, incident_id) == [("post", "retry", 503, None), ("post", "retry", 500, None),
+                                            ("post", "ok", 200, None)]
+
+
+def test_client_errors_are_final_at_once(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    incident_id = store_incident(pg_db)
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    bad_token = slack_settings(pg_db, tmp_path, slack, slack_bot_token="xoxb-wrong")
+    outcome = deliver(bad_token, incident_id, "investigation", attempt=1)
+    assert (outcome.status, outcome.detail) == ("failed", "invalid_auth")
+
+    hook = slack_settings(pg_db, tmp_path, slack, mode="webhook",
+                          slack_webhook_url=slack.webhook_url.replace(WEBHOOK_PATH, "/services/T/B/revoked"))
+    other = store_incident(pg_db)
+    store_investigation(pg_db, other, ["queue_median"], ["arrival_surge"])
+    assert deliver(hook, other, "investigation", attempt=1).status == "failed"
+    assert attempts(pg_db, other) == [("post", "failed", 404, None)]
+    assert delivery(pg_db, other).last_error == "no_service"
+
+
+def test_webhook_mode_posts_once_then_a_new_message_only_on_change(db_url: str, tmp_path: Path,
+                                                                   slack: FakeSlack) -> None:
+    settings = slack_settings(db_url, tmp_path, slack, mode="webhook")
+    incident_id = store_incident(db_url)
+    store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge"])
+    deliver(settings, incident_id, "investigation")
+    deliver(settings, incident_id, "investigation")
+    assert [r.answer for r in slack.webhook_posts()] == ["ok"]
+
+    store_investigation(db_url, incident_id, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead"])
+    deliver(settings, incident_id, "investigation")
+    resolve(db_url, incident_id)
+    deliver(settings, incident_id, "resolved")
+    deliver(settings, incident_id, "resolved")
+    first, updated, resolved = slack.webhook_posts()
+    assert "Update: re-investigation" in json.dumps(updated.payload)
+    assert "Resolved" in resolved.payload["text"]
+
+
+def test_concurrent_deliveries_of_one_incident_post_once(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    """Three tasks at once (e.g. Redis redelivering a slow task): the row lock makes them wait."""
+    settings = slack_settings(pg_db, tmp_path, slack)
+    incident_id = store_incident(pg_db)
+    assert deliver(settings, incident_id, "investigation").status == "skipped"  # the row exists, unposted
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    slack.delay = 0.5
+    outcomes: list[str] = []
+    threads = [threading.Thread(target=lambda: outcomes.append(deliver(settings, incident_id, "investigation").status))
+               for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(outcomes) == ["delivered", "unchanged", "unchanged"]
+    assert len(slack.posts()) == 1
+
+
+def embedded_client(settings: object) -> TestClient:
+    return TestClient(create_app(settings))  # type: ignore[arg-type]
+
+
+def test_embedded_mode_posts_after_the_investigation_and_shows_every_attempt(
+        db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(db_url, tmp_path, slack)
+    slack.fail_next(Failure(429, retry_after=1))
+    with embedded_client(settings) as client:
+        reply = post_webhook(client, make_payload("embedded", alerts=[make_alert("fp-e", severity="critical")]))
+        incident_id = reply.json()["incident_id"]
+        wait_for_investigation(client, incident_id)
+        wait_for(lambda: slack.posts(), 15, "the Slack post")
+        post_webhook(client, make_payload("embedded", alerts=[make_alert("fp-e", status="resolved")]))
+        wait_for(lambda: slack.replies(), 15, "the resolved reply in the thread")
+        body = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()
+
+    limited, accepted = slack.received[0], slack.posts()[0]
+    assert limited.status == 429 and accepted.at - limited.at >= 1.0, "Retry-After: 1 was not honoured"
+    outcomes = [(a["action"], a["outcome"], a["http_status"], a["retry_after"]) for a in body["slack"]["attempts"]]
+    assert outcomes == [("post", "rate_limited", 429, 1.0), ("post", "ok", 200, None), ("update", "ok", 200, None),
+                        ("reply", "ok", 200, None)]
+    assert body["slack"]["status"] == "delivered" and body["slack"]["ts"] == json.loads(accepted.answer)["ts"]
+    assert f"https://rca.example/api/v1/incidents/{incident_id}" in json.dumps(accepted.payload)
+
+
+def test_slack_outage_never_affects_the_investigation(db_url: str, tmp_path: Path, slack: FakeSlack,
+                                                     prometheus: StubPrometheus) -> None:
+    settings = slack_settings(db_url, tmp_path, slack, slack_max_attempts=2, slack_retry_backoff_seconds=0.1,
+                              prometheus_url=prometheus.url)
+    slack.down = True
+    with embedded_client(settings) as client:
+        reply = post_webhook(client, make_payload("outage", alerts=[make_alert("fp-o")]))
+        incident = wait_for_investigation(client, reply.json()["incident_id"])
+
+        def failed() -> dict | None:
+            body = client.get(f"/api/v1/incidents/{reply.json()['incident_id']}", headers=API_AUTH).json()
+            return body if body["slack"] and body["slack"]["status"] == "failed" else None
+
+        body = wait_for(failed, 15, "the Slack delivery to give up")
+    assert incident["investigation"]["status"] == "done" and incident["investigation"]["error"] is None
+    assert body["investigation"] == incident["investigation"]  # Slack changed nothing about it
+    assert incident["investigation"]["findings"] and incident["investigation"]["hypotheses"]
+    assert [(a["outcome"], a["http_status"], a["error"]) for a in body["slack"]["attempts"]] == \
+        [("retry", 503, "HTTP 503")] * 2
+
+
+def test_secrets_never_reach_logs_or_the_api(pg_db: str, tmp_path: Path, slack: FakeSlack,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret_part = WEBHOOK_PATH.rsplit("/", 1)[1]
+    for mode in ("bot", "webhook"):
+        settings = slack_settings(pg_db, tmp_path, slack, mode=mode)
+        incident_id = store_incident(pg_db)
+        store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+        slack.fail_next(Failure(500))
+        deliver(settings, incident_id, "investigation", attempt=1)
+        deliver(settings, incident_id, "investigation", attempt=2)
+        with TestClient(create_app(settings, dispatcher=_NoDispatch())) as client:
+            api = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).text
+        assert TOKEN not in api and secret_part not in api
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "slack" in logged.lower()  # the deliveries did log
+    assert TOKEN not in logged and secret_part not in logged
+
+
+class _NoDispatch:
+    def enqueue(self, investigation_id: int) -> bool:
+        return False
+
+    def notify(self, incident_id: int, event: str) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def test_database_down_for_slack_does_not_raise_into_the_investigation_path(tmp_path: Path, slack: FakeSlack) -> None:
+    from rca.jobs.slack import queue_notice_of
+
+    settings = slack_settings(CLOSED_PORT_DATABASE_URL, tmp_path, slack)
+    started = time.monotonic()
+    queue_notice_of(settings, 1, lambda incident_id, event: True)  # logs and returns
+    assert time.monotonic() - started < 30
+
+
+def test_resolve_notice_queues_a_slack_notice_only_when_slack_is_on(db_url: str, tmp_path: Path,
+                                                                    slack: FakeSlack) -> None:
+    for settings, expected in ((slack_settings(db_url, tmp_path, slack), "resolved"),
+                               (make_settings(db_url, tmp_path), None)):
+        truncate(db_url)
+        recorder = RecordingDispatcher()
+        with TestClient(create_app(settings, dispatcher=recorder)) as client:
+            firing = post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h")])).json()
+            post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h")]))  # repeated: nothing
+            post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h", status="resolved")]))
+            post_webhook(client, make_payload("resolve-hook", alerts=[make_alert("fp-h", status="resolved")]))
+        assert recorder.notified == ([(firing["incident_id"], expected)] if expected else [])
+
+
+def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_confirmed_cause(
+        db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(db_url, tmp_path, slack)
+    past = store_incident(db_url)
+    store_investigation(db_url, past, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"])
+    unrelated = store_incident(db_url)
+    store_investigation(db_url, unrelated, ["prefix_cache_hit_rate"], ["prefix_cache_miss"])
+    with session_scope(db_url) as session:
+        feedback_store.record(session, past, category="cpu_quota_throttling", note="cgroup quota", verdicts=[],
+                              author="oncall")
+    now = store_incident(db_url)
+    store_investigation(db_url, now, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"])
+
+    assert deliver(settings, now, "investigation").status == "delivered"
+    assert deliver(settings, unrelated, "investigation").status == "delivered"
+    cited, alone = (json.dumps(post.payload["blocks"]) for post in slack.posts())
+    assert f"*Last time* (<https://rca.example/api/v1/incidents/{past}|#{past}>" in cited
+    assert "`cpu_quota_throttling`, confirmed by an engineer" in cited  # the engineer's cause, not the ranking's
+    assert "Last time" not in alone  # nothing before it looks alike
