@@ -166,7 +166,7 @@ def scrape_registry(queue_oldest_age: Callable[[], float] | None = None) -> Coll
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
     else:
-        registry.register(REGISTRY)  # type: ignore[arg-type]  # a registry is a collector of its collectors
+        registry.register(REGISTRY)  # a registry is a collector of its collectors
     registry.register(BuildInfoCollector())
     if queue_oldest_age is not None:
         registry.register(QueueAgeCollector(queue_oldest_age))

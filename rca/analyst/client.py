@@ -24,9 +24,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import openai
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionMessageParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionUserMessageParam,
+)
 
 from rca import metrics
 
@@ -57,6 +63,22 @@ def forget_modes() -> None:
         _negotiated.clear()
 
 
+class ChatMessage(TypedDict):
+    """One message of the conversation: the investigation only ever sends plain text."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+def _wire_message(message: ChatMessage) -> ChatCompletionMessageParam:
+    """The message as the openai library's type for its role (the same JSON object)."""
+    if message["role"] == "system":
+        return ChatCompletionSystemMessageParam(role="system", content=message["content"])
+    if message["role"] == "assistant":
+        return ChatCompletionAssistantMessageParam(role="assistant", content=message["content"])
+    return ChatCompletionUserMessageParam(role="user", content=message["content"])
+
+
 class LLMUnavailable(Exception):
     """The endpoint gave no usable reply in time; the message says why, for the investigation."""
 
@@ -66,7 +88,7 @@ class Call:
     """One HTTP exchange, kept verbatim for audit: the exact prompt and the raw response."""
 
     mode: str
-    messages: list[dict[str, str]]
+    messages: list[ChatMessage]
     response_format: dict[str, Any] | None
     status: int | None = None
     raw_response: str | None = None
@@ -125,8 +147,8 @@ class ChatClient:
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any],
-                 messages_for_prompt_mode: list[dict[str, str]]) -> Reply:
+    def complete(self, messages: list[ChatMessage], schema: dict[str, Any],
+                 messages_for_prompt_mode: list[ChatMessage]) -> Reply:
         """One reply, negotiating the structured-output mode; raises `LLMUnavailable`.
 
         `messages_for_prompt_mode` is the same conversation with the schema written into the
@@ -172,10 +194,13 @@ class ChatClient:
 
     def _send(self, call: Call, timeout: float) -> Reply:
         started = time.perf_counter()
-        extra = {"response_format": call.response_format} if call.response_format else {}
+        # The response format goes into the body as built: the json_object variant carries a schema
+        # (read by llama.cpp-style servers), which the library's ResponseFormat types do not describe.
+        extra_body = {"response_format": call.response_format} if call.response_format else None
         try:
             raw = self._openai.with_options(timeout=timeout).chat.completions.with_raw_response.create(
-                model=self.model, messages=call.messages, temperature=0, max_tokens=self.max_tokens, **extra)
+                model=self.model, messages=[_wire_message(m) for m in call.messages], temperature=0,
+                max_tokens=self.max_tokens, extra_body=extra_body)
         finally:
             call.latency_seconds = round(time.perf_counter() - started, 4)
         call.status, call.raw_response = raw.status_code, raw.http_response.text[:BODY_KEPT]

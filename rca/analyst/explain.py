@@ -16,7 +16,7 @@ from typing import Any
 
 from rca import metrics
 from rca.analyst.cache import AnswerCache
-from rca.analyst.client import ChatClient, LLMUnavailable, Reply
+from rca.analyst.client import ChatClient, ChatMessage, LLMUnavailable, Reply
 from rca.analyst.prompts import investigation_messages, repair_message
 from rca.analyst.summary import (
     AlertText,
@@ -104,8 +104,8 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
             reply = client.complete(messages, schema, prompt_mode_messages)
             verdict = _verdict(reply, settings, findings, rules)
             if not verdict.valid and not _over_budget(reply, settings):
-                repair = [{"role": "assistant", "content": reply.text},
-                          repair_message(verdict.errors, finding_ids, list(taxonomy()))]
+                repair: list[ChatMessage] = [{"role": "assistant", "content": reply.text},
+                                             repair_message(verdict.errors, finding_ids, list(taxonomy()))]
                 reply = client.complete(messages + repair, schema, prompt_mode_messages + repair)
                 verdict = _verdict(reply, settings, findings, rules)
                 verdict.errors = [f"after one repair: {e}" for e in verdict.errors]

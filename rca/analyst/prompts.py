@@ -16,6 +16,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rca.analyst.client import ChatMessage
 from rca.analyst.summary import Summary
 
 FENCE_OPEN, FENCE_CLOSE = "<untrusted-data>", "</untrusted-data>"
@@ -45,7 +46,7 @@ def render(name: str, **variables: Any) -> str:
     return environment().get_template(name).render(**variables).strip()
 
 
-def investigation_messages(summary: Summary, schema: dict[str, Any] | None) -> list[dict[str, str]]:
+def investigation_messages(summary: Summary, schema: dict[str, Any] | None) -> list[ChatMessage]:
     """System and investigation messages; `schema` is spelt out in the prompt only when the
     endpoint cannot be given it as a response format."""
     return [
@@ -54,6 +55,6 @@ def investigation_messages(summary: Summary, schema: dict[str, Any] | None) -> l
     ]
 
 
-def repair_message(errors: list[str], finding_ids: list[str], categories: list[str]) -> dict[str, str]:
+def repair_message(errors: list[str], finding_ids: list[str], categories: list[str]) -> ChatMessage:
     return {"role": "user", "content": render("repair.j2", errors=errors, finding_ids=finding_ids,
                                               categories=categories)}

@@ -31,12 +31,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rca.collect.target import Target
 from rca.diagnosis.ranking import taxonomy
 from rca.domain.evidence import Finding, Hypothesis
 from rca.domain.values import format_value
+
+if TYPE_CHECKING:
+    from rca.analyst.client import ChatMessage
 
 CHARS_PER_TOKEN = 2.5
 TOKENS_PER_MESSAGE = 4
@@ -44,7 +47,7 @@ ANNOTATION_LIMIT = 200
 RANKING_KEPT = 3
 
 
-def estimate_tokens(messages: list[dict[str, str]]) -> int:
+def estimate_tokens(messages: list[ChatMessage]) -> int:
     """Conservative prompt-token estimate of chat messages."""
     chars = sum(len(m["content"]) for m in messages)
     return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(messages)

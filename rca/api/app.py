@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def _broker_ping(settings: Settings) -> None:
-    if settings.embedded_queue:
+    if not settings.broker_url:  # `settings.embedded_queue`: there is no broker to reach
         return
     from kombu import Connection
 
@@ -59,11 +59,14 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
 
     def openapi_with_webhook_models() -> dict[str, Any]:
         """The webhook body's nested models, which FastAPI does not collect for a hand-read body."""
-        if app.openapi_schema is None:
-            components = generate_openapi().setdefault("components", {}).setdefault("schemas", {})
-            components.update(webhook.BODY_DEFS)
-        return app.openapi_schema
+        schema = app.openapi_schema
+        if schema is None:
+            schema = generate_openapi()  # which also caches it as app.openapi_schema
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(webhook.BODY_DEFS)
+        return schema
 
+    # Replacing `app.openapi` is FastAPI's documented way to extend the schema; mypy forbids
+    # assigning to a method.
     app.openapi = openapi_with_webhook_models  # type: ignore[method-assign]
 
     @app.exception_handler(OperationalError)

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.http import HTTPBase
+from starlette.requests import HTTPConnection
 
 from rca.config import Settings
 from rca.store import tokens
@@ -50,7 +51,7 @@ class _DeclaredOnly(HTTPBase):
     """An HTTP security scheme for the OpenAPI document only: FastAPI's own basic check would refuse a
     malformed header with its own 401 before ours, so the check itself is require_webhook_token."""
 
-    async def __call__(self, request: Request) -> None:  # type: ignore[override]
+    async def __call__(self, request: HTTPConnection) -> None:
         return None
 
 

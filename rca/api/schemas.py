@@ -14,6 +14,7 @@ from rca.domain.evidence import Finding, Hypothesis, onset_order
 from rca.store.incidents import Hit
 
 
+# The bases below are computed (rca.api.derive.model_of), which mypy cannot follow: hence `misc`.
 class FindingOut(model_of(Finding, rename={"key": "id"})):  # type: ignore[misc]
     """One finding; `id` is its signal id (hypotheses cite it), unique within the investigation."""
 
@@ -93,6 +94,7 @@ class AlertOut(BaseModel):
 SUMMARY_NAMES = {"incident_id": "id"}
 
 
+# A computed base, as for FindingOut.
 class IncidentSummary(model_of(Hit, rename=SUMMARY_NAMES, fields={  # type: ignore[misc]
     "investigation_status": Field(description="status of the newest investigation"),
     "confirmed_category": Field(default=None, description="root cause an engineer confirmed"),

@@ -4,6 +4,7 @@ client's error (422), found before anything is written."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import Request
@@ -23,6 +24,7 @@ def problem(value: Any, loc: Loc = ()) -> tuple[Loc, str] | None:
         except UnicodeEncodeError:
             return loc, "a lone UTF-16 surrogate is not valid text"
         return None
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):

@@ -65,10 +65,10 @@ def resolve_aliases(query: Query, identities: list[IdentitySpec], hosts: list[st
     given = len(known)
     frontier = list(known)
     if pod:
-        found = [host for host in dict.fromkeys(_pod_hosts(query, identities, pod, lookback_seconds))
-                 if host and host not in known]
-        known += found
-        frontier += found
+        of_pod = [host for host in dict.fromkeys(_pod_hosts(query, identities, pod, lookback_seconds))
+                  if host and host not in known]
+        known += of_pod
+        frontier += of_pod
     for _ in range(MAX_HOPS):
         if not frontier or not identities:
             break

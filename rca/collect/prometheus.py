@@ -169,7 +169,7 @@ class PrometheusSource:
                     scope: pool.submit(self._probe, spec.probe, candidates.get(scope, []), window)
                     for scope, spec in profile.scopes.items()
                 }
-                selectors = {scope: future.result() for scope, future in probes.items()}
+                selectors: dict[str, str | None] = {scope: future.result() for scope, future in probes.items()}
                 stack = stack or self._detect_stack(profile, selectors.get("serving"), window)
             except (requests.RequestException, PrometheusApiClientException) as exc:
                 error = f"Prometheus at {self.url} is unavailable: {_short(exc)}"

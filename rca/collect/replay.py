@@ -159,6 +159,8 @@ class ReplayServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
+        if isinstance(host, bytes | bytearray):  # the socket API allows it; a bound AF_INET socket gives str
+            host = host.decode()
         return f"http://{host}:{port}"
 
     def __enter__(self) -> ReplayServer:

@@ -92,7 +92,7 @@ def _safe_url(url: str | None) -> str | None:
 
 
 def _links(message: IncidentMessage) -> Block | None:
-    buttons = []
+    buttons: list[Block] = []
     for label, url in ((f"Incident #{message.incident_id}", message.incident_url),
                        ("Prometheus", message.generator_url), ("Alertmanager", message.external_url)):
         if (safe := _safe_url(url)) is not None:

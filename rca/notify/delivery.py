@@ -118,6 +118,7 @@ class WebhookSender:
     mode = "webhook"
 
     def __init__(self, url: str, timeout: float) -> None:
+        # slack_sdk annotates `timeout` as int, but only hands it to urllib, which takes float seconds.
         self.client = WebhookClient(url, timeout=timeout, retry_handlers=[], logger=SDK_LOG)  # type: ignore[arg-type]
 
     def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult:
@@ -141,6 +142,7 @@ class BotSender:
     mode = "bot"
 
     def __init__(self, token: str, base_url: str, timeout: float) -> None:
+        # slack_sdk annotates `timeout` as int, but only hands it to urllib, which takes float seconds.
         self.client = WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=[],  # type: ignore[arg-type]
                                 logger=SDK_LOG)
 

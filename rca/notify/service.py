@@ -23,6 +23,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -96,7 +97,7 @@ def _main_fingerprint(evidence: str, status: str) -> str:
 
 
 def _plan(delivery: SlackDelivery, sender: Sender, message: IncidentMessage, investigation_id: int,
-          evidence: str, channel: str | None, resolved_at: object) -> list[Step]:
+          evidence: str, channel: str | None, resolved_at: datetime | None) -> list[Step]:
     """The calls still owed to Slack for this incident, derived from what the row says was sent."""
     main = _main_fingerprint(evidence, message.status)
     resolved = message.status == AlertStatus.RESOLVED and delivery.resolved_notified_at is None
@@ -120,7 +121,7 @@ def _plan(delivery: SlackDelivery, sender: Sender, message: IncidentMessage, inv
         row.messages += 1
         row.resolved_notified_at = utcnow()
 
-    resolved_payload = blocks.resolved_reply(message, resolved_at)  # type: ignore[arg-type]
+    resolved_payload = blocks.resolved_reply(message, resolved_at)
     if sender.mode == "webhook":
         if delivery.messages == 0:
             return [Step("post", lambda: sender.post(None, blocks.render(message)), posted)]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import operator
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
 from rca.collect.profile import SignalSpec
 from rca.collect.prometheus import Collection, Samples, SeriesResult
@@ -24,7 +25,20 @@ MIN_CURRENT_MINUTES = 2
 BASELINE_GUARD_MINUTES = 30  # the baseline ends this long before the alert started
 ONSET_GAP_SAMPLES = 2  # a breach run survives this many healthy samples in a row
 
-COMPARE = {">": operator.gt, "<": operator.lt}
+COMPARE: dict[str, Callable[[float, float], bool]] = {">": operator.gt, "<": operator.lt}
+
+
+class FindingBase(TypedDict):
+    """The fields of a `Finding` that name the check (not its verdict), shared by its outcomes."""
+
+    key: str
+    kind: str
+    title: str
+    comparison: str
+    unit: str
+    query: str | None
+    source: str | None
+    threshold: float | None
 
 
 def _median(values: list[float]) -> float | None:
@@ -42,7 +56,7 @@ def _limit(spec: SignalSpec, baseline: float | None) -> float | None:
     return min(baseline * (1 - spec.change), baseline - spec.min_delta)
 
 
-def breach_onset(samples: Samples, beyond: Any) -> float | None:
+def breach_onset(samples: Samples, beyond: Callable[[float], bool]) -> float | None:
     """Start of the breach run that reaches the end of the window, tolerating short gaps."""
     onset, gap = None, 0
     for ts, value in reversed(samples):
@@ -85,7 +99,7 @@ def _judge_series(spec: SignalSpec, labels: dict[str, str], samples: Samples, en
     limit = _limit(spec, baseline)
     compare = COMPARE[spec.comparison]
     breached = limit is not None and compare(current, limit)
-    onset = breach_onset(samples, lambda v: compare(v, limit)) if breached else None
+    onset = breach_onset(samples, lambda v: compare(v, limit)) if breached and limit is not None else None
     if breached and onset is not None and spec.threshold is not None:
         # For absolute thresholds the baseline is what the series looked like before it broke;
         # a series that starts broken has none (the pre-guard samples are part of the breach).
@@ -104,8 +118,8 @@ def _severity(spec: SignalSpec, verdict: _SeriesVerdict) -> float:
 def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding:
     """One finding per signal: the worst of its series decides."""
     spec = result.spec
-    base = dict(key=spec.id, kind=spec.kind, title=spec.title, comparison=spec.comparison, unit=spec.unit,
-                query=result.promql, source=result.source, threshold=spec.threshold)
+    base = FindingBase(key=spec.id, kind=spec.kind, title=spec.title, comparison=spec.comparison, unit=spec.unit,
+                       query=result.promql, source=result.source, threshold=spec.threshold)
     verdicts = [
         v for labels, samples in result.series
         if (v := _judge_series(spec, labels, samples, end.timestamp(), alert_start.timestamp()))

@@ -16,15 +16,16 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy.stats import weibull_min
 
 from rca.collect.prometheus import Collection, Samples, SeriesResult
 from rca.domain.evidence import Finding
+from rca.domain.status import FindingStatus
 from rca.domain.values import format_value
-from rca.signals.findings import BASELINE_GUARD_MINUTES, breach_onset, current_since
+from rca.signals.findings import BASELINE_GUARD_MINUTES, FindingBase, breach_onset, current_since
 
 KEY = "slo_violation_probability"
 DEPTH_SIGNAL = "queue_median"  # the same depth the queue signal reports, so the two findings agree
@@ -48,9 +49,9 @@ class WeibullFit:
         """F(depth) = 1 - exp(-(depth/lambda)^k); 0 for an empty queue."""
         return float(self.probabilities([depth])[0])
 
-    def probabilities(self, depths: Iterable[float]) -> np.ndarray:
+    def probabilities(self, depths: Iterable[float]) -> npt.NDArray[np.float64]:
         """F over many depths at once (the onset walks every sample of the window)."""
-        values = np.clip(np.asarray(list(depths), dtype=float), 0.0, None)
+        values = np.clip(np.asarray(list(depths), dtype=np.float64), 0.0, None)
         return weibull_min.cdf(values, self.shape, loc=0, scale=self.scale)
 
 
@@ -103,7 +104,7 @@ def align(depth: Samples, ttft: Samples, tolerance: float) -> list[tuple[float, 
     return [(float(t_ts[i]), float(d_val[nearest[i]]), ttft[i][1]) for i in np.flatnonzero(close)]
 
 
-def _unavailable(base: dict[str, Any], detail: str, status: str = "unavailable",
+def _unavailable(base: FindingBase, detail: str, status: FindingStatus = FindingStatus.UNAVAILABLE,
                  labels: dict[str, str] | None = None) -> Finding:
     return Finding(**base, status=status, breached=False, value=None, baseline=None, onset=None,
                    series_labels=labels, detail=detail)
@@ -121,17 +122,18 @@ def slo_finding(collection: Collection, alert_start: datetime,
     results = {r.spec.id: r for r in collection.results}
     depth_result, ttft_result = results.get(DEPTH_SIGNAL), results.get(TTFT_SIGNAL)
     queries = [r.promql for r in (depth_result, ttft_result) if r is not None and r.promql]
-    base = dict(key=KEY, kind="supporting", title=TITLE, threshold=threshold, comparison=">", unit="probability",
-                query="\n".join(queries) or None, source=SOURCE)
+    base = FindingBase(key=KEY, kind="supporting", title=TITLE, threshold=threshold, comparison=">",
+                       unit="probability", query="\n".join(queries) or None, source=SOURCE)
     slo = f"TTFT p95 > {slo_seconds:g} s"
     for signal, result in ((DEPTH_SIGNAL, depth_result), (TTFT_SIGNAL, ttft_result)):
         if result is None:
             return _unavailable(base, f"data unavailable: the profile has no {signal} signal")
         if result.not_measurable:
             return _unavailable(base, f"{signal}: {result.error or 'not measurable on this stack'}",
-                                status="not_measurable")
+                                status=FindingStatus.NOT_MEASURABLE)
         if not result.series:
             return _unavailable(base, f"data unavailable: {signal}: {result.error or 'no data'}")
+    assert depth_result is not None and ttft_result is not None  # the loop above returned otherwise
 
     depth = _merge(depth_result, sum)  # waiting requests add up across series
     ttft = _merge(ttft_result, max)  # the SLO is broken if any series breaks it
@@ -149,7 +151,7 @@ def slo_finding(collection: Collection, alert_start: datetime,
     at_zero = sum(1 for _, d in violations if d <= 0)
     counts = {"violations": str(len(violations)), "slo_ttft_seconds": f"{slo_seconds:g}"}
     if not violations:
-        return Finding(**base, status="ok", breached=False, value=None, baseline=None, onset=None,
+        return Finding(**base, status=FindingStatus.OK, breached=False, value=None, baseline=None, onset=None,
                        series_labels=counts,
                        detail=f"no TTFT SLO violation ({slo}) in the window ({len(pairs)} samples); nothing to fit")
     if len(violations) < MIN_VIOLATIONS:
@@ -174,15 +176,15 @@ def slo_finding(collection: Collection, alert_start: datetime,
                           lambda p: p >= threshold)
     trend = ("k > 1: violations accelerate with depth" if fit.shape > 1
              else "k <= 1: no acceleration with depth, violations are not concentrated at deep queues")
-    depth, shape, scale = (format_value(x, "") for x in (current, fit.shape, fit.scale))
-    detail = (f"P({slo} | {depth} waiting) = {value:.2f} (Weibull k={shape}, "
-              f"lambda={scale}, fitted on {fit.violations} violations; {trend})")
+    depth_text, shape_text, scale_text = (format_value(x, "") for x in (current, fit.shape, fit.scale))
+    detail = (f"P({slo} | {depth_text} waiting) = {value:.2f} (Weibull k={shape_text}, "
+              f"lambda={scale_text}, fitted on {fit.violations} violations; {trend})")
     if baseline is not None and baseline_depth is not None:
         detail += f"; baseline {baseline:.2f} at {format_value(baseline_depth, '')} waiting"
     if at_zero:
         detail += f"; {at_zero} violations with an empty queue left out (not queue-driven)"
     labels = counts | {"weibull_shape": f"{fit.shape:.6g}", "weibull_scale": f"{fit.scale:.6g}",
                        "fitted": str(fit.violations), "current_depth": f"{current:.6g}"}
-    return Finding(**base, status="breached" if breached else "ok", breached=breached, value=value,
-                   baseline=baseline, onset=datetime.fromtimestamp(onset_ts, UTC) if onset_ts else None,
+    return Finding(**base, status=FindingStatus.BREACHED if breached else FindingStatus.OK, breached=breached,
+                   value=value, baseline=baseline, onset=datetime.fromtimestamp(onset_ts, UTC) if onset_ts else None,
                    series_labels=labels, detail=detail)

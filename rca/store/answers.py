@@ -3,7 +3,6 @@ investigations whose LLM answered the same answer key, newest first."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -14,9 +13,8 @@ from rca.domain.clock import utcnow
 from rca.domain.evidence import Hypothesis
 from rca.domain.status import Analyst, InvestigationStatus
 from rca.store.db import session_scope
+from rca.store.models import Hypothesis as HypothesisRow
 from rca.store.models import Investigation
-
-STORED_HYPOTHESIS_FIELDS = [f.name for f in fields(Hypothesis) if f.name != "score"]
 
 
 class DatabaseAnswerCache:
@@ -34,14 +32,16 @@ class DatabaseAnswerCache:
                 return None
             if row.analyst != Analyst.LLM:
                 return CachedAnswer(row.id, [], row.llm_model, invalid_reason=row.fallback_reason)
-            hypotheses = [Hypothesis(**{name: _copy(getattr(h, name)) for name in STORED_HYPOTHESIS_FIELDS})
-                          for h in row.hypotheses]
+            hypotheses = [_hypothesis(h) for h in row.hypotheses]
             return CachedAnswer(row.id, hypotheses, row.llm_model)
 
 
-def _copy(value: object) -> object:
-    """Lists leave the session as plain lists, not the ORM's tracked ones."""
-    return list(value) if isinstance(value, list) else value
+def _hypothesis(row: HypothesisRow) -> Hypothesis:
+    """A stored hypothesis as the analyst's (its score is not stored). Lists leave the session as
+    plain lists, not the ORM's tracked ones."""
+    return Hypothesis(rank=row.rank, category=row.category, title=row.title, confidence=row.confidence,
+                      evidence=list(row.evidence), contradicting=list(row.contradicting),
+                      next_steps=list(row.next_steps), explanation=row.explanation, analyst=row.analyst)
 
 
 def recent_llm_answer(session: Session, answer_key: str, since: datetime,

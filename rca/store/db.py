@@ -11,9 +11,12 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
-MIGRATIONS_DIR = Path(importlib.resources.files("rca_migrations"))  # type: ignore[arg-type]
+# `rca_migrations` is a regular package on disk, so its Traversable is a filesystem path.
+MIGRATIONS_DIR = Path(str(importlib.resources.files("rca_migrations")))
 
 
 def _ensure_sqlite_dir(url: str) -> None:
@@ -46,7 +49,7 @@ def _create_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA journal_mode=WAL")

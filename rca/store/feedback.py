@@ -74,6 +74,8 @@ def accuracy(session: Session) -> dict[str, Any]:
                                   IncidentDigest.analyst).where(IncidentDigest.confirmed_category.is_not(None),
                                                                 IncidentDigest.analyst.is_not(None)))
     for confirmed, ranked, analyst in rows:
+        if confirmed is None or analyst is None:
+            continue  # the query already leaves these out
         for tally in (overall, by_analyst[analyst], by_category[confirmed]):
             tally.add(confirmed, list(ranked))
     return {"overall": overall.as_dict(),

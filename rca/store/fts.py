@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    ColumnClause,
     ColumnElement,
     Float,
     and_,
@@ -102,7 +103,7 @@ def prepare(session: Session, q: str) -> Query:
         condition = IncidentDigest.incident_id.in_(
             select(fts.c.rowid).where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q))))
         return Query(condition=condition, indexed=condition, density=1.0)
-    vector = literal_column(f"incident_digests.{SEARCH_VECTOR}")
+    vector: ColumnClause[Any] = literal_column(f"incident_digests.{SEARCH_VECTOR}")
     condition = vector.op("@@")(_tsquery(q))
     known = word_frequency.statistics(session).words
     if known is None:
@@ -125,7 +126,7 @@ def rank(session: Session, q: str) -> ColumnElement[float] | None:
     while the row is at hand; None on SQLite, whose bm25() needs the MATCH query (`sqlite_scores`)."""
     if not is_postgres(session):
         return None
-    vector = literal_column(f"incident_digests.{SEARCH_VECTOR}")
+    vector: ColumnClause[Any] = literal_column(f"incident_digests.{SEARCH_VECTOR}")
     return cast(func.ts_rank_cd(vector, _tsquery(q)), Float(precision=53))
 
 

@@ -3,6 +3,7 @@ incident with everything in it. Search reads `incident_digests` (see `rca.store.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -130,7 +131,7 @@ def _newest(session: Session, filters: IncidentFilter, n: int, *, before: Positi
     population = word_frequency.statistics(session).rows
     walk = not filters.q or _walk_pays(text_query.density, n, population)
     while walk:
-        position = [tuple_(d.created_at, d.incident_id) < tuple_(*below)] if below else []
+        position: list[ColumnElement[bool]] = [tuple_(d.created_at, d.incident_id) < tuple_(*below)] if below else []
         step = (select(d.incident_id, d.created_at, score.label("score")).where(*ordered, *position)
                 .order_by(*newest_first).limit(stage).subquery())
         matches += session.execute(select(step.c.incident_id, step.c.score).where(step.c.score.is_not(None))
@@ -199,18 +200,19 @@ def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
     return hits(session, page[:limit]), len(page) > limit, None
 
 
-def hits(session: Session, incident_ids: list[int], scores: dict[int, float | None] | None = None) -> list[Hit]:
+def hits(session: Session, incident_ids: list[int], scores: Mapping[int, float | None] | None = None) -> list[Hit]:
     """The list view of these incidents, in the order given, in one query."""
     if not incident_ids:
         return []
     d, i = IncidentDigest, Incident
     newest_run = (select(Investigation.status).where(Investigation.incident_id == d.incident_id)
-                  .order_by(Investigation.id.desc()).limit(1).scalar_subquery())
+                  .order_by(Investigation.id.desc()).limit(1).scalar_subquery().label("investigation_status"))
+    # Each column is labelled as the `Hit` field it fills.
     rows = session.execute(
         select(d.incident_id, i.title, i.status, i.alertname, i.created_at, i.updated_at, i.resolved_at,
                i.notification_count, newest_run, d.top_category, d.top_confidence, d.confirmed_category, d.breached)
         .join(i, i.id == d.incident_id).where(d.incident_id.in_(incident_ids)))
-    found = {row[0]: Hit(*row, score=(scores or {}).get(row[0])) for row in rows}
+    found = {row.incident_id: Hit(**row._asdict(), score=(scores or {}).get(row.incident_id)) for row in rows}
     return [found[n] for n in incident_ids if n in found]
 
 

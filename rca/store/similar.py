@@ -108,7 +108,8 @@ def find(session: Session, target: Signature, limit: int) -> list[Match]:
     buckets = []
     if target.breached:
         buckets.append(d.breached_key == breached_key(target.breached))
-    lead = (target.onset_order or target.breached or [None])[0]
+    leads = target.onset_order or target.breached
+    lead = leads[0] if leads else None
     if lead:
         buckets.append(fts.contains(session, d.breached, lead))
     if target.categories:

@@ -49,7 +49,7 @@ LEXEME_CACHE = 10_000
 
 def statistics(session: Session) -> Statistics:
     """The planner's row count of `incident_digests` and its search vector's lexeme frequencies."""
-    key = str(session.get_bind().url)
+    key = str(session.get_bind().engine.url)
     now = time.monotonic()
     with _lock:
         cached = _statistics.get(key)

@@ -42,17 +42,18 @@ class TraceTiming:
 
 
 def _union_length(intervals: list[tuple[int, int]]) -> int:
-    total, current_start, current_end = 0, None, None
-    for start, end in sorted(intervals):
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += current_end - current_start
+    ordered = sorted(intervals)
+    if not ordered:
+        return 0
+    total = 0
+    current_start, current_end = ordered[0]
+    for start, end in ordered[1:]:
+        if start > current_end:
+            total += current_end - current_start
             current_start, current_end = start, end
         else:
             current_end = max(current_end, end)
-    if current_end is not None:
-        total += current_end - current_start
-    return total
+    return total + current_end - current_start
 
 
 def _fit_inside(child: Span, parent: tuple[int, int]) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from rca.config import Settings, TracesConfig
 from rca.domain.evidence import Finding
+from rca.domain.status import FindingStatus
 from rca.traces.attribution import compile_groups, time_trace
 from rca.traces.client import TraceHTTP
 from rca.traces.findings import attribution_findings, unavailable
@@ -50,7 +51,7 @@ def trace_findings(settings: Settings, config: TracesConfig, alert_labels: list[
     service = service_for(alert_labels, config)
     if service is None:
         return unavailable(f"the alert names no traced service (labels tried: {', '.join(config.service_labels)})",
-                           status="not_measurable", source=settings.traces_backend)
+                           status=FindingStatus.NOT_MEASURABLE, source=settings.traces_backend)
     source = open_source(settings, config)
     query = source.describe_query(service)
     try:
@@ -58,7 +59,7 @@ def trace_findings(settings: Settings, config: TracesConfig, alert_labels: list[
         if service not in known:
             shown = ", ".join(sorted(known)[:10]) or "none"
             return unavailable(f"service {service!r} is not known to {source.name} (it has: {shown})",
-                               status="not_measurable", source=source.name, query=query)
+                               status=FindingStatus.NOT_MEASURABLE, source=source.name, query=query)
         plan = plan_sample(int(start.timestamp() * 1e6), int(end.timestamp() * 1e6), settings.traces_sample_size)
         sample = collect_sample(source, service, plan, settings.traces_budget_seconds, settings.traces_sample_size)
     except TraceSourceError as exc:

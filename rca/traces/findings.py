@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from rca.config import TracesConfig
 from rca.domain.evidence import Finding
+from rca.domain.status import FindingStatus
 from rca.signals.findings import BASELINE_GUARD_MINUTES
 from rca.traces.attribution import (
     OperationStats,
@@ -38,19 +39,20 @@ def title_for(key: str) -> str:
     return TITLES.get(key) or f"Share of request time in {key.removeprefix('trace_').replace('_', ' ')} (traces)"
 
 
-def _finding(key: str, status: str, detail: str, **fields: object) -> Finding:
-    base: dict[str, object] = dict(key=key, kind="trace", title=title_for(key), status=status,
-                                   breached=status == "breached", value=None, baseline=None, threshold=None,
-                                   comparison=">", unit="ratio", onset=None, query=None, source=None,
-                                   series_labels=None, detail=detail)
-    base.update(fields)
-    return Finding(**base)  # type: ignore[arg-type]
+def _finding(key: str, status: FindingStatus, detail: str, *, value: float | None = None,
+             baseline: float | None = None, threshold: float | None = None, unit: str = "ratio",
+             onset: datetime | None = None, query: str | None = None, source: str | None = None,
+             series_labels: dict[str, str] | None = None) -> Finding:
+    return Finding(key=key, kind="trace", title=title_for(key), status=status,
+                   breached=status == FindingStatus.BREACHED, value=value, baseline=baseline, threshold=threshold,
+                   comparison=">", unit=unit, onset=onset, query=query, source=source,
+                   series_labels=series_labels, detail=detail)
 
 
-def unavailable(reason: str, status: str = "unavailable", source: str | None = None,
+def unavailable(reason: str, status: FindingStatus = FindingStatus.UNAVAILABLE, source: str | None = None,
                 query: str | None = None) -> list[Finding]:
     """The single finding that says why there is no trace evidence; the investigation goes on."""
-    prefix = "data unavailable" if status == "unavailable" else "not measurable"
+    prefix = "data unavailable" if status == FindingStatus.UNAVAILABLE else "not measurable"
     return [_finding(SUMMARY_KEY, status, f"{prefix}: {reason}", source=source, query=query, unit="s")]
 
 
@@ -106,9 +108,10 @@ def _matching_ops(key: str, stats: WindowStats, groups: dict[str, list[str]]) ->
 def group_finding(key: str, split: WindowSplit, slices: list[tuple[int, int]], config: TracesConfig,
                   groups: dict[str, list[str]], source: str, query: str) -> Finding:
     incident, baseline = split.incident, split.baseline
-    common = dict(source=source, query=query + f"  [spans matching {', '.join(groups[key])}]")
+    group_query = query + f"  [spans matching {', '.join(groups[key])}]"
     if not incident.traces:
-        return _finding(key, "unavailable", "data unavailable: no sampled traces in the incident window", **common)
+        return _finding(key, FindingStatus.UNAVAILABLE, "data unavailable: no sampled traces in the incident window",
+                        source=source, query=group_query)
     share, base = incident.group_share(key) or 0.0, baseline.group_share(key)
     limit = None if base is None else max(config.share_threshold, base + config.min_share_increase)
     breached = limit is not None and share > limit
@@ -136,15 +139,17 @@ def group_finding(key: str, split: WindowSplit, slices: list[tuple[int, int]], c
     if base_pct:
         labels |= {"baseline_p50_seconds": f"{base_pct[0] / 1e6:.6g}",
                    "baseline_p95_seconds": f"{base_pct[1] / 1e6:.6g}"}
-    return _finding(key, "breached" if breached else "ok", detail, value=share, baseline=base, threshold=limit,
-                    onset=onset, series_labels=labels, **common)
+    return _finding(key, FindingStatus.BREACHED if breached else FindingStatus.OK, detail, value=share,
+                    baseline=base, threshold=limit, onset=onset, series_labels=labels, source=source,
+                    query=group_query)
 
 
 def summary_finding(split: WindowSplit, sample_note: str, source: str, query: str) -> Finding:
     incident, baseline = split.incident, split.baseline
     if not incident.traces:
-        return _finding(SUMMARY_KEY, "unavailable", f"data unavailable: no sampled traces in the incident window "
-                        f"({sample_note})", source=source, query=query, unit="s")
+        return _finding(SUMMARY_KEY, FindingStatus.UNAVAILABLE,
+                        f"data unavailable: no sampled traces in the incident window ({sample_note})",
+                        source=source, query=query, unit="s")
     since = _at(split.incident_start_us)
     top = incident.top_operations(5)
     parts = []
@@ -161,7 +166,7 @@ def summary_finding(split: WindowSplit, sample_note: str, source: str, query: st
     labels = {"slowest_traces": ",".join(t.trace_id for t in slowest),
               "incident_traces": str(len(incident.traces)), "baseline_traces": str(len(baseline.traces)),
               "top_operations": ",".join(op.operation for op in top)}
-    return _finding(SUMMARY_KEY, "ok", detail, unit="s", source=source, query=query,
+    return _finding(SUMMARY_KEY, FindingStatus.OK, detail, unit="s", source=source, query=query,
                     value=None if incident.request_p95_us is None else incident.request_p95_us / 1e6,
                     baseline=None if baseline.request_p95_us is None else baseline.request_p95_us / 1e6,
                     series_labels=labels)
@@ -170,8 +175,8 @@ def summary_finding(split: WindowSplit, sample_note: str, source: str, query: st
 def errors_finding(split: WindowSplit, source: str, query: str) -> Finding:
     incident, baseline = split.incident, split.baseline
     if not incident.traces:
-        return _finding(ERRORS_KEY, "unavailable", "data unavailable: no sampled traces in the incident window",
-                        source=source, query=query)
+        return _finding(ERRORS_KEY, FindingStatus.UNAVAILABLE,
+                        "data unavailable: no sampled traces in the incident window", source=source, query=query)
     rate = incident.error_traces() / len(incident.traces)
     base = baseline.error_traces() / len(baseline.traces) if baseline.traces else None
     limit = max(ERROR_RATE_FLOOR, (base or 0.0) + ERROR_RATE_INCREASE)
@@ -184,8 +189,8 @@ def errors_finding(split: WindowSplit, source: str, query: str) -> Finding:
         detail += "; e.g. traces " + ", ".join(examples)
     labels = {"operations": ",".join(f"{op.operation}={op.error_spans}" for op in failing),
               "example_traces": ",".join(examples)}
-    return _finding(ERRORS_KEY, "breached" if rate > limit else "ok", detail, value=rate, baseline=base,
-                    threshold=limit, source=source, query=query, series_labels=labels)
+    return _finding(ERRORS_KEY, FindingStatus.BREACHED if rate > limit else FindingStatus.OK, detail, value=rate,
+                    baseline=base, threshold=limit, source=source, query=query, series_labels=labels)
 
 
 def attribution_findings(timings: list[TraceTiming], slices: list[tuple[int, int]], alert_start: datetime,

@@ -43,9 +43,11 @@ def phase_spans(span: Span, attributes: dict[str, object], phases: dict[str, str
     out, cursor = [], span.start_us
     for attribute, phase in phases.items():
         value = attributes.get(attribute)
+        if not isinstance(value, str | int | float):
+            continue  # absent, or not a number (a JSON object, list or null)
         try:
-            seconds = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+            seconds = float(value)
+        except ValueError:
             continue
         if seconds <= 0:
             continue

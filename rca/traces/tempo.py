@@ -38,10 +38,13 @@ def hex_id(raw: str | None) -> str | None:
 
 
 def _attributes(items: list[dict[str, Any]] | None) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for item in items or []:
+        key = item.get("key")
+        if key is None:
+            continue  # nothing could look it up
         value = item.get("value") or {}
-        out[item.get("key")] = next(iter(value.values()), None) if value else None
+        out[key] = next(iter(value.values()), None) if value else None
     return out
 
 
