@@ -126,9 +126,9 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
     while i < len(pattern):
         ch = pattern[i]
         if ch == "*":
-            if pattern[i + 1:i + 2] == "*":
+            if pattern[i + 1 : i + 2] == "*":
                 i += 1
-                if pattern[i + 1:i + 2] == "/":
+                if pattern[i + 1 : i + 2] == "/":
                     i += 1
                 out += ".*" if i + 1 >= len(pattern) else "(.*/)?"
             else:
@@ -140,7 +140,7 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
             out += re.escape(pattern[i])
         elif ch == "[":
             end = pattern.find("]", i + 1)
-            out += pattern[i:end + 1] if end > i else re.escape(ch)
+            out += pattern[i : end + 1] if end > i else re.escape(ch)
             i = end if end > i else i
         else:
             out += re.escape(ch)
@@ -199,9 +199,14 @@ class Context:
             matches = sorted(glob.glob(pattern, root_dir=self.root)) if glob.has_magic(pattern) else [pattern]
             matches = [m for m in matches if (self.root / m).exists() and not self.ignore.excluded_by(m)]
             if not matches:
-                raise ContextError(f"Dockerfile:{copy.line}: COPY source {source!r} is not in the build context"
-                                   + (f" (.dockerignore: {self.ignore.excluded_by(pattern)})"
-                                      if self.ignore.excluded_by(pattern) else ""))
+                raise ContextError(
+                    f"Dockerfile:{copy.line}: COPY source {source!r} is not in the build context"
+                    + (
+                        f" (.dockerignore: {self.ignore.excluded_by(pattern)})"
+                        if self.ignore.excluded_by(pattern)
+                        else ""
+                    )
+                )
             found += matches
         return found
 
@@ -216,10 +221,14 @@ class Context:
     def tracked_but_ignored(self, copies: list[Copy]) -> list[str]:
         """Tracked files under the COPY sources that .dockerignore would leave out of the image."""
         names = [source for copy in copies for source in copy.sources]
-        listed = subprocess.run(["git", "-C", str(self.root), "ls-files", "-z", "--", *names], capture_output=True,
-                                text=True, check=True).stdout
-        return [f"{name} ({self.ignore.excluded_by(name)})" for name in listed.split("\0")
-                if name and self.ignore.excluded_by(name)]
+        listed = subprocess.run(
+            ["git", "-C", str(self.root), "ls-files", "-z", "--", *names], capture_output=True, text=True, check=True
+        ).stdout
+        return [
+            f"{name} ({self.ignore.excluded_by(name)})"
+            for name in listed.split("\0")
+            if name and self.ignore.excluded_by(name)
+        ]
 
     def reproduce(self, copies: list[Copy], image: Path) -> None:
         """Lay the copies out under `image` as the image's file system would have them."""
@@ -251,8 +260,11 @@ def main() -> int:
         context.reproduce(copies, image)
         source = image / posixpath.join(install.workdir, install.target).lstrip("/")
         copied = sorted(p.relative_to(image).as_posix() for p in image.rglob("*") if p.is_file())
-        print(f"docker context: {len(copies)} COPY instructions -> {len(copied)} files; "
-              f"RUN pip install {install.target} in {install.workdir} (Dockerfile:{install.line})", flush=True)
+        print(
+            f"docker context: {len(copies)} COPY instructions -> {len(copied)} files; "
+            f"RUN pip install {install.target} in {install.workdir} (Dockerfile:{install.line})",
+            flush=True,
+        )
         return smoke_install.main(["--source", str(source), "--label", "Docker build context"])
     except ContextError as exc:
         print(f"docker context: FAILED: {exc}", file=sys.stderr)

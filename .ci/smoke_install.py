@@ -88,14 +88,21 @@ def say(message: str) -> None:
     print(f"smoke [{time.monotonic() - STARTED:5.1f} s]: {message}", flush=True)
 
 
-def run(argv: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-        timeout: float = 300, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+def run(
+    argv: list[str],
+    what: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    ok: tuple[int, ...] = (0,),
+) -> subprocess.CompletedProcess[str]:
     """Run a command to completion; a return code outside `ok` is a failure with its output."""
     try:
         done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        raise SmokeFailure(f"{what}: did not finish within {timeout:g} s",
-                           {what: f"{exc.stdout or ''}{exc.stderr or ''}"}) from None
+        raise SmokeFailure(
+            f"{what}: did not finish within {timeout:g} s", {what: f"{exc.stdout or ''}{exc.stderr or ''}"}
+        ) from None
     if done.returncode not in ok:
         raise SmokeFailure(f"{what}: exited with {done.returncode}", {what: done.stdout + done.stderr})
     return done
@@ -114,13 +121,19 @@ def free_port() -> int:
 def fresh_database() -> Iterator[str]:
     """An empty Postgres database with a random name, dropped afterwards; yields its SQLAlchemy URL."""
     name = f"rca_smoke_{secrets.token_hex(6)}"
-    run(["psql", PG_ADMIN_URL, "-v", "ON_ERROR_STOP=1", "-qc", f'CREATE DATABASE "{name}"'],
-        f"creating database {name} at {PG_ADMIN_URL}", timeout=30)
+    run(
+        ["psql", PG_ADMIN_URL, "-v", "ON_ERROR_STOP=1", "-qc", f'CREATE DATABASE "{name}"'],
+        f"creating database {name} at {PG_ADMIN_URL}",
+        timeout=30,
+    )
     try:
         yield f"postgresql+psycopg://{urlsplit(PG_ADMIN_URL).netloc}/{name}"
     finally:
-        run(["psql", PG_ADMIN_URL, "-qc", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'],
-            f"dropping database {name}", timeout=30)
+        run(
+            ["psql", PG_ADMIN_URL, "-qc", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'],
+            f"dropping database {name}",
+            timeout=30,
+        )
 
 
 def redis_cli(db: int, *args: str) -> str:
@@ -166,8 +179,10 @@ class StubPrometheus:
                     start, end = float(params["start"][0]), float(params["end"][0])
                     step = float(params["step"][0].rstrip("s"))
                     values = [[start + i * step, "0.5"] for i in range(int((end - start) // step) + 1)]
-                    data: dict[str, Any] = {"resultType": "matrix",
-                                            "result": [{"metric": {"instance": "gpu-node-1:8000"}, "values": values}]}
+                    data: dict[str, Any] = {
+                        "resultType": "matrix",
+                        "result": [{"metric": {"instance": "gpu-node-1:8000"}, "values": values}],
+                    }
                 elif parts.path.endswith("/query"):
                     data = {"resultType": "vector", "result": [{"metric": {}, "value": [time.time(), "1"]}]}
                 else:
@@ -208,8 +223,9 @@ class Service:
         self.name = name
         self.log = home / f"{name}.log"
         with self.log.open("wb") as sink:
-            self.process = subprocess.Popen(argv, env=env, cwd=home, stdout=sink, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                argv, env=env, cwd=home, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
@@ -230,8 +246,7 @@ class Service:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
-def http(method: str, url: str, token: str | None = None, body: Any = None,
-         timeout: float = 10) -> tuple[int, Any]:
+def http(method: str, url: str, token: str | None = None, body: Any = None, timeout: float = 10) -> tuple[int, Any]:
     """(status, parsed JSON or text); connection errors come back as status 0."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
@@ -252,8 +267,9 @@ def http(method: str, url: str, token: str | None = None, body: Any = None,
         return status, raw.decode(errors="replace")
 
 
-def wait_until(check: Callable[[], Any], timeout: float, what: str, guard: Callable[[], None],
-               logs: Callable[[], dict[str, str]]) -> Any:
+def wait_until(
+    check: Callable[[], Any], timeout: float, what: str, guard: Callable[[], None], logs: Callable[[], dict[str, str]]
+) -> Any:
     """Poll `check` until it returns something truthy; `guard` fails fast when a process died."""
     deadline = time.monotonic() + timeout
     while True:
@@ -276,16 +292,22 @@ def install(source: Path, home: Path) -> Path:
     say(f"pip install {source} (non-editable, no extras)")
     env = os.environ | {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     # --no-compile: byte-compiling every dependency is most of the install time and changes nothing checked here.
-    run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", str(source)], f"pip install {source}", env=env,
-        timeout=600)
+    run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-compile", str(source)],
+        f"pip install {source}",
+        env=env,
+        timeout=600,
+    )
     return venv / "bin"
 
 
 def sample_payload(python: Path, home: Path) -> dict[str, Any]:
     """The bundled Alertmanager sample, read from the installed package (so package data shipped),
     made a fresh incident the way `rca demo` does it."""
-    code = ("from importlib import resources; "
-            "print(resources.files('rca.samples').joinpath('alertmanager_queue_high.json').read_text())")
+    code = (
+        "from importlib import resources; "
+        "print(resources.files('rca.samples').joinpath('alertmanager_queue_high.json').read_text())"
+    )
     payload = json.loads(run([str(python), "-c", code], "reading the bundled sample payload", cwd=home).stdout)
     payload["groupKey"] += f"/smoke-{secrets.token_hex(4)}"
     for alert in payload["alerts"]:
@@ -305,9 +327,15 @@ def check_service(bin_dir: Path, home: Path) -> None:
         prometheus = stack.enter_context(StubPrometheus())
         port, metrics_port = free_port(), free_port()
         env = base_env | {
-            "RCA_DATABASE_URL": database_url, "RCA_BROKER_URL": broker_url, "RCA_PROMETHEUS_URL": prometheus.url,
-            "RCA_WEBHOOK_TOKEN": webhook_token, "RCA_API_TOKENS": api_token, "RCA_DATA_DIR": str(home / "data"),
-            "RCA_HOST": "127.0.0.1", "RCA_PORT": str(port), "RCA_LOG_LEVEL": "INFO",
+            "RCA_DATABASE_URL": database_url,
+            "RCA_BROKER_URL": broker_url,
+            "RCA_PROMETHEUS_URL": prometheus.url,
+            "RCA_WEBHOOK_TOKEN": webhook_token,
+            "RCA_API_TOKENS": api_token,
+            "RCA_DATA_DIR": str(home / "data"),
+            "RCA_HOST": "127.0.0.1",
+            "RCA_PORT": str(port),
+            "RCA_LOG_LEVEL": "INFO",
             "RCA_WORKER_METRICS_PORT": str(metrics_port),
         }
         say(f"rca migrate ({database_url})")
@@ -327,14 +355,19 @@ def check_service(bin_dir: Path, home: Path) -> None:
         base = f"http://127.0.0.1:{port}"
         say(f"rca serve on {base} and rca worker (pids {[s.process.pid for s in services]}) started")
 
-        wait_until(lambda: http("GET", f"{base}/readyz")[0] == 200, START_TIMEOUT, "GET /readyz answering 200",
-                   alive, lambda: logs() | {"last /readyz": str(http("GET", f"{base}/readyz"))})
+        wait_until(
+            lambda: http("GET", f"{base}/readyz")[0] == 200,
+            START_TIMEOUT,
+            "GET /readyz answering 200",
+            alive,
+            lambda: logs() | {"last /readyz": str(http("GET", f"{base}/readyz"))},
+        )
         say("/readyz 200")
-        status, reply = http("POST", f"{base}/api/v1/alertmanager", webhook_token, sample_payload(bin_dir / "python",
-                                                                                                   home))
+        status, reply = http(
+            "POST", f"{base}/api/v1/alertmanager", webhook_token, sample_payload(bin_dir / "python", home)
+        )
         if status != 200 or not isinstance(reply, dict) or reply.get("enqueued") is not True:
-            raise SmokeFailure(f"POST /api/v1/alertmanager answered {status} {reply} (expected enqueued: true)",
-                               logs())
+            raise SmokeFailure(f"POST /api/v1/alertmanager answered {status} {reply} (expected enqueued: true)", logs())
         incident_id = reply["incident_id"]
         say(f"webhook -> {status}, incident {incident_id} enqueued")
 
@@ -345,13 +378,19 @@ def check_service(bin_dir: Path, home: Path) -> None:
                 raise SmokeFailure(f"investigation failed: {inv.get('error')}", logs())
             return inv if inv and inv["status"] == "done" else None
 
-        inv = wait_until(finished, INVESTIGATION_TIMEOUT, f"the investigation of incident {incident_id} reaching done",
-                         alive, logs)
+        inv = wait_until(
+            finished, INVESTIGATION_TIMEOUT, f"the investigation of incident {incident_id} reaching done", alive, logs
+        )
         if not inv.get("findings") or not prometheus.queries:
-            raise SmokeFailure(f"investigation done without evidence: {len(inv.get('findings') or [])} findings, "
-                               f"{prometheus.queries} Prometheus queries", logs())
-        say(f"investigation done: {len(inv['findings'])} findings, {len(inv.get('hypotheses') or [])} hypotheses, "
-            f"{prometheus.queries} Prometheus queries")
+            raise SmokeFailure(
+                f"investigation done without evidence: {len(inv.get('findings') or [])} findings, "
+                f"{prometheus.queries} Prometheus queries",
+                logs(),
+            )
+        say(
+            f"investigation done: {len(inv['findings'])} findings, {len(inv.get('hypotheses') or [])} hypotheses, "
+            f"{prometheus.queries} Prometheus queries"
+        )
 
         # The service's own metrics: the API's (behind the token) and the worker's pool children, summed.
         for where, url, token, line in [
@@ -363,15 +402,25 @@ def check_service(bin_dir: Path, home: Path) -> None:
                 raise SmokeFailure(f"{where} metrics at {url}: {status}, no line {line!r}", logs() | {url: str(text)})
         say("/metrics: the webhook counted by the API, the investigation by the worker")
 
-        created = run([rca, "token", "create", "--name", "smoke", "--scope", "read"], "rca token create",
-                      env=env, cwd=home, timeout=60).stdout.strip()
+        created = run(
+            [rca, "token", "create", "--name", "smoke", "--scope", "read"],
+            "rca token create",
+            env=env,
+            cwd=home,
+            timeout=60,
+        ).stdout.strip()
         status, _ = http("GET", f"{base}/api/v1/incidents/{incident_id}", created)
         if status != 200:
             raise SmokeFailure(f"a token from `rca token create` got {status} from the API", logs())
         say("rca token create: the new token reads the API")
 
-        investigate = run([rca, "investigate", "--json", "--label", "instance=gpu-node-1:8000", "--label",
-                           "job=vllm"], "rca investigate", env=env, cwd=home, timeout=120)
+        investigate = run(
+            [rca, "investigate", "--json", "--label", "instance=gpu-node-1:8000", "--label", "job=vllm"],
+            "rca investigate",
+            env=env,
+            cwd=home,
+            timeout=120,
+        )
         if not json.loads(investigate.stdout).get("findings"):
             raise SmokeFailure("rca investigate printed no findings", {"rca investigate": investigate.stdout})
         say("rca investigate --json: findings printed")
@@ -384,15 +433,16 @@ def check_commands(bin_dir: Path, home: Path) -> None:
     """The commands that need no Postgres or Redis: imports, help, gpu-probe and the embedded demo."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RCA_")}
     env.pop("PYTHONPATH", None)
-    failed = run([str(bin_dir / "python"), "-c", IMPORT_ALL], "importing every installed module", cwd=home,
-                 env=env, ok=(0, 1))
+    failed = run(
+        [str(bin_dir / "python"), "-c", IMPORT_ALL], "importing every installed module", cwd=home, env=env, ok=(0, 1)
+    )
     if failed.returncode:
-        raise SmokeFailure("modules of the installed package do not import",
-                           {"imports": failed.stdout + failed.stderr})
+        raise SmokeFailure("modules of the installed package do not import", {"imports": failed.stdout + failed.stderr})
     say("every module of the installed package imports")
     run([str(bin_dir / "rca"), "--help"], "rca --help", env=env, cwd=home)
-    probe = run([str(bin_dir / "rca"), "gpu-probe", "--once"], "rca gpu-probe --once", env=env, cwd=home,
-                ok=(0, 3), timeout=60)  # 3: no NVIDIA GPU on this machine, said in one line
+    probe = run(
+        [str(bin_dir / "rca"), "gpu-probe", "--once"], "rca gpu-probe --once", env=env, cwd=home, ok=(0, 3), timeout=60
+    )  # 3: no NVIDIA GPU on this machine, said in one line
     if "Traceback" in probe.stderr:
         raise SmokeFailure("rca gpu-probe --once crashed", {"rca gpu-probe": probe.stderr})
     say(f"rca gpu-probe --once: exit {probe.returncode}")

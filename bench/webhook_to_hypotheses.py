@@ -35,14 +35,34 @@ BENCH_REDIS = "redis://127.0.0.1:6379/14"
 
 
 def payload(host: str, run: int, starts_at: datetime) -> dict:
-    labels = {"alertname": "LLMRequestQueueMedianHigh", "instance": f"{host}:8000", "model_name": MODEL,
-              "job": "vllm", "severity": "warning"}
+    labels = {
+        "alertname": "LLMRequestQueueMedianHigh",
+        "instance": f"{host}:8000",
+        "model_name": MODEL,
+        "job": "vllm",
+        "severity": "warning",
+    }
     return {
-        "version": "4", "groupKey": f"bench/{run}/{secrets.token_hex(4)}", "truncatedAlerts": 0,
-        "status": "firing", "receiver": "bench", "groupLabels": {"alertname": labels["alertname"]},
-        "commonLabels": labels, "commonAnnotations": {}, "externalURL": "http://127.0.0.1:9093",
-        "alerts": [{"status": "firing", "labels": labels, "annotations": {}, "startsAt": starts_at.isoformat(),
-                    "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "", "fingerprint": secrets.token_hex(8)}],
+        "version": "4",
+        "groupKey": f"bench/{run}/{secrets.token_hex(4)}",
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "bench",
+        "groupLabels": {"alertname": labels["alertname"]},
+        "commonLabels": labels,
+        "commonAnnotations": {},
+        "externalURL": "http://127.0.0.1:9093",
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": labels,
+                "annotations": {},
+                "startsAt": starts_at.isoformat(),
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": "",
+                "fingerprint": secrets.token_hex(8),
+            }
+        ],
     }
 
 
@@ -69,10 +89,17 @@ def main() -> None:
     server_s: list[float] = []
     client_s: list[float] = []
     try:
-        with tempfile.TemporaryDirectory() as tmp, promstack.service_stack(
-            Path(tmp), fleet, now, f"postgresql+psycopg://postgres@127.0.0.1:5432/{db}", BENCH_REDIS,
-            with_alertmanager=False,
-        ) as stack:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            promstack.service_stack(
+                Path(tmp),
+                fleet,
+                now,
+                f"postgresql+psycopg://postgres@127.0.0.1:5432/{db}",
+                BENCH_REDIS,
+                with_alertmanager=False,
+            ) as stack,
+        ):
             series = sum(1 for _ in fleet.series)
             print(f"fleet: {len(hosts)} hosts, {series} series, 3 h 15 min of history; Prometheus {stack.prometheus}")
             for run in range(args.runs + 1):  # run 0 warms up worker imports and connections
@@ -91,23 +118,30 @@ def main() -> None:
                 observed = time.perf_counter() - sent
                 if inv["status"] != "done":
                     raise SystemExit(f"run {run}: investigation failed: {inv['error']}")
-                server = (datetime.fromisoformat(inv["finished_at"])
-                          - datetime.fromisoformat(inv["queued_at"])).total_seconds()
+                server = (
+                    datetime.fromisoformat(inv["finished_at"]) - datetime.fromisoformat(inv["queued_at"])
+                ).total_seconds()
                 if run:
                     server_s.append(server)
                     client_s.append(observed)
-                    print(f"run {run:3d} {host:28s} top={inv['hypotheses'][0]['category']:22s} "
-                          f"server {server:.3f} s  client {observed:.3f} s  collect {inv['collect_seconds']:.3f} s")
+                    print(
+                        f"run {run:3d} {host:28s} top={inv['hypotheses'][0]['category']:22s} "
+                        f"server {server:.3f} s  client {observed:.3f} s  collect {inv['collect_seconds']:.3f} s"
+                    )
     finally:
         broker.flushdb()
         with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     print()
     print(f"webhook receipt -> stored ranked hypotheses, {len(server_s)} runs (rules analyst, no LLM)")
-    print(f"  server-side: p50 {percentile(server_s, 50):.3f} s  p95 {percentile(server_s, 95):.3f} s  "
-          f"max {max(server_s):.3f} s")
-    print(f"  client-side: p50 {percentile(client_s, 50):.3f} s  p95 {percentile(client_s, 95):.3f} s  "
-          f"max {max(client_s):.3f} s")
+    print(
+        f"  server-side: p50 {percentile(server_s, 50):.3f} s  p95 {percentile(server_s, 95):.3f} s  "
+        f"max {max(server_s):.3f} s"
+    )
+    print(
+        f"  client-side: p50 {percentile(client_s, 50):.3f} s  p95 {percentile(client_s, 95):.3f} s  "
+        f"max {max(client_s):.3f} s"
+    )
     print(f"  target p95 < 2 s: {'met' if percentile(client_s, 95) < 2 else 'NOT met'}")
 
 

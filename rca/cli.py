@@ -92,10 +92,19 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     _check_auth_settings(settings)
     _prepare_database(settings)
     mode = "embedded queue" if settings.embedded_queue else "celery"
-    log.info("serving on %s:%s (%s, database %s)", args.host or settings.host, args.port or settings.port,
-             mode, "sqlite" if settings.effective_database_url.startswith("sqlite") else "postgresql")
-    uvicorn.run(create_app(settings), host=args.host or settings.host, port=args.port or settings.port,
-                log_level=settings.log_level.lower())
+    log.info(
+        "serving on %s:%s (%s, database %s)",
+        args.host or settings.host,
+        args.port or settings.port,
+        mode,
+        "sqlite" if settings.effective_database_url.startswith("sqlite") else "postgresql",
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        log_level=settings.log_level.lower(),
+    )
 
 
 def _multiprocess_metrics(settings: Settings) -> None:
@@ -125,8 +134,10 @@ def _serve_worker_metrics(settings: Settings) -> None:
     try:
         start_http_server(settings.worker_metrics_port, settings.worker_metrics_host, registry=scrape_registry())
     except OSError as exc:
-        _fail(f"RCA_WORKER_METRICS_PORT: cannot listen on {settings.worker_metrics_host}:"
-              f"{settings.worker_metrics_port}: {exc.strerror or exc} (0 turns the metrics port off)")
+        _fail(
+            f"RCA_WORKER_METRICS_PORT: cannot listen on {settings.worker_metrics_host}:"
+            f"{settings.worker_metrics_port}: {exc.strerror or exc} (0 turns the metrics port off)"
+        )
     log.info("worker metrics on http://%s:%s/metrics", settings.worker_metrics_host, settings.worker_metrics_port)
 
 
@@ -141,8 +152,17 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     app = create_app(settings)
     _serve_worker_metrics(settings)
 
-    argv = ["worker", "--loglevel", settings.log_level.upper(), "--concurrency", str(args.concurrency),
-            "--queues", args.queues, "--hostname", args.hostname]
+    argv = [
+        "worker",
+        "--loglevel",
+        settings.log_level.upper(),
+        "--concurrency",
+        str(args.concurrency),
+        "--queues",
+        args.queues,
+        "--hostname",
+        args.hostname,
+    ]
     if not args.no_beat:
         argv += ["--beat", "--schedule", str(settings.data_dir / "celerybeat-schedule")]
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -189,8 +209,10 @@ def parse_start(text: str) -> datetime:
     try:
         start = datetime.fromisoformat(text.strip())
     except ValueError:
-        _fail(f"--start {text!r}: expected an ISO 8601 time such as 2026-12-03T08:40:00Z "
-              "or 2026-12-03 08:40 (UTC unless an offset is given)")
+        _fail(
+            f"--start {text!r}: expected an ISO 8601 time such as 2026-12-03T08:40:00Z "
+            "or 2026-12-03 08:40 (UTC unless an offset is given)"
+        )
     return start if start.tzinfo else start.replace(tzinfo=UTC)
 
 
@@ -210,12 +232,19 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     no_data = no_data_reason(findings, analysis.collection.prometheus_error)
     if args.json:  # the same document with or without data; the exit code says which
         window = analysis.collection.window
-        out = {"target": target.to_dict(), "selectors": analysis.collection.selectors,
-               "window": {"start": window.start.isoformat(), "end": window.end.isoformat(),
-                          "step_seconds": window.step_seconds},
-               "collect_seconds": round(analysis.collect_seconds, 3),
-               "findings": findings, "hypotheses": hypotheses,
-               "analyst": analysis.analyst.to_dict() if analysis.analyst else None}
+        out = {
+            "target": target.to_dict(),
+            "selectors": analysis.collection.selectors,
+            "window": {
+                "start": window.start.isoformat(),
+                "end": window.end.isoformat(),
+                "step_seconds": window.step_seconds,
+            },
+            "collect_seconds": round(analysis.collect_seconds, 3),
+            "findings": findings,
+            "hypotheses": hypotheses,
+            "analyst": analysis.analyst.to_dict() if analysis.analyst else None,
+        }
         print(json.dumps(out, indent=2, default=str))
     elif no_data is None:
         print(render(target.describe(), findings, hypotheses, colour=use_colour(sys.stdout)))
@@ -227,7 +256,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _no_data(target: str, reason: str, prometheus_url: str | None) -> None:
-    """"No data" is its own answer: one line saying why, and exit code 3 (never a confidence)."""
+    """ "No data" is its own answer: one line saying why, and exit code 3 (never a confidence)."""
     from rca.report import no_data_hint
 
     hint = no_data_hint(reason, prometheus_url)
@@ -278,18 +307,24 @@ def _next_steps(base: str, api_token: str, incident: dict[str, Any], serving: bo
     """Where to look next: the API calls that show what was stored, ready to paste."""
     top = (incident["investigation"]["hypotheses"] or [{}])[0].get("category")
     curl = f"curl -H 'Authorization: Bearer {api_token}'"
-    when = ("the service is up until Ctrl-C" if serving else
-            "this run stops its service now; `rca demo --serve` keeps it up")
+    when = (
+        "the service is up until Ctrl-C"
+        if serving
+        else "this run stops its service now; `rca demo --serve` keeps it up"
+    )
     by_cause = [f"    {curl} '{base}/api/v1/incidents?category={top}'"] if measured and top else []
-    return ["", f"Where to look next ({when}):",
-            "  the incident with all its evidence and PromQL:",
-            f"    {curl} {base}/api/v1/incidents/{incident['id']}",
-            "  the history" + (", by top cause and by free text:" if by_cause else ", by free text:"),
-            *by_cause,
-            f"    {curl} '{base}/api/v1/incidents?q={incident['alertname'] or ''}'",
-            "  past incidents with the same evidence:",
-            f"    {curl} {base}/api/v1/incidents/{incident['id']}/similar",
-            f"  the whole API: {base}/docs"]
+    return [
+        "",
+        f"Where to look next ({when}):",
+        "  the incident with all its evidence and PromQL:",
+        f"    {curl} {base}/api/v1/incidents/{incident['id']}",
+        "  the history" + (", by top cause and by free text:" if by_cause else ", by free text:"),
+        *by_cause,
+        f"    {curl} '{base}/api/v1/incidents?q={incident['alertname'] or ''}'",
+        "  past incidents with the same evidence:",
+        f"    {curl} {base}/api/v1/incidents/{incident['id']}/similar",
+        f"  the whole API: {base}/docs",
+    ]
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
@@ -313,13 +348,17 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
     with ReplayServer(recording, anchor=alert_start) as replay:
         # The bundled alert is investigated on the replay; a payload of one's own on RCA_PROMETHEUS_URL.
         prometheus_url = settings.prometheus_url if args.payload else replay.url
-        settings = settings.model_copy(update={"webhook_token": SecretStr(webhook_token),
-                                               "api_tokens": [SecretStr(api_token)],
-                                               "prometheus_url": prometheus_url, "broker_url": None})
+        settings = settings.model_copy(
+            update={
+                "webhook_token": SecretStr(webhook_token),
+                "api_tokens": [SecretStr(api_token)],
+                "prometheus_url": prometheus_url,
+                "broker_url": None,
+            }
+        )
         _prepare_database(settings)
         port = args.port or _free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                               log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         base = f"http://127.0.0.1:{port}"
@@ -329,16 +368,24 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                 if time.monotonic() > deadline or not thread.is_alive():
                     _fail(f"the service did not start on 127.0.0.1:{port}", code=EXIT_FAILED)
                 time.sleep(0.05)
-            source = (f"Prometheus at {prometheus_url}" if prometheus_url and args.payload else
-                      "no Prometheus (RCA_PROMETHEUS_URL is not set)" if args.payload else
-                      f"a recorded Prometheus window replayed at {replay.url} "
-                      f"(recorded from Prometheus {recording.meta['prometheus_version']} by "
-                      f"{recording.meta['recorded_by']})")
+            source = (
+                f"Prometheus at {prometheus_url}"
+                if prometheus_url and args.payload
+                else "no Prometheus (RCA_PROMETHEUS_URL is not set)"
+                if args.payload
+                else f"a recorded Prometheus window replayed at {replay.url} "
+                f"(recorded from Prometheus {recording.meta['prometheus_version']} by "
+                f"{recording.meta['recorded_by']})"
+            )
             store = settings.effective_database_url
             store = f"SQLite {store}" if store.startswith("sqlite") else "RCA_DATABASE_URL"
             print(f"rca demo: service on {base} ({store}, in-process queue); metrics from {source}")
-            reply = httpx.post(f"{base}/api/v1/alertmanager", json=payload,
-                               headers={"Authorization": f"Bearer {webhook_token}"}, timeout=10)
+            reply = httpx.post(
+                f"{base}/api/v1/alertmanager",
+                json=payload,
+                headers={"Authorization": f"Bearer {webhook_token}"},
+                timeout=10,
+            )
             print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")
             if reply.status_code >= 400:
                 _fail(f"the webhook refused the payload: {reply.status_code} {reply.text[:300]}")
@@ -346,8 +393,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             auth = {"Authorization": f"Bearer {api_token}"}
             incident = _wait_for_investigation(base, incident_id, auth, timeout=60)
             inv = incident["investigation"]
-            print(f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
-                  f"in {inv['total_seconds'] or 0:.1f} s\n")
+            print(
+                f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
+                f"in {inv['total_seconds'] or 0:.1f} s\n"
+            )
             if inv["status"] != InvestigationStatus.DONE:
                 _fail(f"investigation failed: {inv.get('error')}", code=EXIT_FAILED)
             alert = incident["alerts"][0] if incident["alerts"] else {}
@@ -359,8 +408,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             no_data = no_data_reason(inv["findings"])
             print(render(target, inv["findings"], inv["hypotheses"], colour=use_colour(sys.stdout), no_data=no_data))
             if replay.misses and not args.payload:
-                print(f"\nNote: {len(replay.misses)} queries are not in the recording (the profile changed since it "
-                      "was recorded: rerun tools/record_demo_window.py); they were answered as absent series.")
+                print(
+                    f"\nNote: {len(replay.misses)} queries are not in the recording (the profile changed since it "
+                    "was recorded: rerun tools/record_demo_window.py); they were answered as absent series."
+                )
             print("\n".join(_next_steps(base, api_token, incident, args.serve, measured=no_data is None)))
             if no_data is not None and not args.serve:
                 raise SystemExit(EXIT_NO_DATA)  # the report said why
@@ -443,79 +494,131 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="rca", description=textwrap.fill(__doc__ or "", 79), formatter_class=_HelpFormatter,
-        epilog="Settings come from RCA_* environment variables (see the README).\n\n" + EXIT_CODES)
+        prog="rca",
+        description=textwrap.fill(__doc__ or "", 79),
+        formatter_class=_HelpFormatter,
+        epilog="Settings come from RCA_* environment variables (see the README).\n\n" + EXIT_CODES,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=textwrap.fill(description, 79),
-                              formatter_class=_HelpFormatter, epilog=EXIT_CODES)
+        return sub.add_parser(
+            name,
+            help=help_,
+            description=textwrap.fill(description, 79),
+            formatter_class=_HelpFormatter,
+            epilog=EXIT_CODES,
+        )
 
-    serve = command("serve", "run the HTTP service (webhook + search API)",
-                    "Serve the Alertmanager webhook and the search API. Without RCA_BROKER_URL investigations "
-                    "run in-process; without RCA_DATABASE_URL the store is SQLite under RCA_DATA_DIR.")
+    serve = command(
+        "serve",
+        "run the HTTP service (webhook + search API)",
+        "Serve the Alertmanager webhook and the search API. Without RCA_BROKER_URL investigations "
+        "run in-process; without RCA_DATABASE_URL the store is SQLite under RCA_DATA_DIR.",
+    )
     serve.add_argument("--host", help="listen address (default: RCA_HOST, else 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default: RCA_PORT, else 8080)")
     serve.set_defaults(func=cmd_serve)
 
-    worker = command("worker", "run a Celery worker for investigations",
-                     "Consume investigations (and Slack deliveries) from RCA_BROKER_URL; with beat, also "
-                     "re-enqueue investigations whose enqueue was lost.")
+    worker = command(
+        "worker",
+        "run a Celery worker for investigations",
+        "Consume investigations (and Slack deliveries) from RCA_BROKER_URL; with beat, also "
+        "re-enqueue investigations whose enqueue was lost.",
+    )
     worker.add_argument("--concurrency", type=int, default=2, help="investigations run at once")
     worker.add_argument("--hostname", default="rca@%h", help="Celery node name (%%h: this host's name)")
-    worker.add_argument("--queues", default="investigations,slack",
-                        help="comma-separated queues to consume (Slack deliveries have their own)")
+    worker.add_argument(
+        "--queues",
+        default="investigations,slack",
+        help="comma-separated queues to consume (Slack deliveries have their own)",
+    )
     worker.add_argument("--no-beat", action="store_true", help="do not run the stranded-investigation sweeper")
     worker.set_defaults(func=cmd_worker)
 
-    mig = command("migrate", "create or upgrade the database schema",
-                  "Run the Alembic migrations on RCA_DATABASE_URL (or the embedded SQLite file).")
+    mig = command(
+        "migrate",
+        "create or upgrade the database schema",
+        "Run the Alembic migrations on RCA_DATABASE_URL (or the embedded SQLite file).",
+    )
     mig.add_argument("revision", nargs="?", default="head", help="Alembic revision to migrate to")
     mig.set_defaults(func=cmd_migrate)
 
-    inv = command("investigate", "run one investigation now and print the ranked result",
-                  "Investigate one alert now, without the service: collect the window from RCA_PROMETHEUS_URL, "
-                  "judge the signals, rank the causes and print them (nothing is stored). Exits 3 when "
-                  "nothing could be measured.")
+    inv = command(
+        "investigate",
+        "run one investigation now and print the ranked result",
+        "Investigate one alert now, without the service: collect the window from RCA_PROMETHEUS_URL, "
+        "judge the signals, rank the causes and print them (nothing is stored). Exits 3 when "
+        "nothing could be measured.",
+    )
     inv.add_argument("payload", nargs="?", help="Alertmanager webhook payload (JSON file)")
-    inv.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
-                     help="alert label, repeatable (instead of a payload)")
-    inv.add_argument("--start", metavar="TIME",
-                     help="alert start with --label, ISO 8601 such as 2026-12-03T08:40:00Z; UTC unless an "
-                          "offset is given (default: now)")
+    inv.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="alert label, repeatable (instead of a payload)",
+    )
+    inv.add_argument(
+        "--start",
+        metavar="TIME",
+        help="alert start with --label, ISO 8601 such as 2026-12-03T08:40:00Z; UTC unless an "
+        "offset is given (default: now)",
+    )
     inv.add_argument("--json", action="store_true", help="machine-readable output")
     inv.set_defaults(func=cmd_investigate)
 
-    demo = command("demo", "investigate a recorded incident end to end, on embedded defaults",
-                   "Start the real service on embedded defaults (SQLite, in-process queue), replay a recorded "
-                   "3-hour Prometheus window of a real incident on a loopback port, post its alert to the "
-                   "webhook and print the diagnosis the service stored, with its evidence.")
-    demo.add_argument("--payload", help="send this Alertmanager payload instead of the recorded incident's; "
-                                        "it is investigated against RCA_PROMETHEUS_URL")
+    demo = command(
+        "demo",
+        "investigate a recorded incident end to end, on embedded defaults",
+        "Start the real service on embedded defaults (SQLite, in-process queue), replay a recorded "
+        "3-hour Prometheus window of a real incident on a loopback port, post its alert to the "
+        "webhook and print the diagnosis the service stored, with its evidence.",
+    )
+    demo.add_argument(
+        "--payload",
+        help="send this Alertmanager payload instead of the recorded incident's; "
+        "it is investigated against RCA_PROMETHEUS_URL",
+    )
     demo.add_argument("--port", type=int, default=0, help="service port (0: a free one)")
     demo.add_argument("--serve", action="store_true", help="keep the service up after the diagnosis (Ctrl-C stops)")
     demo.set_defaults(func=cmd_demo)
 
-    gpu = command("gpu-probe", "serve this host's NVML GPU metrics (GPM included) for Prometheus",
-                  "Sample NVML on this GPU host and serve it as Prometheus metrics (GPM counters included, "
-                  "which no standard exporter publishes). Exits 3 without an NVIDIA GPU.")
+    gpu = command(
+        "gpu-probe",
+        "serve this host's NVML GPU metrics (GPM included) for Prometheus",
+        "Sample NVML on this GPU host and serve it as Prometheus metrics (GPM counters included, "
+        "which no standard exporter publishes). Exits 3 without an NVIDIA GPU.",
+    )
     gpu.add_argument("--host", default="127.0.0.1", help="listen address")
     gpu.add_argument("--port", type=int, default=9835, help="listen port")
     gpu.add_argument("--interval", type=float, default=5.0, help="seconds between NVML samples")
     gpu.add_argument("--once", action="store_true", help="print one sample as Prometheus text and exit")
     gpu.set_defaults(func=cmd_gpu_probe)
 
-    token = command("token", "create or revoke a named API token (read or write scope)",
-                    "Manage named API tokens in the database; only their hashes are stored.")
+    token = command(
+        "token",
+        "create or revoke a named API token (read or write scope)",
+        "Manage named API tokens in the database; only their hashes are stored.",
+    )
     token_sub = token.add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = token_sub.add_parser("create", help="print a new token; only its hash is stored",
-                                  description="Create a token and print it once.", formatter_class=_HelpFormatter)
+    create = token_sub.add_parser(
+        "create",
+        help="print a new token; only its hash is stored",
+        description="Create a token and print it once.",
+        formatter_class=_HelpFormatter,
+    )
     create.add_argument("--name", required=True, help="who or what uses it; recorded as the author of feedback")
-    create.add_argument("--scope", choices=["read", "write"], default="read",
-                        help="read: search and statistics; write: also feedback")
-    revoke = token_sub.add_parser("revoke", help="stop a token from working",
-                                  description="Revoke a live token by name.", formatter_class=_HelpFormatter)
+    create.add_argument(
+        "--scope", choices=["read", "write"], default="read", help="read: search and statistics; write: also feedback"
+    )
+    revoke = token_sub.add_parser(
+        "revoke",
+        help="stop a token from working",
+        description="Revoke a live token by name.",
+        formatter_class=_HelpFormatter,
+    )
     revoke.add_argument("--name", required=True, help="the token's name, as given to create")
     token.set_defaults(func=cmd_token)
     return parser

@@ -40,8 +40,14 @@ log = logging.getLogger(__name__)
 # `_created` series double every counter and do not exist in multiprocess mode; both modes show the same.
 disable_created_metrics()
 
-WEBHOOK_OUTCOMES = {200: "stored", 400: "not_json", 401: "unauthorized", 413: "too_large", 422: "invalid",
-                    503: "database_unavailable"}
+WEBHOOK_OUTCOMES = {
+    200: "stored",
+    400: "not_json",
+    401: "unauthorized",
+    413: "too_large",
+    422: "invalid",
+    503: "database_unavailable",
+}
 PROMETHEUS_ERROR_REASONS = ("timeout", "connection", "http_status", "bad_response")
 TRACE_ERROR_REASONS = (*PROMETHEUS_ERROR_REASONS, "too_large")
 TRACE_BACKENDS = ("jaeger", "tempo")
@@ -51,27 +57,35 @@ SLACK_FAILURE_REASONS = ("rate_limited", "server_error", "auth", "rejected", "ti
 # 0.1 s (a cached, Prometheus-less run) to the 5 min worst case (RCA_INVESTIGATION_TIMEOUT_SECONDS raised).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300)
 
-WEBHOOK_REQUESTS = Counter("rca_webhook_requests_total", "Alertmanager webhook answers, by outcome and HTTP status.",
-                           ["outcome", "code"])
+WEBHOOK_REQUESTS = Counter(
+    "rca_webhook_requests_total", "Alertmanager webhook answers, by outcome and HTTP status.", ["outcome", "code"]
+)
 INCIDENTS_OPENED = Counter("rca_incidents_opened_total", "Incidents created from webhook notifications.")
-INVESTIGATIONS = Counter("rca_investigations_total", "Investigations finished, by final status (done or failed).",
-                         ["status"])
-INVESTIGATION_DURATION = Histogram("rca_investigation_duration_seconds",
-                                   "Wall time of a finished investigation attempt, by final status.", ["status"],
-                                   buckets=DURATION_BUCKETS)
-PROMETHEUS_QUERY_ERRORS = Counter("rca_prometheus_query_errors_total",
-                                  "Prometheus queries that failed, by reason.", ["reason"])
-TRACE_QUERY_ERRORS = Counter("rca_trace_query_errors_total", "Trace backend requests that failed, by backend and "
-                             "reason.", ["backend", "reason"])
+INVESTIGATIONS = Counter(
+    "rca_investigations_total", "Investigations finished, by final status (done or failed).", ["status"]
+)
+INVESTIGATION_DURATION = Histogram(
+    "rca_investigation_duration_seconds",
+    "Wall time of a finished investigation attempt, by final status.",
+    ["status"],
+    buckets=DURATION_BUCKETS,
+)
+PROMETHEUS_QUERY_ERRORS = Counter(
+    "rca_prometheus_query_errors_total", "Prometheus queries that failed, by reason.", ["reason"]
+)
+TRACE_QUERY_ERRORS = Counter(
+    "rca_trace_query_errors_total", "Trace backend requests that failed, by backend and reason.", ["backend", "reason"]
+)
 LLM_REQUESTS = Counter("rca_llm_requests_total", "Requests to the LLM endpoint, by outcome.", ["outcome"])
-LLM_TOKENS = Counter("rca_llm_tokens_total", "LLM tokens as the endpoint counted them, by kind (prompt or "
-                     "completion).", ["kind"])
+LLM_TOKENS = Counter(
+    "rca_llm_tokens_total", "LLM tokens as the endpoint counted them, by kind (prompt or completion).", ["kind"]
+)
 LLM_COST = Counter("rca_llm_cost_dollars_total", "Estimated LLM spend in dollars (RCA_LLM_PRICE_PER_1K_*).")
-SLACK_DELIVERIES = Counter("rca_slack_deliveries_total", "Slack calls that succeeded, by what they did.",
-                           ["outcome"])
+SLACK_DELIVERIES = Counter("rca_slack_deliveries_total", "Slack calls that succeeded, by what they did.", ["outcome"])
 SLACK_FAILURES = Counter("rca_slack_delivery_failures_total", "Slack calls that failed, by reason.", ["reason"])
-SWEEPER_REENQUEUED = Counter("rca_sweeper_reenqueued_total",
-                             "Stranded investigations the sweeper handed to the queue again.")
+SWEEPER_REENQUEUED = Counter(
+    "rca_sweeper_reenqueued_total", "Stranded investigations the sweeper handed to the queue again."
+)
 
 for _code, _outcome in WEBHOOK_OUTCOMES.items():
     WEBHOOK_REQUESTS.labels(outcome=_outcome, code=str(_code))
@@ -123,8 +137,9 @@ class BuildInfoCollector(Collector):
     multiprocess mode does not support."""
 
     def collect(self) -> Iterator[Metric]:
-        info = GaugeMetricFamily("rca_build_info", "The running version of llm-serving-rca (always 1).",
-                                 labels=["version"])
+        info = GaugeMetricFamily(
+            "rca_build_info", "The running version of llm-serving-rca (always 1).", labels=["version"]
+        )
         info.add_metric([version()], 1)
         yield info
 

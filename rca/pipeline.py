@@ -53,11 +53,17 @@ class Analysis:
         that rewords or reorders its answer does not make Slack post again."""
         window = self.collection.window
         return InvestigationResult(
-            findings=self.findings, hypotheses=self.hypotheses, analyst=self.analyst,
-            window_start=window.start, window_end=window.end, step_seconds=window.step_seconds,
+            findings=self.findings,
+            hypotheses=self.hypotheses,
+            analyst=self.analyst,
+            window_start=window.start,
+            window_end=window.end,
+            step_seconds=window.step_seconds,
             target=self.target.to_dict() | {"selectors": self.collection.selectors, "stack": self.collection.stack},
-            error=self.collection.prometheus_error, collect_seconds=self.collect_seconds,
-            total_seconds=total_seconds, change_key=change_key(self.findings, [h.category for h in self.rules]),
+            error=self.collection.prometheus_error,
+            collect_seconds=self.collect_seconds,
+            total_seconds=total_seconds,
+            change_key=change_key(self.findings, [h.category for h in self.rules]),
         )
 
 
@@ -69,9 +75,15 @@ def target_of(claim: investigations.Claim, config: TargetConfig) -> Target:
 History = Callable[[list[Finding], list[Hypothesis], str | None], list[dict[str, Any]]]
 
 
-def analyse(settings: Settings, target: Target, now: datetime | None = None, *,
-            alerts: list[AlertText] | None = None, cache: AnswerCache | None = None,
-            history: History | None = None) -> Analysis:
+def analyse(
+    settings: Settings,
+    target: Target,
+    now: datetime | None = None,
+    *,
+    alerts: list[AlertText] | None = None,
+    cache: AnswerCache | None = None,
+    history: History | None = None,
+) -> Analysis:
     """Collect the window around the alert, judge every signal, rank the causes and have the
     analyst (the LLM when configured, else the rules) write the hypotheses.
 
@@ -81,44 +93,77 @@ def analyse(settings: Settings, target: Target, now: datetime | None = None, *,
     now = now or datetime.now(UTC)
     file_config = settings.file_config()
     profile = profile_for(file_config)
-    window = choose_window(target.alert_start, now, timedelta(minutes=settings.lookback_minutes),
-                           settings.max_points_per_series, settings.min_step_seconds)
+    window = choose_window(
+        target.alert_start,
+        now,
+        timedelta(minutes=settings.lookback_minutes),
+        settings.max_points_per_series,
+        settings.min_step_seconds,
+    )
     started = time.perf_counter()
     if settings.prometheus_url:
-        source = PrometheusSource(settings.prometheus_url, settings.prometheus_timeout_seconds,
-                                  settings.query_concurrency)
+        source = PrometheusSource(
+            settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency
+        )
         pod = {name: target.labels[name] for name in ("namespace", "pod") if target.labels.get(name)}
         aliases = source.aliases(profile.identities, target.host_candidates(), window, pod or None)
         target = replace(target, aliases=aliases)
-        collection = source.collect(profile, scope_candidates(target, file_config.target), window,
-                                    stack=file_config.stack, params=query_params(file_config))
+        collection = source.collect(
+            profile,
+            scope_candidates(target, file_config.target),
+            window,
+            stack=file_config.stack,
+            params=query_params(file_config),
+        )
     else:
         error = "no Prometheus configured (set RCA_PROMETHEUS_URL)"
-        collection = Collection(window=window, selectors={}, prometheus_error=error,
-                                results=[SeriesResult(spec=s, error=error) for s in profile.signals])
+        collection = Collection(
+            window=window,
+            selectors={},
+            prometheus_error=error,
+            results=[SeriesResult(spec=s, error=error) for s in profile.signals],
+        )
     collect_seconds = time.perf_counter() - started
     findings = judge_all(collection, target.alert_start)
-    findings.append(slo_finding(collection, target.alert_start, file_config.slo_ttft_seconds,
-                                file_config.slo_probability_threshold))
+    findings.append(
+        slo_finding(collection, target.alert_start, file_config.slo_ttft_seconds, file_config.slo_probability_threshold)
+    )
     alert_labels = [alert.labels for alert in alerts] if alerts else [target.labels]
-    findings += trace_findings(settings, file_config.traces, alert_labels, target.alert_start,
-                               window.start, window.end)
+    findings += trace_findings(settings, file_config.traces, alert_labels, target.alert_start, window.start, window.end)
     rules = rank(findings)
     past = history(findings, rules, collection.stack) if history and settings.llm_configured else None
     analyst = explain(settings, target, findings, rules, alerts=alerts, similar=past, cache=cache)
-    return Analysis(target=target, collection=collection, findings=findings, hypotheses=analyst.hypotheses,
-                    collect_seconds=collect_seconds, analyst=analyst.record, rules=rules)
+    return Analysis(
+        target=target,
+        collection=collection,
+        findings=findings,
+        hypotheses=analyst.hypotheses,
+        collect_seconds=collect_seconds,
+        analyst=analyst.record,
+        rules=rules,
+    )
 
 
-def _precedents(url: str, claim: investigations.Claim, findings: list[Finding], rules: list[Hypothesis],
-                stack: str | None) -> list[dict[str, Any]]:
+def _precedents(
+    url: str, claim: investigations.Claim, findings: list[Finding], rules: list[Hypothesis], stack: str | None
+) -> list[dict[str, Any]]:
     """Past incidents alike enough to cite, as the LLM prompt lists them."""
-    target = similar.signature_of(claim.incident_id, claim.incident_created_at, findings,
-                                  [h.category for h in rules], stack)
+    target = similar.signature_of(
+        claim.incident_id, claim.incident_created_at, findings, [h.category for h in rules], stack
+    )
     with session_scope(url) as session:
         found = similar.precedents(session, target)
-    return [{"incident_id": p.incident_id, "category": p.category, "confirmed": p.confirmed, "title": p.title,
-             "when": f"{p.created_at:%Y-%m-%d %H:%M} UTC", "similarity": p.score} for p in found]
+    return [
+        {
+            "incident_id": p.incident_id,
+            "category": p.category,
+            "confirmed": p.confirmed,
+            "title": p.title,
+            "when": f"{p.created_at:%Y-%m-%d %H:%M} UTC",
+            "similarity": p.score,
+        }
+        for p in found
+    ]
 
 
 def run_investigation(settings: Settings, investigation_id: int) -> str:
@@ -133,16 +178,30 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         claim = investigations.claim(session, investigation_id)
     if claim is None:
         return "skipped"
-    alerts = [AlertText(labels, annotations, start) for labels, annotations, start
-              in zip(claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True)]
+    alerts = [
+        AlertText(labels, annotations, start)
+        for labels, annotations, start in zip(
+            claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True
+        )
+    ]
     cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
-    analysis = analyse(settings, target_of(claim, settings.file_config().target), alerts=alerts, cache=cache,
-                       history=partial(_precedents, url, claim))
+    analysis = analyse(
+        settings,
+        target_of(claim, settings.file_config().target),
+        alerts=alerts,
+        cache=cache,
+        history=partial(_precedents, url, claim),
+    )
     total_seconds = time.perf_counter() - started
     with session_scope(url) as session:
         investigations.save_result(session, investigation_id, analysis.result(total_seconds))
     metrics.investigation_finished(InvestigationStatus.DONE, total_seconds)
     top = analysis.hypotheses[0]
-    log.info("investigation %s done: top=%s (%.2f) by %s", investigation_id, top.category, top.confidence,
-             analysis.analyst.analyst if analysis.analyst else "rules")
+    log.info(
+        "investigation %s done: top=%s (%.2f) by %s",
+        investigation_id,
+        top.category,
+        top.confidence,
+        analysis.analyst.analyst if analysis.analyst else "rules",
+    )
     return InvestigationStatus.DONE

@@ -18,6 +18,8 @@ MEASURED = ("breached", "ok")
 _STATUS_ORDER = {"breached": 0, "ok": 1, "not_measurable": 2, "unavailable": 3}
 _MARK = {"breached": "!!", "ok": "ok"}
 _COLOURS = {"red": "31", "green": "32", "bold": "1", "dim": "2", "yellow": "33"}
+
+
 def use_colour(stream: TextIO) -> bool:
     """Colour only on a terminal, and never with NO_COLOR set (https://no-color.org) or TERM=dumb."""
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
@@ -40,8 +42,10 @@ def _limit(finding: dict[str, Any]) -> str:
 def measure(finding: dict[str, Any]) -> str:
     """`98% (baseline 55%, limit > 95%)`: the numbers of a measured finding."""
     unit = finding["unit"]
-    return (f"{format_value(finding['value'], unit)} "
-            f"(baseline {format_value(finding['baseline'], unit)}, {_limit(finding)})")
+    return (
+        f"{format_value(finding['value'], unit)} "
+        f"(baseline {format_value(finding['baseline'], unit)}, {_limit(finding)})"
+    )
 
 
 def no_data_reason(findings: list[dict[str, Any]], prometheus_error: str | None = None) -> str | None:
@@ -67,8 +71,14 @@ def no_data_hint(reason: str, prometheus_url: str | None) -> str | None:
     return f"Prometheus at {prometheus_url} has no series for this target: check the alert's labels"
 
 
-def render(target: str, findings: list[dict[str, Any]], hypotheses: list[dict[str, Any]], *,
-           colour: bool = False, no_data: str | None = None) -> str:
+def render(
+    target: str,
+    findings: list[dict[str, Any]],
+    hypotheses: list[dict[str, Any]],
+    *,
+    colour: bool = False,
+    no_data: str | None = None,
+) -> str:
     """Findings and hypotheses as dicts (API shape), formatted for a human. `no_data` (why
     nothing was measured, see `no_data_reason`) replaces the ranking, which judged nothing."""
     style = _Style(colour)
@@ -81,8 +91,10 @@ def render(target: str, findings: list[dict[str, Any]], hypotheses: list[dict[st
     lines.append("Ranked root causes:")
     for h in hypotheses:
         lines.append(f"  {h['rank']}. {style(h['category'], 'bold')}  confidence {h['confidence']:.2f}  {h['title']}")
-        for heading, ids, sign in (("supported by", h.get("evidence") or [], "+"),
-                                   ("contradicted by", h.get("contradicting") or [], "-")):
+        for heading, ids, sign in (
+            ("supported by", h.get("evidence") or [], "+"),
+            ("contradicted by", h.get("contradicting") or [], "-"),
+        ):
             if ids:
                 lines.append(f"     {heading}:")
             for fid in ids:

@@ -20,8 +20,10 @@ def check(settings: Settings) -> Settings:
         raise ConfigError(message if message.startswith("RCA_") else f"RCA_CONFIG_FILE: {message}") from None
     slack_file = settings.file_config().slack
     if settings.slack_bot_token and not (settings.slack_channel or slack_file.default_channel):
-        raise ConfigError("RCA_SLACK_CHANNEL: not set; the bot token needs a default channel "
-                          "(or slack.default_channel in RCA_CONFIG_FILE)")
+        raise ConfigError(
+            "RCA_SLACK_CHANNEL: not set; the bot token needs a default channel "
+            "(or slack.default_channel in RCA_CONFIG_FILE)"
+        )
     return settings
 
 

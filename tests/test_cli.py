@@ -24,8 +24,9 @@ LABEL = ["--label", "instance=gpu-node-1:8000"]
 
 def _rca(args: list[str], tmp_path: Path, timeout: float = 60, **rca: str) -> subprocess.CompletedProcess[str]:
     env = subprocess_env(data_dir=str(tmp_path / "rca-data"), **rca)
-    return subprocess.run([sys.executable, "-m", "rca.cli", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "rca.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _closed_port() -> int:
@@ -47,14 +48,14 @@ def test_demo_prints_the_diagnosis_of_the_recorded_incident_with_its_evidence(tm
     assert "Traceback" not in done.stderr
     assert "investigation done" in out
     assert "Incident 1: LLMRequestQueueMedianHigh" in out
-    causes = out[out.index("Ranked root causes:"):out.index("Findings:")]
+    causes = out[out.index("Ranked root causes:") : out.index("Findings:")]
     top = causes.split("\n  2. ")[0]
     # The fault the recording's fleet carried, ranked first by the real ranking on replayed series.
     assert re.search(r"1\. kv_memory_pressure  confidence 0\.\d\d", top), causes
     assert re.search(r"\+ kv_cache_usage +KV-cache usage is \d+% \(baseline \d+%, limit > \d+%\) since", top)
     assert re.search(r"\+ preemption_rate +Preemptions per second is", top)
     assert "next steps:" in top
-    findings = out[out.index("Findings:"):]
+    findings = out[out.index("Findings:") :]
     assert re.search(r"\[!!\] kv_cache_usage +\d+% \(baseline \d+%, limit > \d+%\)", findings)
     assert re.search(r"\[ok\] request_rate +[\d.]+/s \(baseline [\d.]+/s, limit > [\d.]+/s\)", findings)
     assert findings.index("[!!]") < findings.index("[ok]") < findings.index("[--]")
@@ -67,9 +68,16 @@ def test_demo_prints_the_diagnosis_of_the_recorded_incident_with_its_evidence(tm
 def test_demo_serve_keeps_the_printed_api_calls_working(tmp_path: Path) -> None:
     # A broker in the environment must not take the demo off its in-process queue.
     env = subprocess_env(data_dir=str(tmp_path / "rca-data"), broker_url="redis://127.0.0.1:1/0") | {
-        "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rca.cli", "demo", "--serve"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        "PYTHONUNBUFFERED": "1"
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rca.cli", "demo", "--serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         lines: list[str] = []
         assert proc.stdout is not None
@@ -157,8 +165,17 @@ def test_every_command_has_a_description_and_every_option_help_with_its_default(
     for code in ("0", "2", "3"):
         assert re.search(rf"^  {code}  ", parser.format_help(), re.M)
     commands = _subparsers(parser)
-    assert {"serve", "worker", "migrate", "investigate", "demo", "gpu-probe", "token", "token create",
-            "token revoke"} <= set(commands)
+    assert {
+        "serve",
+        "worker",
+        "migrate",
+        "investigate",
+        "demo",
+        "gpu-probe",
+        "token",
+        "token create",
+        "token revoke",
+    } <= set(commands)
     for name, sub in commands.items():
         assert sub.description, f"{name}: no description"
         text = " ".join(sub.format_help().split())

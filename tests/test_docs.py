@@ -65,8 +65,12 @@ def test_taxonomy_list_in_the_readme_is_the_taxonomy() -> None:
     assert listed == list(taxonomy["categories"])
 
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "deploy").rglob("*.md")),
-        *sorted((REPO / "bench").rglob("*.md"))]
+DOCS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "deploy").rglob("*.md")),
+    *sorted((REPO / "bench").rglob("*.md")),
+]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
@@ -82,8 +86,12 @@ def test_relative_links_resolve(doc: Path) -> None:
 
 
 def test_one_receiver_url_everywhere() -> None:
-    files = [REPO / "README.md", REPO / "docker-compose.yml", *DOCS,
-             *(p for p in (REPO / "deploy").rglob("*") if p.suffix in (".yml", ".yaml", ".md", ".tpl"))]
+    files = [
+        REPO / "README.md",
+        REPO / "docker-compose.yml",
+        *DOCS,
+        *(p for p in (REPO / "deploy").rglob("*") if p.suffix in (".yml", ".yaml", ".md", ".tpl")),
+    ]
     urls = set()
     for path in files:
         urls |= {(m, path.name) for m in re.findall(r"https?://[^\s\"'`]+/api/v1/alertmanager", path.read_text())}

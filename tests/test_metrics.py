@@ -51,8 +51,11 @@ CLOSED_PORT_URL = "http://127.0.0.1:1"
 
 def parse(text: str) -> Samples:
     """Every sample of a Prometheus text exposition, parsed by prometheus-client's own parser."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -129,18 +132,42 @@ def test_every_webhook_answer_is_counted_by_outcome_and_code(client: TestClient)
     assert post_webhook(client, make_payload("g-metrics", alerts=[make_alert("fp-1")])).status_code == 200
     assert post_webhook(client, make_payload("g-metrics"), headers={}).status_code == 401
     assert post_webhook(client, {"version": "4"}).status_code == 422
-    assert client.post("/api/v1/alertmanager", content=b"{not json", headers={
-        "Authorization": "Bearer webhook-secret-for-tests", "Content-Type": "application/json"}).status_code == 400
+    assert (
+        client.post(
+            "/api/v1/alertmanager",
+            content=b"{not json",
+            headers={"Authorization": "Bearer webhook-secret-for-tests", "Content-Type": "application/json"},
+        ).status_code
+        == 400
+    )
     too_big = b" " * (client.app.state.settings.webhook_max_body_bytes + 1)
-    assert client.post("/api/v1/alertmanager", content=too_big, headers={
-        "Authorization": "Bearer webhook-secret-for-tests"}).status_code == 413
+    assert (
+        client.post(
+            "/api/v1/alertmanager", content=too_big, headers={"Authorization": "Bearer webhook-secret-for-tests"}
+        ).status_code
+        == 413
+    )
     after = scrape(client)
 
-    counted = {(outcome, code): moved(before, after, "rca_webhook_requests_total", outcome=outcome, code=code)
-               for outcome, code in [("stored", "200"), ("unauthorized", "401"), ("invalid", "422"),
-                                     ("not_json", "400"), ("too_large", "413"), ("database_unavailable", "503")]}
-    assert counted == {("stored", "200"): 2, ("unauthorized", "401"): 1, ("invalid", "422"): 1,
-                       ("not_json", "400"): 1, ("too_large", "413"): 1, ("database_unavailable", "503"): 0}
+    counted = {
+        (outcome, code): moved(before, after, "rca_webhook_requests_total", outcome=outcome, code=code)
+        for outcome, code in [
+            ("stored", "200"),
+            ("unauthorized", "401"),
+            ("invalid", "422"),
+            ("not_json", "400"),
+            ("too_large", "413"),
+            ("database_unavailable", "503"),
+        ]
+    }
+    assert counted == {
+        ("stored", "200"): 2,
+        ("unauthorized", "401"): 1,
+        ("invalid", "422"): 1,
+        ("not_json", "400"): 1,
+        ("too_large", "413"): 1,
+        ("database_unavailable", "503"): 0,
+    }
     assert moved(before, after, "rca_incidents_opened_total") == 1  # the second notice joined the incident
 
 
@@ -177,8 +204,11 @@ def test_queue_age_is_the_oldest_queued_investigation_and_zero_once_it_runs(clie
     reply = post_webhook(client, make_payload("g-queued", alerts=[make_alert("fp-q")]))
     investigation_id = reply.json()["investigation_id"]
     with get_engine(db_url).begin() as conn:  # queued two minutes ago by some other process
-        conn.execute(update(Investigation).where(Investigation.id == investigation_id)
-                     .values(queued_at=datetime.now(UTC) - timedelta(seconds=120)))
+        conn.execute(
+            update(Investigation)
+            .where(Investigation.id == investigation_id)
+            .values(queued_at=datetime.now(UTC) - timedelta(seconds=120))
+        )
 
     assert 120 <= value(scrape(client), "rca_investigation_queue_oldest_age_seconds") < 150
 
@@ -188,8 +218,12 @@ def test_queue_age_is_the_oldest_queued_investigation_and_zero_once_it_runs(clie
 
 
 def test_the_sweeper_counts_what_it_reenqueues(client: TestClient, db_url: str, tmp_path: Path) -> None:
-    ids = [post_webhook(client, make_payload(f"g-stranded-{n}", alerts=[make_alert(f"fp-s{n}")])).json()
-           ["investigation_id"] for n in range(2)]
+    ids = [
+        post_webhook(client, make_payload(f"g-stranded-{n}", alerts=[make_alert(f"fp-s{n}")])).json()[
+            "investigation_id"
+        ]
+        for n in range(2)
+    ]
     before = scrape(client)
     assert sorted(sweep(make_settings(db_url, tmp_path), timedelta(0))) == sorted(ids)
     assert sweep(make_settings(db_url, tmp_path), timedelta(seconds=30)) == []  # just re-queued: not again
@@ -199,8 +233,9 @@ def test_the_sweeper_counts_what_it_reenqueues(client: TestClient, db_url: str, 
 # --------------------------------------------------------------------------- investigations (embedded)
 
 
-def test_an_embedded_investigation_counts_as_done_with_its_duration(pg_db: str, tmp_path: Path,
-                                                                    prometheus: StubPrometheus) -> None:
+def test_an_embedded_investigation_counts_as_done_with_its_duration(
+    pg_db: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
     settings = make_settings(pg_db, tmp_path, prometheus_url=prometheus.url)
     with TestClient(create_app(settings)) as client:  # no broker: investigations run in this process
         before = scrape(client)
@@ -212,13 +247,15 @@ def test_an_embedded_investigation_counts_as_done_with_its_duration(pg_db: str, 
     assert moved(before, after, "rca_investigation_duration_seconds_count", status="done") == 1
     # The same measurement the investigation stores (rounded there to 0.1 ms).
     assert moved(before, after, "rca_investigation_duration_seconds_sum", status="done") == pytest.approx(
-        inv["total_seconds"], abs=1e-3)
+        inv["total_seconds"], abs=1e-3
+    )
     assert moved(before, after, "rca_investigation_duration_seconds_bucket", status="done", le="300.0") == 1
     assert moved(before, after, "rca_investigations_total", status="failed") == 0
 
 
-def test_an_investigation_that_fails_counts_as_failed(pg_db: str, tmp_path: Path, prometheus: StubPrometheus,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_investigation_that_fails_counts_as_failed(
+    pg_db: str, tmp_path: Path, prometheus: StubPrometheus, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(*_args: Any, **_kwargs: Any) -> None:
         raise RuntimeError("a bug in a stage")
 
@@ -251,10 +288,12 @@ class Refusing(StubPrometheus):
 
 
 def collect_with(prometheus_url: str, tmp_path: Path) -> None:
-    settings = load_settings(prometheus_url=prometheus_url, prometheus_timeout_seconds=2,
-                             data_dir=tmp_path / "rca-data")
-    target = target_from_alerts([{"instance": "gpu-node-1:8000", "job": "vllm"}], [datetime.now(UTC)],
-                                settings.file_config().target)
+    settings = load_settings(
+        prometheus_url=prometheus_url, prometheus_timeout_seconds=2, data_dir=tmp_path / "rca-data"
+    )
+    target = target_from_alerts(
+        [{"instance": "gpu-node-1:8000", "job": "vllm"}], [datetime.now(UTC)], settings.file_config().target
+    )
     analyse(settings, target)
 
 
@@ -287,8 +326,13 @@ def test_llm_requests_tokens_and_cost_are_counted(client: TestClient) -> None:
     llm_client.forget_modes()
     answers = iter([error(503, "overloaded", "server_error"), completion(SURGE_ANSWER, completion_tokens=120)])
     with FakeLLM(lambda _request: next(answers)) as fake:
-        settings = load_settings(llm_base_url=fake.base_url, llm_model="fake-model", llm_timeout_seconds=10,
-                                 llm_price_per_1k_prompt_tokens=0.5, llm_price_per_1k_completion_tokens=1.5)
+        settings = load_settings(
+            llm_base_url=fake.base_url,
+            llm_model="fake-model",
+            llm_timeout_seconds=10,
+            llm_price_per_1k_prompt_tokens=0.5,
+            llm_price_per_1k_completion_tokens=1.5,
+        )
         before = scrape(client)
         record = explain(settings, surge_target(), surge_findings(), surge_rules()).record
         after = scrape(client)
@@ -321,15 +365,21 @@ def test_slack_posts_and_failures_are_counted(client: TestClient, db_url: str, t
     assert moved(before, after, "rca_slack_deliveries_total", outcome="posted") == 1
     assert moved(before, after, "rca_slack_delivery_failures_total", reason="rejected") == 1
     assert moved(before, after, "rca_slack_delivery_failures_total", reason="rate_limited") == 1
-    assert sum(moved(before, after, "rca_slack_delivery_failures_total", reason=r)
-               for r in ("server_error", "auth", "timeout", "network")) == 0
+    assert (
+        sum(
+            moved(before, after, "rca_slack_delivery_failures_total", reason=r)
+            for r in ("server_error", "auth", "timeout", "network")
+        )
+        == 0
+    )
 
 
 # --------------------------------------------------------------------------- the Celery worker
 
 
-def test_the_worker_port_serves_what_its_pool_children_counted(pg_db: str, redis_url: str, tmp_path: Path,
-                                                               prometheus: StubPrometheus) -> None:
+def test_the_worker_port_serves_what_its_pool_children_counted(
+    pg_db: str, redis_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
     """Investigations run in the prefork children, never in the worker's main process, which
     serves the port: each count below crossed from a child through PROMETHEUS_MULTIPROC_DIR."""
     home = tmp_path / "worker"
@@ -337,8 +387,13 @@ def test_the_worker_port_serves_what_its_pool_children_counted(pg_db: str, redis
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"left by an earlier run")  # not a valid mmap file: the worker must clear it
     port = free_port()
-    env = subprocess_env(broker_url=redis_url, database_url=pg_db, prometheus_url=prometheus.url,
-                         data_dir=str(home / "rca-data"), worker_metrics_port=str(port))
+    env = subprocess_env(
+        broker_url=redis_url,
+        database_url=pg_db,
+        prometheus_url=prometheus.url,
+        data_dir=str(home / "rca-data"),
+        worker_metrics_port=str(port),
+    )
     app = create_celery_app(make_settings(pg_db, home, broker_url=redis_url))
     settings = make_settings(pg_db, tmp_path, broker_url=redis_url, prometheus_url=prometheus.url)
     with running_worker(home, env, app, redis_url, "rca-metrics") as worker, TestClient(create_app(settings)) as api:
@@ -350,8 +405,11 @@ def test_the_worker_port_serves_what_its_pool_children_counted(pg_db: str, redis
             assert reply.json()["enqueued"] is True, reply.text
             assert wait_for_investigation(api, reply.json()["incident_id"])["investigation"]["status"] == "done"
         with get_engine(pg_db).begin() as conn:  # as if its enqueue had been lost
-            conn.execute(update(Investigation).where(Investigation.id == reply.json()["investigation_id"])
-                         .values(status="queued", queued_at=datetime.now(UTC) - timedelta(minutes=5)))
+            conn.execute(
+                update(Investigation)
+                .where(Investigation.id == reply.json()["investigation_id"])
+                .values(status="queued", queued_at=datetime.now(UTC) - timedelta(minutes=5))
+            )
         worker.app.send_task("rca.sweep")
 
         def swept() -> Samples | None:
@@ -373,10 +431,16 @@ def test_worker_metrics_settings_are_checked(tmp_path: Path, pg_url: str, redis_
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        env = subprocess_env(broker_url=redis_url, database_url=pg_url, data_dir=str(tmp_path / "rca-data"),
-                             worker_metrics_port=str(taken.getsockname()[1]), log_level="WARNING")
-        result = subprocess.run([str(VENV_BIN / "rca"), "worker"], env=env, cwd=tmp_path, capture_output=True,
-                                text=True, timeout=60)
+        env = subprocess_env(
+            broker_url=redis_url,
+            database_url=pg_url,
+            data_dir=str(tmp_path / "rca-data"),
+            worker_metrics_port=str(taken.getsockname()[1]),
+            log_level="WARNING",
+        )
+        result = subprocess.run(
+            [str(VENV_BIN / "rca"), "worker"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: RCA_WORKER_METRICS_PORT: cannot listen on 127.0.0.1:"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

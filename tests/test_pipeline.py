@@ -52,11 +52,19 @@ def gullible(request: dict[str, Any]) -> Answer:
 
 
 def test_llm_answer_is_stored_with_accounting_and_reused_for_the_same_evidence(
-        db_url: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
+    db_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
     with FakeLLM(lambda request: completion(CALM_ANSWER, completion_tokens=90)) as fake:
-        settings = make_settings(db_url, tmp_path, prometheus_url=prometheus.url, llm_base_url=fake.base_url,
-                                 llm_model="fake-model", llm_api_key="sk-secret", llm_price_per_1k_prompt_tokens=1.0,
-                                 llm_price_per_1k_completion_tokens=2.0)
+        settings = make_settings(
+            db_url,
+            tmp_path,
+            prometheus_url=prometheus.url,
+            llm_base_url=fake.base_url,
+            llm_model="fake-model",
+            llm_api_key="sk-secret",
+            llm_price_per_1k_prompt_tokens=1.0,
+            llm_price_per_1k_completion_tokens=2.0,
+        )
         with TestClient(create_app(settings)) as client:
             first = wait_for_investigation(client, open_incident(client, "llm-a"))["investigation"]
             second = wait_for_investigation(client, open_incident(client, "llm-b"))["investigation"]
@@ -89,10 +97,17 @@ def test_llm_answer_is_stored_with_accounting_and_reused_for_the_same_evidence(
 
 
 def test_injection_in_an_annotation_does_not_choose_the_stored_answer(
-        pg_db: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
+    pg_db: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
     with FakeLLM(gullible) as fake:
-        settings = make_settings(pg_db, tmp_path, prometheus_url=prometheus.url, llm_base_url=fake.base_url,
-                                 llm_model="fake-model", llm_cache_seconds=0)
+        settings = make_settings(
+            pg_db,
+            tmp_path,
+            prometheus_url=prometheus.url,
+            llm_base_url=fake.base_url,
+            llm_model="fake-model",
+            llm_cache_seconds=0,
+        )
         with TestClient(create_app(settings)) as client:
             incident = wait_for_investigation(client, open_incident(client, "inject", description=INJECTION))
     inv = incident["investigation"]
@@ -105,23 +120,33 @@ def test_injection_in_an_annotation_does_not_choose_the_stored_answer(
 
 
 def test_an_invalid_answer_is_reused_for_the_same_evidence_but_an_outage_is_not(
-        pg_db: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
+    pg_db: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
     with FakeLLM(lambda request: completion("no idea")) as fake:
-        settings = make_settings(pg_db, tmp_path, prometheus_url=prometheus.url, llm_base_url=fake.base_url,
-                                 llm_model="fake-model")
+        settings = make_settings(
+            pg_db, tmp_path, prometheus_url=prometheus.url, llm_base_url=fake.base_url, llm_model="fake-model"
+        )
         with TestClient(create_app(settings)) as client:
             first = wait_for_investigation(client, open_incident(client, "bad-a"))["investigation"]
             second = wait_for_investigation(client, open_incident(client, "bad-b"))["investigation"]
     assert len(fake.requests) == 2  # the answer and its repair, for the first investigation only
     assert first["analyst"] == second["analyst"] == "rules"
     assert second["cached_from"] == first["id"] and second["llm_exchange"] == []
-    assert second["fallback_reason"] == f"{first['fallback_reason']} (reused from investigation {first['id']}, " \
-                                        "same evidence)"
+    assert (
+        second["fallback_reason"] == f"{first['fallback_reason']} (reused from investigation {first['id']}, "
+        "same evidence)"
+    )
 
     unavailable = error(503, "The engine is currently overloaded, please try again later", "server_error")
     with FakeLLM(lambda request: unavailable) as fake:
-        settings = make_settings(pg_db, tmp_path, prometheus_url=prometheus.url, llm_base_url=fake.base_url,
-                                 llm_model="fake-model", llm_max_retries=0)
+        settings = make_settings(
+            pg_db,
+            tmp_path,
+            prometheus_url=prometheus.url,
+            llm_base_url=fake.base_url,
+            llm_model="fake-model",
+            llm_max_retries=0,
+        )
         with TestClient(create_app(settings)) as client:
             outage = wait_for_investigation(client, open_incident(client, "bad-c"))["investigation"]
             fake.reply = lambda request: completion(CALM_ANSWER)
@@ -131,11 +156,18 @@ def test_an_invalid_answer_is_reused_for_the_same_evidence_but_an_outage_is_not(
     assert after["answer_key"] == outage["answer_key"]
 
 
-def test_an_unreachable_llm_leaves_the_rules_answer_and_the_reason(db_url: str, tmp_path: Path,
-                                                                   prometheus: StubPrometheus) -> None:
-    settings = make_settings(db_url, tmp_path, prometheus_url=prometheus.url,
-                             llm_base_url=f"http://127.0.0.1:{free_port()}/v1", llm_model="m", llm_max_retries=1,
-                             llm_timeout_seconds=5)
+def test_an_unreachable_llm_leaves_the_rules_answer_and_the_reason(
+    db_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
+    settings = make_settings(
+        db_url,
+        tmp_path,
+        prometheus_url=prometheus.url,
+        llm_base_url=f"http://127.0.0.1:{free_port()}/v1",
+        llm_model="m",
+        llm_max_retries=1,
+        llm_timeout_seconds=5,
+    )
     with TestClient(create_app(settings)) as client:
         inv = wait_for_investigation(client, open_incident(client, "down"))["investigation"]
     assert inv["status"] == "done" and inv["analyst"] == "rules"
@@ -152,15 +184,25 @@ def test_without_an_llm_the_api_says_the_rules_analyst_answered(db_url: str, tmp
 
 
 def test_the_prompt_cites_a_past_incident_with_the_same_evidence_and_its_confirmed_cause(
-        db_url: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
+    db_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
     with FakeLLM(lambda request: completion(CALM_ANSWER)) as fake:
-        settings = make_settings(db_url, tmp_path, prometheus_url=prometheus.url, llm_base_url=fake.base_url,
-                                 llm_model="fake-model", llm_cache_seconds=0)
+        settings = make_settings(
+            db_url,
+            tmp_path,
+            prometheus_url=prometheus.url,
+            llm_base_url=fake.base_url,
+            llm_model="fake-model",
+            llm_cache_seconds=0,
+        )
         with TestClient(create_app(settings)) as client:
             first = open_incident(client, "past")
             wait_for_investigation(client, first)
-            reply = client.post(f"/api/v1/incidents/{first}/feedback", headers=API_AUTH,
-                                json={"category": "kv_memory_pressure", "note": "postmortem"})
+            reply = client.post(
+                f"/api/v1/incidents/{first}/feedback",
+                headers=API_AUTH,
+                json={"category": "kv_memory_pressure", "note": "postmortem"},
+            )
             assert reply.status_code == 201, reply.text
             wait_for_investigation(client, open_incident(client, "now"))
 

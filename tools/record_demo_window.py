@@ -104,9 +104,11 @@ def _rule(name: str) -> tuple[str, dict[str, Any]]:
     expr = alert["expr"].strip()
     for record, record_expr in records.items():
         # A record under a range selector (`rca:x[10m]`) becomes a subquery over its expression.
-        expr = re.sub(rf"(?<![\w:]){re.escape(record)}(?![\w:])(\[(\w+)\])?",
-                      lambda m, inline=record_expr: f"({inline})" + (f"[{m.group(2)}:15s]" if m.group(1) else ""),
-                      expr)
+        expr = re.sub(
+            rf"(?<![\w:]){re.escape(record)}(?![\w:])(\[(\w+)\])?",
+            lambda m, inline=record_expr: f"({inline})" + (f"[{m.group(2)}:15s]" if m.group(1) else ""),
+            expr,
+        )
     return expr, alert
 
 
@@ -114,23 +116,30 @@ def firing_alert(prometheus: str, onset: float, end: float) -> tuple[dict[str, s
     """Labels, annotations and start of the alert as Prometheus would have sent it: the first
     evaluation at which the expression held for the host, plus the rule's `for`."""
     expr, rule = _rule(ALERTNAME)
-    reply = httpx.post(f"{prometheus}/api/v1/query_range", timeout=60,
-                       data={"query": expr, "start": onset, "end": end, "step": "15s"}).json()
+    reply = httpx.post(
+        f"{prometheus}/api/v1/query_range", timeout=60, data={"query": expr, "start": onset, "end": end, "step": "15s"}
+    ).json()
     [series] = [s for s in reply["data"]["result"] if s["metric"].get("instance", "").startswith(f"{HOST}:")]
     first_ts = series["values"][0][0]
     fired_at = first_ts + parse_step(rule.get("for", "0s"))
     if fired_at > end - INVESTIGATED_AFTER_SECONDS:
         raise RuntimeError(f"{ALERTNAME} fires too late in the window ({fired_at - onset:.0f} s after onset)")
-    labels = dict(sorted((series["metric"] | {"alertname": ALERTNAME}
-                          | {k: str(v) for k, v in rule.get("labels", {}).items()}).items()))
+    labels = dict(
+        sorted(
+            (
+                series["metric"] | {"alertname": ALERTNAME} | {k: str(v) for k, v in rule.get("labels", {}).items()}
+            ).items()
+        )
+    )
     value = float(min(series["values"], key=lambda point: abs(point[0] - fired_at))[1])  # as the annotation says it
 
     def fill(template: str) -> str:
-        template = re.sub(r"\{\{\s*\$value\s*\|\s*printf\s*\"([^\"]+)\"\s*\}\}", lambda m: m.group(1) % value,
-                          template)
-        template = re.sub(r"\{\{\s*with\s+\$labels\.(\w+)\s*\}\}(.*?)\{\{\s*end\s*\}\}",
-                          lambda m: re.sub(r"\{\{\s*\.\s*\}\}", labels[m.group(1)], m.group(2))
-                          if labels.get(m.group(1)) else "", template)
+        template = re.sub(r"\{\{\s*\$value\s*\|\s*printf\s*\"([^\"]+)\"\s*\}\}", lambda m: m.group(1) % value, template)
+        template = re.sub(
+            r"\{\{\s*with\s+\$labels\.(\w+)\s*\}\}(.*?)\{\{\s*end\s*\}\}",
+            lambda m: re.sub(r"\{\{\s*\.\s*\}\}", labels[m.group(1)], m.group(2)) if labels.get(m.group(1)) else "",
+            template,
+        )
         return re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), template)
 
     annotations = {k: fill(str(v)) for k, v in rule.get("annotations", {}).items()}
@@ -154,13 +163,26 @@ def webhook(labels: dict[str, str], annotations: dict[str, str], starts_at: floa
     started = datetime.fromtimestamp(starts_at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     expr = _rule(ALERTNAME)[1]["expr"].strip()
     return {
-        "version": "4", "groupKey": f"{{}}:{{{key}}}", "truncatedAlerts": 0, "status": "firing",
-        "receiver": "llm-rca", "groupLabels": group, "commonLabels": labels, "commonAnnotations": annotations,
+        "version": "4",
+        "groupKey": f"{{}}:{{{key}}}",
+        "truncatedAlerts": 0,
+        "status": "firing",
+        "receiver": "llm-rca",
+        "groupLabels": group,
+        "commonLabels": labels,
+        "commonAnnotations": annotations,
         "externalURL": "http://alertmanager.example:9093",
-        "alerts": [{"status": "firing", "labels": labels, "annotations": annotations, "startsAt": started,
-                    "endsAt": "0001-01-01T00:00:00Z",
-                    "generatorURL": "http://prometheus.example:9090/graph?" + str(httpx.QueryParams({"g0.expr": expr})),
-                    "fingerprint": fingerprint(labels)}],
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": labels,
+                "annotations": annotations,
+                "startsAt": started,
+                "endsAt": "0001-01-01T00:00:00Z",
+                "generatorURL": "http://prometheus.example:9090/graph?" + str(httpx.QueryParams({"g0.expr": expr})),
+                "fingerprint": fingerprint(labels),
+            }
+        ],
     }
 
 
@@ -176,8 +198,14 @@ def entries(calls: list[tuple[str, dict[str, str], dict[str, Any]]], anchor: flo
         result = reply["data"]["result"]
         if path == "/api/v1/query":
             at = _relative(parse_time(params["time"]), anchor)
-            out.append({"kind": "instant", "promql": params["query"], "at": at,
-                        "result": [{"metric": item["metric"], "value": item["value"][1]} for item in result]})
+            out.append(
+                {
+                    "kind": "instant",
+                    "promql": params["query"],
+                    "at": at,
+                    "result": [{"metric": item["metric"], "value": item["value"][1]} for item in result],
+                }
+            )
             continue
         start, end, step = parse_time(params["start"]), parse_time(params["end"]), parse_step(params["step"])
         series = []
@@ -188,8 +216,16 @@ def entries(calls: list[tuple[str, dict[str, str], dict[str, Any]]], anchor: flo
             for ts, value in item["values"]:
                 values[round((ts - first) / step)] = value
             series.append({"metric": item["metric"], "start": _relative(first, anchor), "values": values})
-        out.append({"kind": "range", "promql": params["query"], "start": _relative(start, anchor),
-                    "end": _relative(end, anchor), "step": step, "result": series})
+        out.append(
+            {
+                "kind": "range",
+                "promql": params["query"],
+                "start": _relative(start, anchor),
+                "end": _relative(end, anchor),
+                "step": step,
+                "result": series,
+            }
+        )
     return out
 
 
@@ -202,8 +238,9 @@ def main(argv: list[str] | None = None) -> None:
     promstack.require_binaries()
     now = time.time()
     onset = now - ONSET_MINUTES_AGO * 60
-    fleet = Fleet([Host(HOST, FAULT, onset), *(Host(name, None, onset) for name in NEIGHBOURS)],
-                  start=now - 3 * 3600 - 45 * 60)
+    fleet = Fleet(
+        [Host(HOST, FAULT, onset), *(Host(name, None, onset) for name in NEIGHBOURS)], start=now - 3 * 3600 - 45 * 60
+    )
     with tempfile.TemporaryDirectory(prefix="rca-record-") as tmp:
         workdir = Path(tmp)
         promstack.backfill(fleet, now, workdir / "tsdb", workdir)
@@ -218,8 +255,12 @@ def main(argv: list[str] | None = None) -> None:
                 target = target_from_alerts([labels], [alert_start], settings.file_config().target)
                 with RecordingProxy(prom_url) as proxy:
                     settings = settings.model_copy(update={"prometheus_url": proxy.url})
-                    analysis = analyse(settings, target, now=datetime.fromtimestamp(investigated_at, UTC),
-                                       alerts=[AlertText(labels, annotations, alert_start)])
+                    analysis = analyse(
+                        settings,
+                        target,
+                        now=datetime.fromtimestamp(investigated_at, UTC),
+                        alerts=[AlertText(labels, annotations, alert_start)],
+                    )
             finally:
                 prom.stop()
     ranked = [(h.category, round(h.confidence, 2)) for h in analysis.hypotheses]
@@ -231,13 +272,15 @@ def main(argv: list[str] | None = None) -> None:
         "window_seconds": int((window.end - window.start).total_seconds()),
         "meta": {
             "what": f"{ALERTNAME} on {HOST}: KV-cache memory pressure, neighbours "
-                    f"{', '.join(NEIGHBOURS)} healthy (synthetic fleet, tests/e2e/scenarios.py)",
+            f"{', '.join(NEIGHBOURS)} healthy (synthetic fleet, tests/e2e/scenarios.py)",
             "recorded_by": "tools/record_demo_window.py",
             "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "prometheus_version": version,
             "alert_starts_at": datetime.fromtimestamp(starts_at, UTC).isoformat(),
             "investigated_after_seconds": INVESTIGATED_AFTER_SECONDS,
-            "fault": FAULT, "fault_onset_seconds": _relative(onset, starts_at), "model": MODEL,
+            "fault": FAULT,
+            "fault_onset_seconds": _relative(onset, starts_at),
+            "model": MODEL,
             "step_seconds": window.step_seconds,
         },
         "queries": entries(proxy.calls, starts_at),
@@ -249,8 +292,10 @@ def main(argv: list[str] | None = None) -> None:
     payload = webhook(labels, annotations, starts_at)
     (out_dir / ALERT_FILE).write_text(json.dumps(payload, indent=2) + "\n")
     size = (out_dir / DEMO_RECORDING).stat().st_size
-    print(f"recorded {len(proxy.calls)} queries ({size / 1024:.0f} KiB gzip'd) from Prometheus {version}; "
-          f"alert at onset+{starts_at - onset:.0f} s; ranked {ranked[:3]}")
+    print(
+        f"recorded {len(proxy.calls)} queries ({size / 1024:.0f} KiB gzip'd) from Prometheus {version}; "
+        f"alert at onset+{starts_at - onset:.0f} s; ranked {ranked[:3]}"
+    )
 
 
 if __name__ == "__main__":

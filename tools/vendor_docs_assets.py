@@ -29,8 +29,14 @@ MANIFEST = VENDOR / "VERSIONS.json"
 
 # What each package contributes: the files the pages load, then the licences that must travel with them.
 FILES: dict[str, list[str]] = {
-    "swagger-ui-dist": ["swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png",
-                        "LICENSE", "NOTICE", "swagger-ui-bundle.js.LICENSE.txt"],
+    "swagger-ui-dist": [
+        "swagger-ui-bundle.js",
+        "swagger-ui.css",
+        "favicon-32x32.png",
+        "LICENSE",
+        "NOTICE",
+        "swagger-ui-bundle.js.LICENSE.txt",
+    ],
     "redoc": ["bundles/redoc.standalone.js", "LICENSE", "bundles/redoc.standalone.js.LICENSE.txt"],
 }
 
@@ -67,8 +73,14 @@ def vendor(name: str, version: str, workdir: Path) -> dict[str, object]:
             out = target / Path(member).name
             out.write_bytes(source.read())
             files[out.name] = _sha256(out)
-    return {"version": version, "license": meta["license"], "tarball": meta["dist"]["tarball"],
-            "integrity": integrity, "dir": target.name, "files": files}
+    return {
+        "version": version,
+        "license": meta["license"],
+        "tarball": meta["dist"]["tarball"],
+        "integrity": integrity,
+        "dir": target.name,
+        "files": files,
+    }
 
 
 def main(argv: list[str]) -> None:

@@ -103,8 +103,12 @@ def downgrade() -> None:
     op.drop_table("api_tokens")
     op.drop_index(op.f("ix_feedback_incident_id"), table_name="feedback")
     op.drop_table("feedback")
-    for name in ("ix_incident_digests_confirmed", "ix_incident_digests_breached_key",
-                 "ix_incident_digests_top_category", "ix_incident_digests_status_created",
-                 "ix_incident_digests_created"):
+    for name in (
+        "ix_incident_digests_confirmed",
+        "ix_incident_digests_breached_key",
+        "ix_incident_digests_top_category",
+        "ix_incident_digests_status_created",
+        "ix_incident_digests_created",
+    ):
         op.drop_index(name, table_name="incident_digests")
     op.drop_table("incident_digests")

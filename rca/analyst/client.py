@@ -133,22 +133,25 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
 class ChatClient:
     """One investigation's conversation with the endpoint; `calls` is its audit trail."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None, timeout_seconds: float,
-                 max_retries: int, max_tokens: int) -> None:
+    def __init__(
+        self, base_url: str, model: str, api_key: str | None, timeout_seconds: float, max_retries: int, max_tokens: int
+    ) -> None:
         self.base_url, self.model = base_url, model
         self.max_retries, self.max_tokens = max_retries, max_tokens
         self.deadline = time.monotonic() + timeout_seconds
         # Local servers need no key, but the library insists on one.
-        self._openai = openai.OpenAI(base_url=base_url, api_key=api_key or "unused", max_retries=0,
-                                     timeout=timeout_seconds)
+        self._openai = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "unused", max_retries=0, timeout=timeout_seconds
+        )
         self.calls: list[Call] = []
         self.mode = remembered_mode(base_url, model) or MODES[0]
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def complete(self, messages: list[ChatMessage], schema: dict[str, Any],
-                 messages_for_prompt_mode: list[ChatMessage]) -> Reply:
+    def complete(
+        self, messages: list[ChatMessage], schema: dict[str, Any], messages_for_prompt_mode: list[ChatMessage]
+    ) -> Reply:
         """One reply, negotiating the structured-output mode; raises `LLMUnavailable`.
 
         `messages_for_prompt_mode` is the same conversation with the schema written into the
@@ -199,8 +202,12 @@ class ChatClient:
         extra_body = {"response_format": call.response_format} if call.response_format else None
         try:
             raw = self._openai.with_options(timeout=timeout).chat.completions.with_raw_response.create(
-                model=self.model, messages=[_wire_message(m) for m in call.messages], temperature=0,
-                max_tokens=self.max_tokens, extra_body=extra_body)
+                model=self.model,
+                messages=[_wire_message(m) for m in call.messages],
+                temperature=0,
+                max_tokens=self.max_tokens,
+                extra_body=extra_body,
+            )
         finally:
             call.latency_seconds = round(time.perf_counter() - started, 4)
         call.status, call.raw_response = raw.status_code, raw.http_response.text[:BODY_KEPT]
@@ -218,5 +225,4 @@ class ChatClient:
             call.completion_tokens = completion.usage.completion_tokens or 0
         remember_mode(self.base_url, self.model, call.mode)
         metrics.LLM_REQUESTS.labels(outcome="ok").inc()
-        return Reply(text=text, finish_reason=choice.finish_reason,
-                     completion_tokens=call.completion_tokens)
+        return Reply(text=text, finish_reason=choice.finish_reason, completion_tokens=call.completion_tokens)

@@ -35,8 +35,7 @@ from rca.domain.analyst import INVALID_ANSWER, AnalystRecord
 from rca.domain.evidence import Finding, Hypothesis
 
 log = logging.getLogger(__name__)
-NOT_CONFIGURED = ("no LLM configured (RCA_LLM_BASE_URL unset): the deterministic rules analyst wrote "
-                  "these hypotheses")
+NOT_CONFIGURED = "no LLM configured (RCA_LLM_BASE_URL unset): the deterministic rules analyst wrote these hypotheses"
 
 
 @dataclass
@@ -46,8 +45,11 @@ class AnalystResult:
 
 
 def _cost(settings: Settings, prompt_tokens: int, completion_tokens: int) -> float:
-    return round(prompt_tokens / 1000 * settings.llm_price_per_1k_prompt_tokens
-                 + completion_tokens / 1000 * settings.llm_price_per_1k_completion_tokens, 6)
+    return round(
+        prompt_tokens / 1000 * settings.llm_price_per_1k_prompt_tokens
+        + completion_tokens / 1000 * settings.llm_price_per_1k_completion_tokens,
+        6,
+    )
 
 
 def prompt_for(settings: Settings, summary: Summary, finding_ids: list[str]) -> tuple[Summary, int]:
@@ -61,9 +63,17 @@ def prompt_for(settings: Settings, summary: Summary, finding_ids: list[str]) -> 
     return fit_to_budget(summary, settings.llm_prompt_token_budget, measure)
 
 
-def explain(settings: Settings, target: Target, findings: list[Finding], rules: list[Hypothesis], *,
-            alerts: list[AlertText] | None = None, traces: list[dict[str, Any]] | None = None,
-            similar: list[dict[str, Any]] | None = None, cache: AnswerCache | None = None) -> AnalystResult:
+def explain(
+    settings: Settings,
+    target: Target,
+    findings: list[Finding],
+    rules: list[Hypothesis],
+    *,
+    alerts: list[AlertText] | None = None,
+    traces: list[dict[str, Any]] | None = None,
+    similar: list[dict[str, Any]] | None = None,
+    cache: AnswerCache | None = None,
+) -> AnalystResult:
     """Ranked hypotheses for the findings, from the LLM when it gives a valid answer."""
     if not settings.llm_configured:
         return AnalystResult(rules, AnalystRecord(analyst="rules", fallback_reason=NOT_CONFIGURED))
@@ -78,7 +88,8 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
     finding_ids = [f.key for f in findings]
     try:
         summary, record.prompt_tokens_estimate = prompt_for(
-            settings, build_summary(target, findings, rules, alerts, traces, similar), finding_ids)
+            settings, build_summary(target, findings, rules, alerts, traces, similar), finding_ids
+        )
     except OverBudget as exc:
         record.prompt_tokens_estimate = exc.estimate
         return fall_back(f"over budget: {exc} (RCA_LLM_PROMPT_TOKEN_BUDGET)")
@@ -94,8 +105,14 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
         record.disagreement = disagreement(hit.hypotheses, rules)
         return AnalystResult(hit.hypotheses, record)
 
-    client = ChatClient(base_url, model, settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
-                        settings.llm_timeout_seconds, settings.llm_max_retries, settings.llm_max_completion_tokens)
+    client = ChatClient(
+        base_url,
+        model,
+        settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        settings.llm_timeout_seconds,
+        settings.llm_max_retries,
+        settings.llm_max_completion_tokens,
+    )
     schema = answer_schema(finding_ids)
     messages = investigation_messages(summary, None)
     prompt_mode_messages = investigation_messages(summary, schema)
@@ -104,8 +121,10 @@ def explain(settings: Settings, target: Target, findings: list[Finding], rules: 
             reply = client.complete(messages, schema, prompt_mode_messages)
             verdict = _verdict(reply, settings, findings, rules)
             if not verdict.valid and not _over_budget(reply, settings):
-                repair: list[ChatMessage] = [{"role": "assistant", "content": reply.text},
-                                             repair_message(verdict.errors, finding_ids, list(taxonomy()))]
+                repair: list[ChatMessage] = [
+                    {"role": "assistant", "content": reply.text},
+                    repair_message(verdict.errors, finding_ids, list(taxonomy())),
+                ]
                 reply = client.complete(messages + repair, schema, prompt_mode_messages + repair)
                 verdict = _verdict(reply, settings, findings, rules)
                 verdict.errors = [f"after one repair: {e}" for e in verdict.errors]
@@ -127,8 +146,13 @@ def _over_budget(reply: Reply, settings: Settings) -> bool:
 
 def _verdict(reply: Reply, settings: Settings, findings: list[Finding], rules: list[Hypothesis]) -> Verdict:
     if _over_budget(reply, settings):
-        return Verdict([], errors=[f"the reply is over the completion budget of {settings.llm_max_completion_tokens} "
-                                   f"tokens ({reply.completion_tokens} tokens, finish_reason {reply.finish_reason})"])
+        return Verdict(
+            [],
+            errors=[
+                f"the reply is over the completion budget of {settings.llm_max_completion_tokens} "
+                f"tokens ({reply.completion_tokens} tokens, finish_reason {reply.finish_reason})"
+            ],
+        )
     return check(reply.text, findings, rules)
 
 

@@ -35,8 +35,14 @@ def prompts_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(prompts_dir()), undefined=StrictUndefined, autoescape=False,
-                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
+    env = Environment(
+        loader=FileSystemLoader(prompts_dir()),
+        undefined=StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+    )
     env.filters["untrusted"] = untrusted
     env.filters["tojson_compact"] = lambda value: json.dumps(value, separators=(",", ":"))
     return env
@@ -56,5 +62,7 @@ def investigation_messages(summary: Summary, schema: dict[str, Any] | None) -> l
 
 
 def repair_message(errors: list[str], finding_ids: list[str], categories: list[str]) -> ChatMessage:
-    return {"role": "user", "content": render("repair.j2", errors=errors, finding_ids=finding_ids,
-                                              categories=categories)}
+    return {
+        "role": "user",
+        "content": render("repair.j2", errors=errors, finding_ids=finding_ids, categories=categories),
+    }

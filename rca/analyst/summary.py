@@ -84,14 +84,25 @@ class Summary:
 
 def _finding_line(f: Finding) -> dict[str, Any]:
     threshold = f"{f.comparison} {format_value(f.threshold, f.unit)}" if f.threshold is not None else "n/a"
-    return {"id": f.key, "status": f.status, "title": f.title, "baseline": format_value(f.baseline, f.unit),
-            "current": format_value(f.value, f.unit), "threshold": threshold,
-            "onset": f"{f.onset:%Y-%m-%d %H:%M} UTC" if f.onset else None}
+    return {
+        "id": f.key,
+        "status": f.status,
+        "title": f.title,
+        "baseline": format_value(f.baseline, f.unit),
+        "current": format_value(f.value, f.unit),
+        "threshold": threshold,
+        "onset": f"{f.onset:%Y-%m-%d %H:%M} UTC" if f.onset else None,
+    }
 
 
-def build_summary(target: Target, findings: list[Finding], ranking: list[Hypothesis],
-                  alerts: list[AlertText] | None = None, traces: list[dict[str, Any]] | None = None,
-                  similar: list[dict[str, Any]] | None = None) -> Summary:
+def build_summary(
+    target: Target,
+    findings: list[Finding],
+    ranking: list[Hypothesis],
+    alerts: list[AlertText] | None = None,
+    traces: list[dict[str, Any]] | None = None,
+    similar: list[dict[str, Any]] | None = None,
+) -> Summary:
     """The full summary, before any trimming."""
     measured = [f for f in findings if f.status in ("breached", "ok")]
     measured.sort(key=lambda f: (not f.breached, f.key))
@@ -99,19 +110,37 @@ def build_summary(target: Target, findings: list[Finding], ranking: list[Hypothe
     for f in findings:
         if f.status not in ("breached", "ok"):
             no_data.setdefault(f.detail, []).append(f.key)
-    alert_rows = [{"labels": dict(a.labels), "annotations": dict(a.annotations),
-                   "starts_at": f"{a.starts_at:%Y-%m-%d %H:%M} UTC" if a.starts_at else None}
-                  for a in (alerts or [])]
+    alert_rows = [
+        {
+            "labels": dict(a.labels),
+            "annotations": dict(a.annotations),
+            "starts_at": f"{a.starts_at:%Y-%m-%d %H:%M} UTC" if a.starts_at else None,
+        }
+        for a in (alerts or [])
+    ]
     return Summary(
         alerts=alert_rows,
-        target={"host": target.host, "labels": dict(target.labels), "alertnames": list(target.alertnames),
-                "alert_start": f"{target.alert_start:%Y-%m-%d %H:%M} UTC"},
+        target={
+            "host": target.host,
+            "labels": dict(target.labels),
+            "alertnames": list(target.alertnames),
+            "alert_start": f"{target.alert_start:%Y-%m-%d %H:%M} UTC",
+        },
         findings=[_finding_line(f) for f in measured],
         healthy_ids=[],
         no_data=[{"ids": ids, "reason": reason} for reason, ids in no_data.items()],
-        ranking=[{"rank": h.rank, "category": h.category, "confidence": h.confidence, "score": round(h.score, 2),
-                  "evidence": h.evidence, "contradicting": h.contradicting, "explanation": h.explanation}
-                 for h in ranking],
+        ranking=[
+            {
+                "rank": h.rank,
+                "category": h.category,
+                "confidence": h.confidence,
+                "score": round(h.score, 2),
+                "evidence": h.evidence,
+                "contradicting": h.contradicting,
+                "explanation": h.explanation,
+            }
+            for h in ranking
+        ],
         categories={name: cat.title for name, cat in taxonomy().items()},
         traces=copy.deepcopy(traces) if traces else None,
         similar=copy.deepcopy(similar) if similar else None,

@@ -54,20 +54,27 @@ def answer_schema(finding_ids: list[str]) -> dict[str, Any]:
     endpoints without schema enforcement only read them as advice."""
     return {
         "type": "object",
-        "properties": {"hypotheses": {"type": "array", "minItems": 1, "maxItems": MAX_HYPOTHESES, "items": {
-            "type": "object",
-            "properties": {
-                "rank": {"type": "integer", "minimum": 1},
-                "category": {"type": "string", "enum": list(taxonomy())},
-                "title": {"type": "string", "maxLength": 120},
-                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                "evidence": {"type": "array", "maxItems": 8, "items": {"type": "string", "enum": finding_ids}},
-                "explanation": {"type": "string", "maxLength": 400},
-                "next_steps": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 160}},
-            },
-            "required": ["rank", "category", "title", "confidence", "evidence", "explanation", "next_steps"],
-            "additionalProperties": False,
-        }}},
+        "properties": {
+            "hypotheses": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_HYPOTHESES,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "rank": {"type": "integer", "minimum": 1},
+                        "category": {"type": "string", "enum": list(taxonomy())},
+                        "title": {"type": "string", "maxLength": 120},
+                        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                        "evidence": {"type": "array", "maxItems": 8, "items": {"type": "string", "enum": finding_ids}},
+                        "explanation": {"type": "string", "maxLength": 400},
+                        "next_steps": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 160}},
+                    },
+                    "required": ["rank", "category", "title", "confidence", "evidence", "explanation", "next_steps"],
+                    "additionalProperties": False,
+                },
+            }
+        },
         "required": ["hypotheses"],
         "additionalProperties": False,
     }
@@ -144,13 +151,27 @@ def check(text: str, findings: list[Finding], rules: list[Hypothesis]) -> Verdic
             continue
         dropped.append({"category": h.category, "rank": h.rank, "reason": reason})
     hypotheses = [
-        Hypothesis(rank=position, category=h.category, title=h.title, confidence=round(h.confidence, 3),
-                   evidence=list(dict.fromkeys(h.evidence)), contradicting=contradicting(h.category, findings, rules),
-                   next_steps=h.next_steps, explanation=h.explanation, analyst="llm")
+        Hypothesis(
+            rank=position,
+            category=h.category,
+            title=h.title,
+            confidence=round(h.confidence, 3),
+            evidence=list(dict.fromkeys(h.evidence)),
+            contradicting=contradicting(h.category, findings, rules),
+            next_steps=h.next_steps,
+            explanation=h.explanation,
+            analyst="llm",
+        )
         for position, h in enumerate(kept[:MAX_HYPOTHESES], start=1)
     ]
-    errors = [] if hypotheses else ["no hypothesis is supported by the findings: " +
-                                    "; ".join(f"{d['category']} {d['reason']}" for d in dropped)]
+    errors = (
+        []
+        if hypotheses
+        else [
+            "no hypothesis is supported by the findings: "
+            + "; ".join(f"{d['category']} {d['reason']}" for d in dropped)
+        ]
+    )
     return Verdict(hypotheses, errors=errors, dropped=dropped)
 
 
@@ -159,7 +180,9 @@ def disagreement(llm: list[Hypothesis], rules: list[Hypothesis]) -> dict[str, An
     top = llm[0]
     if not top.contradicting:
         return None
-    return {"llm_top": top.category, "rules_top": rules[0].category if rules else None,
-            "contradicting": top.contradicting,
-            "note": f"the LLM ranks {top.category} first although {', '.join(top.contradicting)} "
-                    "speak against it"}
+    return {
+        "llm_top": top.category,
+        "rules_top": rules[0].category if rules else None,
+        "contradicting": top.contradicting,
+        "note": f"the LLM ranks {top.category} first although {', '.join(top.contradicting)} speak against it",
+    }

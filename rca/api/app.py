@@ -47,8 +47,14 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
             app.state.dispatcher.close()
 
     # The docs pages load vendored assets, not FastAPI's CDN defaults (rca/api/docs.py).
-    app = FastAPI(title="LLM-serving RCA", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Root-cause analysis for LLM inference fleets, driven by Alertmanager.")
+    app = FastAPI(
+        title="LLM-serving RCA",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        description="Root-cause analysis for LLM inference fleets, driven by Alertmanager.",
+    )
     app.state.settings = settings
     install_docs(app)
     app.include_router(webhook.router, tags=["intake"])
@@ -72,20 +78,32 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     @app.exception_handler(OperationalError)
     async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
         log.error("database unavailable: %s", exc.orig)
-        return JSONResponse({"detail": "database unavailable, retry later"}, status_code=503,
-                            headers={"Retry-After": "10"})
+        return JSONResponse(
+            {"detail": "database unavailable, retry later"}, status_code=503, headers={"Retry-After": "10"}
+        )
 
     @app.get("/healthz", tags=["health"], summary="The process is up")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], summary="Database and broker are reachable", response_model=ReadinessOut,
-             responses={503: {"model": ReadinessOut, "description": "the database or the broker is unreachable; "
-                                                                     "`checks` says which and why"}})
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="Database and broker are reachable",
+        response_model=ReadinessOut,
+        responses={
+            503: {
+                "model": ReadinessOut,
+                "description": "the database or the broker is unreachable; `checks` says which and why",
+            }
+        },
+    )
     async def readyz() -> JSONResponse:
         checks: dict[str, str] = {}
-        for name, check in (("database", lambda: ping(settings.effective_database_url)),
-                            ("broker", lambda: _broker_ping(settings))):
+        for name, check in (
+            ("database", lambda: ping(settings.effective_database_url)),
+            ("broker", lambda: _broker_ping(settings)),
+        ):
             try:
                 await run_in_threadpool(check)
                 checks[name] = "ok"
@@ -93,8 +111,9 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
                 checks[name] = f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
         checks["queue"] = "embedded (in-process)" if settings.embedded_queue else "celery"
         ready = all(v == "ok" for k, v in checks.items() if k != "queue")
-        return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks},
-                            status_code=200 if ready else 503)
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "checks": checks}, status_code=200 if ready else 503
+        )
 
     def oldest_queued_age() -> float:
         with session_scope(settings.effective_database_url) as session:
@@ -103,8 +122,13 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     scrape = metrics.scrape_registry(oldest_queued_age)
 
     # Left out of the OpenAPI document: Prometheus' text format, not part of the JSON API.
-    @app.get("/metrics", tags=["health"], summary="The service's own metrics (docs/metrics.md)",
-             dependencies=[Depends(require_read)], include_in_schema=False)
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="The service's own metrics (docs/metrics.md)",
+        dependencies=[Depends(require_read)],
+        include_in_schema=False,
+    )
     def prometheus_metrics(request: Request) -> Response:
         encode, content_type = choose_encoder(request.headers.get("accept", ""))  # as the worker's port does
         return Response(encode(scrape), media_type=content_type)

@@ -57,16 +57,23 @@ class _DeclaredOnly(HTTPBase):
 
 # The webhook accepts either (OpenAPI lists them as alternatives); both carry RCA_WEBHOOK_TOKEN.
 webhook_bearer_scheme = _DeclaredOnly(
-    scheme="bearer", scheme_name="WebhookBearer",
-    description="RCA_WEBHOOK_TOKEN as `Authorization: Bearer <token>` (Alertmanager's `http_config.authorization`)")
+    scheme="bearer",
+    scheme_name="WebhookBearer",
+    description="RCA_WEBHOOK_TOKEN as `Authorization: Bearer <token>` (Alertmanager's `http_config.authorization`)",
+)
 webhook_basic_scheme = _DeclaredOnly(
-    scheme="basic", scheme_name="WebhookBasic",
+    scheme="basic",
+    scheme_name="WebhookBasic",
     description="Alertmanager's `http_config.basic_auth`: any user name and RCA_WEBHOOK_TOKEN as the password "
-                "(or as the user name when the password is empty)")
+    "(or as the user name when the password is empty)",
+)
 
 
-def require_webhook_token(request: Request, _bearer: Annotated[None, Depends(webhook_bearer_scheme)],
-                          _basic: Annotated[None, Depends(webhook_basic_scheme)]) -> None:
+def require_webhook_token(
+    request: Request,
+    _bearer: Annotated[None, Depends(webhook_bearer_scheme)],
+    _basic: Annotated[None, Depends(webhook_basic_scheme)],
+) -> None:
     """RCA_WEBHOOK_TOKEN as a bearer token or a basic-auth password, unless webhooks are open."""
     settings: Settings = request.app.state.settings
     if settings.webhook_allow_unauthenticated:
@@ -101,8 +108,9 @@ def _lookup_stored(url: str, secret: str) -> Principal | None:
 bearer_scheme = HTTPBearer(auto_error=False, description="a token from RCA_API_TOKENS or `rca token create`")
 
 
-def require_api_token(request: Request,
-                      _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]) -> Principal:
+def require_api_token(
+    request: Request, _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+) -> Principal:
     """A token from RCA_API_TOKENS (full access, named env-token-N by position) or one created
     with `rca token create` (its scopes)."""
     settings: Settings = request.app.state.settings
@@ -124,8 +132,7 @@ def require_api_token(request: Request,
 def _require(scope: str) -> Callable[[Principal], Principal]:
     def check(principal: Annotated[Principal, Depends(require_api_token)]) -> Principal:
         if scope not in principal.scopes:
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                detail=f"token {principal.name!r} lacks the {scope!r} scope")
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"token {principal.name!r} lacks the {scope!r} scope")
         return principal
 
     return check

@@ -24,8 +24,14 @@ def _fingerprint(filters: IncidentFilter) -> str:
 
 
 def encode_cursor(last: Hit, sort: str, filters: IncidentFilter, anchor: datetime | None) -> str:
-    data = {"o": sort, "f": _fingerprint(filters), "t": last.created_at.isoformat(),
-            "i": last.incident_id, "s": last.score, "a": anchor.isoformat() if anchor else None}
+    data = {
+        "o": sort,
+        "f": _fingerprint(filters),
+        "t": last.created_at.isoformat(),
+        "i": last.incident_id,
+        "s": last.score,
+        "a": anchor.isoformat() if anchor else None,
+    }
     return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
@@ -44,9 +50,12 @@ def _time(text: str) -> datetime:
 def decode_cursor(cursor: str, sort: str, filters: IncidentFilter) -> Position:
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        position = Position(created_at=_time(data["t"]), incident_id=int(data["i"]),
-                            score=None if data["s"] is None else float(data["s"]),
-                            anchor=None if data["a"] is None else _time(data["a"]))
+        position = Position(
+            created_at=_time(data["t"]),
+            incident_id=int(data["i"]),
+            score=None if data["s"] is None else float(data["s"]),
+            anchor=None if data["a"] is None else _time(data["a"]),
+        )
         order, fingerprint = data["o"], data["f"]
     except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError):
         raise _invalid("not a cursor returned by this API") from None

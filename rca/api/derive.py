@@ -11,8 +11,13 @@ from pydantic import BaseModel, ConfigDict, create_model
 from pydantic.fields import FieldInfo
 
 
-def model_of(source: type, *, rename: dict[str, str] | None = None, exclude: tuple[str, ...] = (),
-             fields: dict[str, FieldInfo] | None = None) -> type[BaseModel]:
+def model_of(
+    source: type,
+    *,
+    rename: dict[str, str] | None = None,
+    exclude: tuple[str, ...] = (),
+    fields: dict[str, FieldInfo] | None = None,
+) -> type[BaseModel]:
     """A pydantic base model with `source`'s dataclass fields in their order and types, all
     required. `rename` gives a field its public name; `fields` gives one a default or a
     description. Subclass it to name the model (mypy cannot follow a computed base: the

@@ -33,9 +33,11 @@ SWAGGER_UI_PARAMETERS: dict[str, Any] = {"validatorUrl": None}
 
 # Styles may be inline (both libraries set style attributes; ReDoc injects <style>); ReDoc's search
 # runs in a worker it starts from a blob: URL; images are the favicon and data: icons.
-_CSP = ("default-src 'none'; script-src 'self'{scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-        "font-src 'self' data:; connect-src 'self'; worker-src blob:; base-uri 'none'; form-action 'none'; "
-        "frame-ancestors 'self'")
+_CSP = (
+    "default-src 'none'; script-src 'self'{scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; worker-src blob:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'self'"
+)
 _INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 
 
@@ -46,8 +48,10 @@ def _asset(root: str, package: str, name: str) -> str:
 def _same_origin_only(page: HTMLResponse) -> HTMLResponse:
     """Add the CSP, allowing the page's own inline script (Swagger UI's start-up) by its hash."""
     html = bytes(page.body).decode()
-    hashes = "".join(f" 'sha256-{base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()}'"
-                     for script in _INLINE_SCRIPT.findall(html))
+    hashes = "".join(
+        f" 'sha256-{base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()}'"
+        for script in _INLINE_SCRIPT.findall(html)
+    )
     page.headers["Content-Security-Policy"] = _CSP.format(scripts=hashes)
     return page
 
@@ -64,18 +68,27 @@ def install_docs(app: FastAPI) -> None:
     async def swagger_ui(request: Request) -> HTMLResponse:
         base = root(request)
         # No oauth2RedirectUrl: the API has no OAuth2 flow, only bearer tokens (and basic for the webhook).
-        return _same_origin_only(get_swagger_ui_html(
-            openapi_url=f"{base}{app.openapi_url}", title=f"{app.title} - Swagger UI",
-            swagger_js_url=_asset(base, "swagger-ui-dist", "swagger-ui-bundle.js"),
-            swagger_css_url=_asset(base, "swagger-ui-dist", "swagger-ui.css"),
-            swagger_favicon_url=_asset(base, "swagger-ui-dist", "favicon-32x32.png"),
-            oauth2_redirect_url=None, swagger_ui_parameters=SWAGGER_UI_PARAMETERS))
+        return _same_origin_only(
+            get_swagger_ui_html(
+                openapi_url=f"{base}{app.openapi_url}",
+                title=f"{app.title} - Swagger UI",
+                swagger_js_url=_asset(base, "swagger-ui-dist", "swagger-ui-bundle.js"),
+                swagger_css_url=_asset(base, "swagger-ui-dist", "swagger-ui.css"),
+                swagger_favicon_url=_asset(base, "swagger-ui-dist", "favicon-32x32.png"),
+                oauth2_redirect_url=None,
+                swagger_ui_parameters=SWAGGER_UI_PARAMETERS,
+            )
+        )
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc(request: Request) -> HTMLResponse:
         base = root(request)
-        return _same_origin_only(get_redoc_html(
-            openapi_url=f"{base}{app.openapi_url}", title=f"{app.title} - ReDoc",
-            redoc_js_url=_asset(base, "redoc", "redoc.standalone.js"),
-            redoc_favicon_url=_asset(base, "swagger-ui-dist", "favicon-32x32.png"),
-            with_google_fonts=False))
+        return _same_origin_only(
+            get_redoc_html(
+                openapi_url=f"{base}{app.openapi_url}",
+                title=f"{app.title} - ReDoc",
+                redoc_js_url=_asset(base, "redoc", "redoc.standalone.js"),
+                redoc_favicon_url=_asset(base, "swagger-ui-dist", "favicon-32x32.png"),
+                with_google_fonts=False,
+            )
+        )

@@ -20,13 +20,17 @@ class FieldError(BaseModel):
 
     model_config = ConfigDict(extra="forbid")  # the schema says exactly these keys
 
-    loc: list[str | int] = Field(description='where: "body", "query" or "path", then the field path, '
-                                             'e.g. ["body", "alerts", 0, "startsAt"] or ["query", "cursor"]')
+    loc: list[str | int] = Field(
+        description='where: "body", "query" or "path", then the field path, '
+        'e.g. ["body", "alerts", 0, "startsAt"] or ["query", "cursor"]'
+    )
     msg: str = Field(description="what is wrong, for a person")
-    type: str = Field(description="what kind of error, for a program (pydantic's error types, or the service's own "
-                                  "such as invalid_cursor, unstorable_text, invalid_label_filter)")
+    type: str = Field(
+        description="what kind of error, for a program (pydantic's error types, or the service's own "
+        "such as invalid_cursor, unstorable_text, invalid_label_filter)"
+    )
     input: Any = Field(None, description="the value refused (FastAPI's own parameter and body checks)")
-    ctx: dict[str, Any] | None = Field(None, description="details of the constraint, e.g. {\"le\": 200}")
+    ctx: dict[str, Any] | None = Field(None, description='details of the constraint, e.g. {"le": 200}')
 
 
 class ValidationErrorOut(BaseModel):
@@ -43,12 +47,16 @@ def unprocessable(loc: Loc, msg: str, type_: str = "value_error") -> RequestVali
 def from_pydantic(exc: PydanticValidationError, prefix: Sequence[str | int]) -> RequestValidationError:
     """A model validated by hand (the webhook body) refused with the same shape as FastAPI's own checks.
     The refused input is left out: it can be most of a 1 MiB payload."""
-    errors = [{"loc": (*prefix, *err["loc"]), "msg": err["msg"], "type": err["type"]}
-              for err in exc.errors(include_url=False, include_input=False, include_context=False)[:MAX_ERRORS]]
+    errors = [
+        {"loc": (*prefix, *err["loc"]), "msg": err["msg"], "type": err["type"]}
+        for err in exc.errors(include_url=False, include_input=False, include_context=False)[:MAX_ERRORS]
+    ]
     return RequestValidationError(errors)
 
 
 VALIDATION_ERROR: dict[int | str, dict[str, Any]] = {
-    422: {"model": ValidationErrorOut,
-          "description": "a parameter or the body is invalid: each field at fault in `detail`"},
+    422: {
+        "model": ValidationErrorOut,
+        "description": "a parameter or the body is invalid: each field at fault in `detail`",
+    },
 }

@@ -37,8 +37,11 @@ from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.models import Feedback, Incident
 
-router = APIRouter(prefix="/api/v1/incidents", dependencies=[Depends(require_read), Depends(require_storable_query)],
-                   responses=AUTH_ERRORS)
+router = APIRouter(
+    prefix="/api/v1/incidents",
+    dependencies=[Depends(require_read), Depends(require_storable_query)],
+    responses=AUTH_ERRORS,
+)
 
 
 def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
@@ -46,8 +49,9 @@ def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            raise unprocessable(("query", "label"), f"label filter {item!r} must look like name=value",
-                                "invalid_label_filter")
+            raise unprocessable(
+                ("query", "label"), f"label filter {item!r} must look like name=value", "invalid_label_filter"
+            )
         pairs.append((name, value))
     return tuple(pairs)
 
@@ -56,14 +60,18 @@ def _in_utc(value: datetime | None, name: str) -> datetime | None:
     try:
         return in_utc(value) if value is not None else None
     except ValueError:
-        raise unprocessable(("query", name), f"{name} is out of range once converted to UTC",
-                            "datetime_out_of_range") from None
+        raise unprocessable(
+            ("query", name), f"{name} is out of range once converted to UTC", "datetime_out_of_range"
+        ) from None
 
 
-@router.get("", response_model=IncidentPage, summary="Search the incident history",
-            description="Full-text `q` (every word must match) over titles, alert names, labels, annotations, "
-                        "findings and hypotheses, with filters; `sort=relevance` (the default with `q`) or "
-                        "`time` (newest first, the default without). Follow `next_cursor` for the next page.",
+@router.get(
+    "",
+    response_model=IncidentPage,
+    summary="Search the incident history",
+    description="Full-text `q` (every word must match) over titles, alert names, labels, annotations, "
+    "findings and hypotheses, with filters; `sort=relevance` (the default with `q`) or "
+    "`time` (newest first, the default without). Follow `next_cursor` for the next page.",
 )
 def list_incidents(
     session: DatabaseSession,
@@ -80,8 +88,13 @@ def list_incidents(
     sort: Annotated[Literal["relevance", "time"] | None, Query(description="default: relevance with q")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(max_length=500, description="`next_cursor` of the previous page")] = None,
-    total: Annotated[bool, Query(description=f"count the matches (up to {TOTAL_CAP}) even when they fill more than "
-                                             "one page; this can cost 100 ms or more at a million incidents")] = False,
+    total: Annotated[
+        bool,
+        Query(
+            description=f"count the matches (up to {TOTAL_CAP}) even when they fill more than "
+            "one page; this can cost 100 ms or more at a million incidents"
+        ),
+    ] = False,
 ) -> IncidentPage:
     since, until = _in_utc(since, "since"), _in_utc(until, "until")
     if since and until and since >= until:
@@ -92,8 +105,17 @@ def list_incidents(
     if order == "relevance" and not q:
         raise unprocessable(("query", "sort"), "sort=relevance needs a full-text query q", "relevance_without_q")
     filters = incident_store.IncidentFilter(
-        q=q, status=status_, alertname=alertname, labels=_parse_labels(label), since=since, until=until,
-        signals=tuple(signal), category=category, confirmed=confirmed, confirmed_category=confirmed_category)
+        q=q,
+        status=status_,
+        alertname=alertname,
+        labels=_parse_labels(label),
+        since=since,
+        until=until,
+        signals=tuple(signal),
+        category=category,
+        confirmed=confirmed,
+        confirmed_category=confirmed_category,
+    )
     after = decode_cursor(cursor, order, filters) if cursor else None
     hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
     # A first page without a next one already holds every match; a longer result is counted on request.
@@ -101,22 +123,36 @@ def list_incidents(
     if total and counted is None:
         counted = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
     next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
-    return IncidentPage(items=[IncidentSummary.of(hit) for hit in hits],
-                        total=None if counted is None else min(counted, TOTAL_CAP),
-                        total_exact=counted is not None and counted <= TOTAL_CAP, limit=limit, sort=order,
-                        next_cursor=next_cursor)
+    return IncidentPage(
+        items=[IncidentSummary.of(hit) for hit in hits],
+        total=None if counted is None else min(counted, TOTAL_CAP),
+        total_exact=counted is not None and counted <= TOTAL_CAP,
+        limit=limit,
+        sort=order,
+        next_cursor=next_cursor,
+    )
 
 
 def incident_out(incident: Incident) -> IncidentOut:
     investigations = [InvestigationOut.from_row(inv) for inv in incident.investigations]
     return IncidentOut(
-        id=incident.id, group_key=incident.group_key, title=incident.title, status=incident.status,
-        alertname=incident.alertname, receiver=incident.receiver, group_labels=incident.group_labels,
-        common_labels=incident.common_labels, common_annotations=incident.common_annotations,
-        external_url=incident.external_url, created_at=incident.created_at, updated_at=incident.updated_at,
-        resolved_at=incident.resolved_at, notification_count=incident.notification_count,
+        id=incident.id,
+        group_key=incident.group_key,
+        title=incident.title,
+        status=incident.status,
+        alertname=incident.alertname,
+        receiver=incident.receiver,
+        group_labels=incident.group_labels,
+        common_labels=incident.common_labels,
+        common_annotations=incident.common_annotations,
+        external_url=incident.external_url,
+        created_at=incident.created_at,
+        updated_at=incident.updated_at,
+        resolved_at=incident.resolved_at,
+        notification_count=incident.notification_count,
         alerts=[AlertOut.model_validate(a) for a in incident.alerts],
-        investigations=investigations, investigation=investigations[-1] if investigations else None,
+        investigations=investigations,
+        investigation=investigations[-1] if investigations else None,
         slack=SlackDeliveryOut.model_validate(incident.slack_delivery) if incident.slack_delivery else None,
     )
 
@@ -124,8 +160,12 @@ def incident_out(incident: Incident) -> IncidentOut:
 IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 
-@router.get("/{incident_id}", response_model=IncidentOut, summary="One incident with its evidence",
-            responses={404: {"model": ErrorOut, "description": "no such incident"}})
+@router.get(
+    "/{incident_id}",
+    response_model=IncidentOut,
+    summary="One incident with its evidence",
+    responses={404: {"model": ErrorOut, "description": "no such incident"}},
+)
 def get_incident(session: DatabaseSession, incident_id: IncidentId) -> IncidentOut:
     incident = incident_store.get(session, incident_id=incident_id)
     if incident is None:
@@ -133,57 +173,104 @@ def get_incident(session: DatabaseSession, incident_id: IncidentId) -> IncidentO
     return incident_out(incident)
 
 
-@router.get("/{incident_id}/similar", response_model=SimilarPage, summary="Past incidents with the same evidence",
-            description="Ranked by evidence signature: breached findings, their onset order, the serving stack and "
-                        "the top causes; each with the cause an engineer confirmed, when known.",
-            responses={404: {"model": ErrorOut, "description": "no such incident"}})
-def similar_incidents(session: DatabaseSession, incident_id: IncidentId,
-                      limit: Annotated[int, Query(ge=1, le=50)] = 10) -> SimilarPage:
+@router.get(
+    "/{incident_id}/similar",
+    response_model=SimilarPage,
+    summary="Past incidents with the same evidence",
+    description="Ranked by evidence signature: breached findings, their onset order, the serving stack and "
+    "the top causes; each with the cause an engineer confirmed, when known.",
+    responses={404: {"model": ErrorOut, "description": "no such incident"}},
+)
+def similar_incidents(
+    session: DatabaseSession, incident_id: IncidentId, limit: Annotated[int, Query(ge=1, le=50)] = 10
+) -> SimilarPage:
     target = similar_store.signature(session, incident_id)
     if target is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     matches = similar_store.find(session, target, limit)
-    items = [SimilarIncident(incident=IncidentSummary.of(m.hit), score=m.score, shared_breached=m.shared,
-                             onset_order=m.signature.onset_order, stack=m.signature.stack,
-                             confirmed_category=m.signature.confirmed_category) for m in matches]
-    return SimilarPage(incident_id=incident_id, breached=target.breached, onset_order=target.onset_order,
-                       stack=target.stack, categories=target.categories, items=items)
+    items = [
+        SimilarIncident(
+            incident=IncidentSummary.of(m.hit),
+            score=m.score,
+            shared_breached=m.shared,
+            onset_order=m.signature.onset_order,
+            stack=m.signature.stack,
+            confirmed_category=m.signature.confirmed_category,
+        )
+        for m in matches
+    ]
+    return SimilarPage(
+        incident_id=incident_id,
+        breached=target.breached,
+        onset_order=target.onset_order,
+        stack=target.stack,
+        categories=target.categories,
+        items=items,
+    )
 
 
 def _feedback_out(row: Feedback) -> FeedbackOut:
-    return FeedbackOut(id=row.id, incident_id=row.incident_id, investigation_id=row.investigation_id,
-                       category=row.category, note=row.note, hypotheses=[Verdict(**v) for v in row.verdicts],
-                       author=row.author, created_at=row.created_at)
+    return FeedbackOut(
+        id=row.id,
+        incident_id=row.incident_id,
+        investigation_id=row.investigation_id,
+        category=row.category,
+        note=row.note,
+        hypotheses=[Verdict(**v) for v in row.verdicts],
+        author=row.author,
+        created_at=row.created_at,
+    )
 
 
-@router.post("/{incident_id}/feedback", response_model=FeedbackOut, status_code=status.HTTP_201_CREATED,
-             summary="Confirm or correct the root cause", dependencies=[Depends(require_write)],
-             description="Needs a token with the write scope. The newest feedback of an incident is its confirmed "
-                         "cause; earlier ones stay as history.",
-             responses={404: {"model": ErrorOut, "description": "no such incident"}})
-def post_feedback(session: DatabaseSession, incident_id: IncidentId, body: FeedbackIn,
-                  principal: Annotated[Principal, Depends(require_api_token)]) -> FeedbackOut:
+@router.post(
+    "/{incident_id}/feedback",
+    response_model=FeedbackOut,
+    status_code=status.HTTP_201_CREATED,
+    summary="Confirm or correct the root cause",
+    dependencies=[Depends(require_write)],
+    description="Needs a token with the write scope. The newest feedback of an incident is its confirmed "
+    "cause; earlier ones stay as history.",
+    responses={404: {"model": ErrorOut, "description": "no such incident"}},
+)
+def post_feedback(
+    session: DatabaseSession,
+    incident_id: IncidentId,
+    body: FeedbackIn,
+    principal: Annotated[Principal, Depends(require_api_token)],
+) -> FeedbackOut:
     known = taxonomy()
     if body.category not in known:
-        raise unprocessable(("body", "category"),
-                            f"category {body.category!r} is not a taxonomy id; use one of {', '.join(known)}",
-                            "unknown_category")
+        raise unprocessable(
+            ("body", "category"),
+            f"category {body.category!r} is not a taxonomy id; use one of {', '.join(known)}",
+            "unknown_category",
+        )
     ranks = [v.rank for v in body.hypotheses]
     if len(set(ranks)) != len(ranks):
         raise unprocessable(("body", "hypotheses"), "each hypothesis rank may be judged only once", "duplicate_rank")
     if session.get(Incident, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     try:
-        row = feedback_store.record(session, incident_id, category=body.category, note=body.note,
-                                    verdicts=[v.model_dump() for v in body.hypotheses], author=principal.name)
+        row = feedback_store.record(
+            session,
+            incident_id,
+            category=body.category,
+            note=body.note,
+            verdicts=[v.model_dump() for v in body.hypotheses],
+            author=principal.name,
+        )
     except feedback_store.FeedbackError as exc:
         raise unprocessable(("body", "hypotheses"), str(exc), "unknown_rank") from None
     session.flush()
     return _feedback_out(row)
 
 
-@router.get("/{incident_id}/feedback", response_model=list[FeedbackOut], summary="Feedback given, oldest first",
-            responses={404: {"model": ErrorOut, "description": "no such incident"}})
+@router.get(
+    "/{incident_id}/feedback",
+    response_model=list[FeedbackOut],
+    summary="Feedback given, oldest first",
+    responses={404: {"model": ErrorOut, "description": "no such incident"}},
+)
 def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[FeedbackOut]:
     if session.get(Incident, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")

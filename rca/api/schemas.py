@@ -74,8 +74,13 @@ class InvestigationOut(BaseModel):
         data = {name: getattr(row, name) for name in cls.model_fields if name not in computed}
         hypotheses = [HypothesisOut.model_validate(h) for h in row.hypotheses]
         margin = round(hypotheses[0].confidence - hypotheses[1].confidence, 3) if len(hypotheses) > 1 else None
-        return cls(**data, findings=findings_out(row.findings), hypotheses=hypotheses,
-                   margin=margin, onset_order=onset_order(row.findings))
+        return cls(
+            **data,
+            findings=findings_out(row.findings),
+            hypotheses=hypotheses,
+            margin=margin,
+            onset_order=onset_order(row.findings),
+        )
 
 
 class AlertOut(BaseModel):
@@ -95,12 +100,18 @@ SUMMARY_NAMES = {"incident_id": "id"}
 
 
 # A computed base, as for FindingOut.
-class IncidentSummary(model_of(Hit, rename=SUMMARY_NAMES, fields={  # type: ignore[misc]
-    "investigation_status": Field(description="status of the newest investigation"),
-    "confirmed_category": Field(default=None, description="root cause an engineer confirmed"),
-    "breached": Field(default_factory=list, description="breached finding ids of the latest finished run"),
-    "score": Field(default=None, description="full-text relevance (only when `q` is given)"),
-})):
+class IncidentSummary(
+    model_of(  # type: ignore[misc]
+        Hit,
+        rename=SUMMARY_NAMES,
+        fields={
+            "investigation_status": Field(description="status of the newest investigation"),
+            "confirmed_category": Field(default=None, description="root cause an engineer confirmed"),
+            "breached": Field(default_factory=list, description="breached finding ids of the latest finished run"),
+            "score": Field(default=None, description="full-text relevance (only when `q` is given)"),
+        },
+    )
+):
     """One incident of a result page: what a list shows, without the large text and JSON."""
 
     @classmethod
@@ -163,10 +174,14 @@ TOTAL_CAP = 1000
 
 class IncidentPage(BaseModel):
     items: list[IncidentSummary]
-    total: int | None = Field(description=f"matching incidents, up to {TOTAL_CAP}: known when the first page holds "
-                                          "them all, otherwise counted only when `total=true` was asked; else null")
-    total_exact: bool = Field(description=f"true when `total` is the exact count (false when null, or when more "
-                                          f"than {TOTAL_CAP} match and `total` is that cap)")
+    total: int | None = Field(
+        description=f"matching incidents, up to {TOTAL_CAP}: known when the first page holds "
+        "them all, otherwise counted only when `total=true` was asked; else null"
+    )
+    total_exact: bool = Field(
+        description=f"true when `total` is the exact count (false when null, or when more "
+        f"than {TOTAL_CAP} match and `total` is that cap)"
+    )
     limit: int
     sort: str = Field(description="time (newest first) or relevance (best match first)")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
@@ -209,8 +224,9 @@ class FeedbackIn(BaseModel):
 
     category: str = Field(min_length=1, max_length=64, description="the confirmed root cause (a taxonomy id)")
     note: str = Field(default="", max_length=4000, description="what it really was, in the engineer's words")
-    hypotheses: list[Verdict] = Field(default_factory=list, max_length=100,
-                                      description="which hypotheses were right or wrong")
+    hypotheses: list[Verdict] = Field(
+        default_factory=list, max_length=100, description="which hypotheses were right or wrong"
+    )
 
     @field_validator("category", "note")
     @classmethod
@@ -256,8 +272,9 @@ class ReadinessOut(BaseModel):
     """`/readyz`: each dependency's state; 200 when all are ok, else 503."""
 
     status: Literal["ready", "not ready"]
-    checks: dict[str, str] = Field(description='"database" and "broker": "ok" or "unavailable: <why>"; '
-                                               '"queue": embedded (in-process) or celery')
+    checks: dict[str, str] = Field(
+        description='"database" and "broker": "ok" or "unavailable: <why>"; "queue": embedded (in-process) or celery'
+    )
 
 
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -63,14 +63,14 @@ router = APIRouter(route_class=CountedRoute)
 async def _read_limited(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
-                            detail=f"body of {declared} bytes exceeds the limit of {limit} bytes")
+        raise HTTPException(
+            status.HTTP_413_CONTENT_TOO_LARGE, detail=f"body of {declared} bytes exceeds the limit of {limit} bytes"
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
-                                detail=f"body exceeds the limit of {limit} bytes")
+            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail=f"body exceeds the limit of {limit} bytes")
     return bytes(body)
 
 
@@ -93,16 +93,21 @@ BODY_DEFS: dict[str, Any] = _BODY_SCHEMA.pop("$defs", {})
 _ERROR = {"model": ErrorOut}
 
 
-@router.post("/api/v1/alertmanager", response_model=AcceptedOut, dependencies=[Depends(require_webhook_token)],
-             summary="Alertmanager webhook receiver (payload version 4)",
-             openapi_extra={"requestBody": {"required": True,
-                                            "content": {"application/json": {"schema": _BODY_SCHEMA}}}},
-             responses={400: _ERROR | {"description": "body is not JSON"},
-                        401: _ERROR | {"description": "missing or invalid webhook token"},
-                        413: _ERROR | {"description": "body over RCA_WEBHOOK_MAX_BODY_BYTES"},
-                        422: VALIDATION_ERROR[422] | {"description": "not an Alertmanager version 4 payload: "
-                                                                     "each field at fault in `detail`"},
-                        503: _ERROR | {"description": "database unavailable; nothing stored, retry later"}})
+@router.post(
+    "/api/v1/alertmanager",
+    response_model=AcceptedOut,
+    dependencies=[Depends(require_webhook_token)],
+    summary="Alertmanager webhook receiver (payload version 4)",
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}}},
+    responses={
+        400: _ERROR | {"description": "body is not JSON"},
+        401: _ERROR | {"description": "missing or invalid webhook token"},
+        413: _ERROR | {"description": "body over RCA_WEBHOOK_MAX_BODY_BYTES"},
+        422: VALIDATION_ERROR[422]
+        | {"description": "not an Alertmanager version 4 payload: each field at fault in `detail`"},
+        503: _ERROR | {"description": "database unavailable; nothing stored, retry later"},
+    },
+)
 async def receive_alertmanager(request: Request) -> AcceptedOut:
     settings = request.app.state.settings
     body = await _read_limited(request, settings.webhook_max_body_bytes)
@@ -123,9 +128,11 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
         result = await run_in_threadpool(_store, settings.effective_database_url, payload, raw)
     except OperationalError as exc:
         log.error("database unavailable, refusing notification for %s: %s", payload.groupKey, exc.orig)
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
-                            detail="database unavailable; the notification was not stored, retry later",
-                            headers={"Retry-After": "10"}) from None
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            detail="database unavailable; the notification was not stored, retry later",
+            headers={"Retry-After": "10"},
+        ) from None
     if result.created:
         metrics.INCIDENTS_OPENED.inc()
     enqueued = False
@@ -133,5 +140,9 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
         enqueued = await run_in_threadpool(request.app.state.dispatcher.enqueue, result.investigation_id)
     if result.resolved_now and settings.slack_enabled:
         await run_in_threadpool(request.app.state.dispatcher.notify, result.incident_id, "resolved")
-    return AcceptedOut(incident_id=result.incident_id, created=result.created,
-                       investigation_id=result.investigation_id, enqueued=enqueued)
+    return AcceptedOut(
+        incident_id=result.incident_id,
+        created=result.created,
+        investigation_id=result.investigation_id,
+        enqueued=enqueued,
+    )

@@ -23,8 +23,9 @@ Query = Callable[[str], list[dict]]
 
 def _promql(spec: IdentitySpec, pattern: str, lookback_seconds: int) -> str:
     labels = spec.same + spec.leads_to_same
-    either = " or ".join(f'last_over_time({spec.metric}{{{label}=~"{pattern}"}}[{lookback_seconds}s])'
-                         for label in labels)
+    either = " or ".join(
+        f'last_over_time({spec.metric}{{{label}=~"{pattern}"}}[{lookback_seconds}s])' for label in labels
+    )
     return f"group by ({', '.join(labels)}) ({either})"
 
 
@@ -47,14 +48,21 @@ def _pod_hosts(query: Query, identities: list[IdentitySpec], pod: dict[str, str]
         matchers = [f'{pod_label}="{promql_string(pod["pod"])}"']
         if pod.get("namespace"):
             matchers.append(f'{namespace_label}="{promql_string(pod["namespace"])}"')
-        promql = (f"group by ({', '.join(spec.same)}) "
-                  f"(last_over_time({spec.metric}{{{','.join(matchers)}}}[{lookback_seconds}s]))")
+        promql = (
+            f"group by ({', '.join(spec.same)}) "
+            f"(last_over_time({spec.metric}{{{','.join(matchers)}}}[{lookback_seconds}s]))"
+        )
         found += _spellings(spec, query(promql))
     return found
 
 
-def resolve_aliases(query: Query, identities: list[IdentitySpec], hosts: list[str],
-                    lookback_seconds: int, pod: dict[str, str] | None = None) -> list[str]:
+def resolve_aliases(
+    query: Query,
+    identities: list[IdentitySpec],
+    hosts: list[str],
+    lookback_seconds: int,
+    pod: dict[str, str] | None = None,
+) -> list[str]:
     """The other spellings of `hosts` (not including them), nearest first; with the alert's
     `pod` (`{"namespace": ..., "pod": ...}`), its machine's spellings too.
 
@@ -65,8 +73,11 @@ def resolve_aliases(query: Query, identities: list[IdentitySpec], hosts: list[st
     given = len(known)
     frontier = list(known)
     if pod:
-        of_pod = [host for host in dict.fromkeys(_pod_hosts(query, identities, pod, lookback_seconds))
-                  if host and host not in known]
+        of_pod = [
+            host
+            for host in dict.fromkeys(_pod_hosts(query, identities, pod, lookback_seconds))
+            if host and host not in known
+        ]
         known += of_pod
         frontier += of_pod
     for _ in range(MAX_HOPS):

@@ -131,7 +131,8 @@ class Profile(BaseModel):
     description: str = ""
     scopes: dict[Scope, ScopeSpec]
     identities: list[IdentitySpec] = Field(
-        default_factory=list, description="series that join a host's spellings across exporters")
+        default_factory=list, description="series that join a host's spellings across exporters"
+    )
     stacks: dict[str, StackSpec] = Field(default_factory=dict, description="in probing order, most specific first")
     signals: list[SignalSpec]
 
@@ -147,8 +148,9 @@ class Profile(BaseModel):
                     raise ValueError(f"signal {spec.id}: query {alternative.source!r} does not use its scope ${scope}")
                 undeclared = (alternative.placeholders() & set(SCOPES)) - set(self.scopes)
                 if undeclared:
-                    raise ValueError(f"signal {spec.id}: query uses undeclared scope(s) "
-                                     f"{', '.join(sorted(undeclared))}")
+                    raise ValueError(
+                        f"signal {spec.id}: query uses undeclared scope(s) {', '.join(sorted(undeclared))}"
+                    )
         return self
 
     def with_thresholds(self, thresholds: dict[str, float]) -> Profile:
@@ -168,9 +170,7 @@ class Profile(BaseModel):
                 try:  # validate, so a change override keeps its `> 0` rule
                     spec = SignalSpec.model_validate(spec.model_dump() | update)
                 except ValidationError as exc:
-                    raise ConfigError(
-                        f"RCA_CONFIG_FILE: thresholds: {spec.id}: {exc.errors()[0]['msg']}"
-                    ) from None
+                    raise ConfigError(f"RCA_CONFIG_FILE: thresholds: {spec.id}: {exc.errors()[0]['msg']}") from None
             signals.append(spec)
         return self.model_copy(update={"signals": signals})
 

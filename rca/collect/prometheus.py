@@ -29,8 +29,7 @@ class Window:
     step_seconds: int
 
 
-def choose_window(alert_start: datetime, now: datetime, lookback: timedelta, max_points: int,
-                  min_step: int) -> Window:
+def choose_window(alert_start: datetime, now: datetime, lookback: timedelta, max_points: int, min_step: int) -> Window:
     """[alert start - lookback, now] at a step that keeps every series under `max_points`
     (Prometheus refuses more than 11,000 points per series)."""
     start = min(alert_start, now) - lookback
@@ -64,8 +63,7 @@ class PrometheusSource:
     """A thin wrapper over prometheus-api-client with short, bounded retries."""
 
     def __init__(self, url: str, timeout: float, concurrency: int) -> None:
-        retry = Retry(total=1, connect=1, backoff_factor=0.2, status_forcelist=[502, 503, 504],
-                      allowed_methods=None)
+        retry = Retry(total=1, connect=1, backoff_factor=0.2, status_forcelist=[502, 503, 504], allowed_methods=None)
         self.url = url
         self.timeout = timeout
         self.concurrency = concurrency
@@ -81,15 +79,15 @@ class PrometheusSource:
                 promql, start_time=window.start, end_time=window.end, step=f"{window.step_seconds}s"
             )
 
-    def aliases(self, identities: list[IdentitySpec], hosts: list[str], window: Window,
-                pod: dict[str, str] | None = None) -> list[str]:
+    def aliases(
+        self, identities: list[IdentitySpec], hosts: list[str], window: Window, pod: dict[str, str] | None = None
+    ) -> list[str]:
         """Other spellings of the hosts (and the machine of the alert's pod), from the profile's
         identity series. Best effort: a failed lookup returns none, and collection reports the
         outage with every signal."""
         lookback = max(60, int((window.end - window.start).total_seconds()))
         try:
-            return resolve_aliases(lambda promql: self._instant(promql, window.end), identities, hosts, lookback,
-                                   pod)
+            return resolve_aliases(lambda promql: self._instant(promql, window.end), identities, hosts, lookback, pod)
         except (requests.RequestException, PrometheusApiClientException):
             return []
 
@@ -111,8 +109,14 @@ class PrometheusSource:
                 return name
         return None
 
-    def _fetch(self, spec: SignalSpec, selectors: dict[str, str | None], window: Window,
-               stack: str | None, params: dict[str, str] | None = None) -> SeriesResult:
+    def _fetch(
+        self,
+        spec: SignalSpec,
+        selectors: dict[str, str | None],
+        window: Window,
+        stack: str | None,
+        params: dict[str, str] | None = None,
+    ) -> SeriesResult:
         """Try the signal's alternatives in order; the first that returns data wins.
 
         Each alternative runs in its own scope (default: the signal's). One whose scope has no
@@ -159,8 +163,14 @@ class PrometheusSource:
         result.error = "no data from: " + "; ".join(tried)
         return result
 
-    def collect(self, profile: Profile, candidates: dict[str, list[str]], window: Window,
-                stack: str | None = None, params: dict[str, str] | None = None) -> Collection:
+    def collect(
+        self,
+        profile: Profile,
+        candidates: dict[str, list[str]],
+        window: Window,
+        stack: str | None = None,
+        params: dict[str, str] | None = None,
+    ) -> Collection:
         """Probe the scopes (and the serving stack unless given), then pull every signal.
         `params` fills operator placeholders such as `$pinned_cpus` (see `profile.PARAMETERS`)."""
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
@@ -175,8 +185,7 @@ class PrometheusSource:
                 error = f"Prometheus at {self.url} is unavailable: {_short(exc)}"
                 results = [SeriesResult(spec=spec, error=error) for spec in profile.signals]
                 return Collection(window=window, selectors={}, results=results, prometheus_error=error)
-            futures = [pool.submit(self._fetch, spec, selectors, window, stack, params)
-                       for spec in profile.signals]
+            futures = [pool.submit(self._fetch, spec, selectors, window, stack, params) for spec in profile.signals]
             results = [future.result() for future in futures]
         return Collection(window=window, selectors=selectors, results=results, stack=stack)
 

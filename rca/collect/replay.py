@@ -41,6 +41,7 @@ def normalise_promql(promql: str, window_seconds: int) -> str:
     Probes and alias lookups look back over the whole investigation window (`[10860s]`), whose
     length in seconds depends on the instant the investigation ran; every other width is kept.
     """
+
     def replace(match: re.Match[str]) -> str:
         width = int(match.group(1))
         return "[window]" if abs(width - window_seconds) <= WINDOW_TOLERANCE_SECONDS else match.group(0)
@@ -82,7 +83,8 @@ class Recording:
                 recording.instant.setdefault(key, []).append(InstantAnswer(item["at"], item["result"]))
             else:
                 recording.ranges.setdefault(key, []).append(
-                    RangeAnswer(item["start"], item["end"], item["step"], item["result"]))
+                    RangeAnswer(item["start"], item["end"], item["step"], item["result"])
+                )
         return recording
 
     @classmethod

@@ -81,9 +81,7 @@ class Target:
         return data
 
 
-def target_from_alerts(
-    alerts: list[dict[str, str]], starts: list[datetime], config: TargetConfig
-) -> Target:
+def target_from_alerts(alerts: list[dict[str, str]], starts: list[datetime], config: TargetConfig) -> Target:
     """Reduce the incident's alert label sets to one target.
 
     The most common host among the firing alerts wins (an alert group normally shares it); scope
@@ -108,8 +106,7 @@ def target_from_alerts(
     names = sorted({labels["alertname"] for labels in alerts if labels.get("alertname")})
     instances = {labels["instance"] for labels in alerts if labels.get("instance")}
     instance = instances.pop() if len(instances) == 1 else None
-    return Target(host=host, labels=scope, alert_start=min(starts), alertnames=names, hosts=hosts,
-                  instance=instance)
+    return Target(host=host, labels=scope, alert_start=min(starts), alertnames=names, hosts=hosts, instance=instance)
 
 
 def _matchers(**equal: str | None) -> list[str]:

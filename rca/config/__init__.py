@@ -10,5 +10,17 @@ from rca.config.errors import ConfigError, first_error
 from rca.config.files import FileConfig, SlackFileConfig, SlackRoute, TargetConfig, TracesConfig, load_file_config
 from rca.config.settings import Settings, check_slack_url, get_settings, load_settings
 
-__all__ = ["ConfigError", "FileConfig", "Settings", "SlackFileConfig", "SlackRoute", "TargetConfig", "TracesConfig",
-           "check_slack_url", "first_error", "get_settings", "load_file_config", "load_settings"]
+__all__ = [
+    "ConfigError",
+    "FileConfig",
+    "Settings",
+    "SlackFileConfig",
+    "SlackRoute",
+    "TargetConfig",
+    "TracesConfig",
+    "check_slack_url",
+    "first_error",
+    "get_settings",
+    "load_file_config",
+    "load_settings",
+]

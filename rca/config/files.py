@@ -47,11 +47,18 @@ class SlackFileConfig(BaseModel):
 
     routes: list[SlackRoute] = Field(default_factory=list)
     default_channel: str | None = Field(default=None, description="when no route matches; else RCA_SLACK_CHANNEL")
+
+
 DEFAULT_TRACE_GROUPS: dict[str, list[str]] = {
     # Span names (globs, case-insensitive) whose time, children included, each trace finding measures.
     # LoRA: vLLM/S-LoRA/LoRAX style adapter loads and their file I/O, compilation and injection steps.
-    "trace_lora_adapter_load_share": ["*lora*load*", "*load*lora*", "*adapter*load*", "*load*adapter*",
-                                      "lora_adapter.*"],
+    "trace_lora_adapter_load_share": [
+        "*lora*load*",
+        "*load*lora*",
+        "*adapter*load*",
+        "*load*adapter*",
+        "lora_adapter.*",
+    ],
     # Prefill: TGI's `prefill` / gRPC `.../Prefill` spans, engines' `prefill` and context-encoding spans.
     "trace_prefill_share": ["*prefill*", "*context_encod*", "*prompt_processing*"],
 }
@@ -67,23 +74,28 @@ class TracesConfig(BaseModel):
         description="Alert labels that name the traced service, in order of preference.",
     )
     services: dict[str, str] = Field(
-        default_factory=dict, description="Label value -> service name in the trace backend, when they differ.",
+        default_factory=dict,
+        description="Label value -> service name in the trace backend, when they differ.",
     )
     operations: dict[str, list[str]] = Field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_TRACE_GROUPS.items()},
         description="Trace finding key -> span-name globs; replaces the defaults as a whole.",
     )
     phase_attributes: dict[str, str] = Field(
-        default_factory=lambda: {"gen_ai.latency.time_in_queue": "queue",
-                                 "gen_ai.latency.time_in_model_prefill": "prefill",
-                                 "gen_ai.latency.time_in_model_decode": "decode"},
+        default_factory=lambda: {
+            "gen_ai.latency.time_in_queue": "queue",
+            "gen_ai.latency.time_in_model_prefill": "prefill",
+            "gen_ai.latency.time_in_model_decode": "decode",
+        },
         description="Span attribute (seconds) -> phase, for engines that report phases as attributes "
-                    "(vLLM's llm_request span); in this order they become child spans <span>:<phase>.",
+        "(vLLM's llm_request span); in this order they become child spans <span>:<phase>.",
     )
-    share_threshold: float = Field(default=0.15, gt=0, lt=1,
-                                   description="Share of request time above which an operation group breaches")
-    min_share_increase: float = Field(default=0.10, gt=0, lt=1,
-                                      description="...and by how much its share must exceed the baseline")
+    share_threshold: float = Field(
+        default=0.15, gt=0, lt=1, description="Share of request time above which an operation group breaches"
+    )
+    min_share_increase: float = Field(
+        default=0.10, gt=0, lt=1, description="...and by how much its share must exceed the baseline"
+    )
 
     @field_validator("operations")
     @classmethod
@@ -104,16 +116,19 @@ class FileConfig(BaseModel):
     thresholds: dict[str, float] = Field(default_factory=dict)
     profile: str | None = None
     stack: str | None = Field(default=None, description="serving stack id; unset = detect from metric names")
-    slo_ttft_seconds: float = Field(default=2.0, gt=0, allow_inf_nan=False,
-                                    description="TTFT p95 SLO for the violation-probability model (seconds)")
-    slo_probability_threshold: float = Field(default=0.5, gt=0, le=1,
-                                             description="P(SLO violation | queue depth) that breaches that finding")
+    slo_ttft_seconds: float = Field(
+        default=2.0, gt=0, allow_inf_nan=False, description="TTFT p95 SLO for the violation-probability model (seconds)"
+    )
+    slo_probability_threshold: float = Field(
+        default=0.5, gt=0, le=1, description="P(SLO violation | queue depth) that breaches that finding"
+    )
     pinned_cpus: str | None = Field(
         default=None,
         description="CPUs the serving engine is pinned to (`4-7,12`), for hosts without isolcpus",
     )
     process_groups: list[str] = Field(
-        default=["vllm", "sglang", "text-generation", "tritonserver"], min_length=1,
+        default=["vllm", "sglang", "text-generation", "tritonserver"],
+        min_length=1,
         description="process-exporter group names of the serving engine, matched case-insensitively as substrings",
     )
     target: TargetConfig = Field(default_factory=TargetConfig)

@@ -11,8 +11,16 @@ from rca.config.errors import ConfigError
 
 # Settings that may hold a secret, and so may also be read from a file named by RCA_<NAME>_FILE
 # (Docker and Kubernetes secrets): credentials in URLs, tokens, keys, and the traces headers.
-SECRET_FILE_SETTINGS = ("database_url", "broker_url", "webhook_token", "api_tokens", "slack_webhook_url",
-                        "slack_bot_token", "traces_headers", "llm_api_key")
+SECRET_FILE_SETTINGS = (
+    "database_url",
+    "broker_url",
+    "webhook_token",
+    "api_tokens",
+    "slack_webhook_url",
+    "slack_bot_token",
+    "traces_headers",
+    "llm_api_key",
+)
 
 
 def read_secret_file(setting: str, path: Path) -> str:

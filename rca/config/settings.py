@@ -33,11 +33,14 @@ class Settings(BaseSettings):
     _file_config: FileConfig | None = PrivateAttr(default=None)
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
         """The usual sources, then the RCA_*_FILE secrets (which must see what the others set)."""
         return init_settings, env_settings, dotenv_settings, SecretFilesSource(settings_cls), file_secret_settings
 
@@ -194,9 +197,11 @@ class Settings(BaseSettings):
         if self.llm_base_url and not self.llm_model:
             raise ValueError("RCA_LLM_MODEL: required when RCA_LLM_BASE_URL is set")
         if self.llm_base_url and self.llm_timeout_seconds >= self.investigation_timeout_seconds:
-            raise ValueError("RCA_LLM_TIMEOUT_SECONDS: must be below RCA_INVESTIGATION_TIMEOUT_SECONDS "
-                             f"({self.investigation_timeout_seconds:g}), or the worker kills the investigation "
-                             "before the fallback can answer")
+            raise ValueError(
+                "RCA_LLM_TIMEOUT_SECONDS: must be below RCA_INVESTIGATION_TIMEOUT_SECONDS "
+                f"({self.investigation_timeout_seconds:g}), or the worker kills the investigation "
+                "before the fallback can answer"
+            )
         return self
 
     @property

@@ -91,8 +91,11 @@ def _expected(cat: Category, findings: dict[str, Finding]) -> dict[str, float]:
     """The category's evidence (for and against) that should have been measured: what this
     deployment collects (a key with no finding at all is not part of it), and trace evidence only
     when traces were read, since it corroborates and many fleets have no trace backend."""
-    return {k: w for k, w in (cat.supports | cat.contradicts).items()
-            if k in findings and (findings[k].kind != "trace" or _measured(k, findings))}
+    return {
+        k: w
+        for k, w in (cat.supports | cat.contradicts).items()
+        if k in findings and (findings[k].kind != "trace" or _measured(k, findings))
+    }
 
 
 def _coverage(cat: Category, findings: dict[str, Finding]) -> float:
@@ -123,8 +126,9 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
     """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
     by_key = {f.key: f for f in findings}
     breached = {f.key for f in findings if f.breached}
-    anchored = {name: cat for name, cat in taxonomy().items()
-                if name != NO_CLEAR_CAUSE and breached.intersection(cat.anchors)}
+    anchored = {
+        name: cat for name, cat in taxonomy().items() if name != NO_CLEAR_CAUSE and breached.intersection(cat.anchors)
+    }
     first_mover = _first_mover(anchored, by_key)
     candidates: list[Hypothesis] = []
     for name, cat in anchored.items():
@@ -146,9 +150,19 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
         unmeasured = [k for k in _expected(cat, by_key) if not _measured(k, by_key)]
         if unmeasured:
             explanation += f". Not measured: {', '.join(unmeasured)}"
-        candidates.append(Hypothesis(rank=0, category=name, title=cat.title, confidence=round(confidence, 3),
-                                     evidence=evidence, contradicting=against, next_steps=cat.next_steps,
-                                     explanation=explanation, score=score))
+        candidates.append(
+            Hypothesis(
+                rank=0,
+                category=name,
+                title=cat.title,
+                confidence=round(confidence, 3),
+                evidence=evidence,
+                contradicting=against,
+                next_steps=cat.next_steps,
+                explanation=explanation,
+                score=score,
+            )
+        )
     order = list(taxonomy())
     candidates = [c for c in candidates if c.confidence > 0]
     candidates.sort(key=lambda h: (-h.confidence, -h.score, order.index(h.category)))
@@ -183,5 +197,12 @@ def _no_clear_cause(findings: Sequence[Finding], top: float | None) -> Hypothesi
     else:
         confidence = round(max(0.05, (1 - top) / 3), 3)
         explanation = "Alternative if the causes above are ruled out."
-    return Hypothesis(rank=0, category=NO_CLEAR_CAUSE, title=cat.title, confidence=confidence,
-                      evidence=healthy, next_steps=cat.next_steps, explanation=explanation)
+    return Hypothesis(
+        rank=0,
+        category=NO_CLEAR_CAUSE,
+        title=cat.title,
+        confidence=confidence,
+        evidence=healthy,
+        next_steps=cat.next_steps,
+        explanation=explanation,
+    )

@@ -4,8 +4,17 @@ terminal all show the same `98%`, `0.35 s`, `8.1/s`."""
 from __future__ import annotations
 
 # unit -> suffix after the number (ratios and probabilities print as percentages)
-SUFFIX = {"requests": " requests", "tokens": " tokens", "seconds": " s", "s": " s", "per_second": "/s",
-          "bytes_per_second": " B/s", "MHz": " MHz", "celsius": " °C", "percent": " %"}
+SUFFIX = {
+    "requests": " requests",
+    "tokens": " tokens",
+    "seconds": " s",
+    "s": " s",
+    "per_second": "/s",
+    "bytes_per_second": " B/s",
+    "MHz": " MHz",
+    "celsius": " °C",
+    "percent": " %",
+}
 
 
 def format_value(value: float | None, unit: str) -> str:

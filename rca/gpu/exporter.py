@@ -27,31 +27,29 @@ LABELS = ("gpu", "UUID", "modelName", "Hostname")
 PREFIX = "rca_gpu_"
 # Sample key -> help text; the exported name is PREFIX + key. Order is exposition order.
 METRICS: dict[str, str] = {
-    "utilization_percent":
-        "Percent of the last sample period a kernel ran on the GPU (nvmlDeviceGetUtilizationRates.gpu).",
-    "memory_copy_utilization_percent":
-        "Percent of the last sample period device memory was read or written (nvmlDeviceGetUtilizationRates.memory).",
+    "utilization_percent": "Percent of the last sample period a kernel ran on the GPU "
+    "(nvmlDeviceGetUtilizationRates.gpu).",
+    "memory_copy_utilization_percent": "Percent of the last sample period device memory was read or written "
+    "(nvmlDeviceGetUtilizationRates.memory).",
     "memory_used_bytes": "Device memory used, bytes (nvmlDeviceGetMemoryInfo.used).",
     "memory_free_bytes": "Device memory free, bytes (nvmlDeviceGetMemoryInfo.free).",
     "memory_total_bytes": "Device memory installed, bytes (nvmlDeviceGetMemoryInfo.total).",
     "sm_clock_mhz": "Current SM clock, MHz (nvmlDeviceGetClockInfo NVML_CLOCK_SM).",
     "memory_clock_mhz": "Current memory clock, MHz (nvmlDeviceGetClockInfo NVML_CLOCK_MEM).",
     "clocks_event_reasons": "Bitmask of why the clocks are below maximum (nvmlDeviceGetCurrentClocksEventReasons): "
-                            "0x1 idle, 0x2 application clocks, 0x4 SW power cap, 0x8 HW slowdown, 0x10 sync boost, "
-                            "0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake.",
+    "0x1 idle, 0x2 application clocks, 0x4 SW power cap, 0x8 HW slowdown, 0x10 sync boost, "
+    "0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake.",
     "pcie_tx_bytes_per_second": "PCIe bytes per second sent by the GPU over a 20 ms window "
-                                "(nvmlDeviceGetPcieThroughput TX, KB/s x 1024).",
+    "(nvmlDeviceGetPcieThroughput TX, KB/s x 1024).",
     "pcie_rx_bytes_per_second": "PCIe bytes per second received by the GPU over a 20 ms window "
-                                "(nvmlDeviceGetPcieThroughput RX, KB/s x 1024).",
+    "(nvmlDeviceGetPcieThroughput RX, KB/s x 1024).",
     "temperature_celsius": "GPU die temperature, degrees Celsius (nvmlDeviceGetTemperature NVML_TEMPERATURE_GPU).",
     "power_watts": "Power draw, watts (nvmlDeviceGetPowerUsage, milliwatts / 1000).",
     "gpm_sm_util_percent": "GPM: percent of SMs busy over the probe interval, 0-100 (NVML_GPM_METRIC_SM_UTIL).",
-    "gpm_tensor_util_percent":
-        "GPM: percent of time SMs ran any tensor operation over the probe interval, 0-100 "
-        "(NVML_GPM_METRIC_ANY_TENSOR_UTIL).",
-    "gpm_dram_bw_util_percent":
-        "GPM: DRAM bandwidth used as a percent of the theoretical maximum over the probe interval, 0-100 "
-        "(NVML_GPM_METRIC_DRAM_BW_UTIL).",
+    "gpm_tensor_util_percent": "GPM: percent of time SMs ran any tensor operation over the probe interval, 0-100 "
+    "(NVML_GPM_METRIC_ANY_TENSOR_UTIL).",
+    "gpm_dram_bw_util_percent": "GPM: DRAM bandwidth used as a percent of the theoretical maximum over the "
+    "probe interval, 0-100 (NVML_GPM_METRIC_DRAM_BW_UTIL).",
 }
 DEFAULT_HOST, DEFAULT_PORT, DEFAULT_INTERVAL = "127.0.0.1", 9835, 5.0
 
@@ -83,9 +81,11 @@ class SnapshotCollector(Collector):
                 if key in families:
                     families[key].add_metric(labels, value)
         yield from (family for family in families.values() if family.samples)
-        stamp = GaugeMetricFamily(PREFIX + "probe_last_sample_timestamp_seconds",
-                                  "Unix time of the sampling round being served; a stale one means NVML stopped "
-                                  "answering.", labels=["Hostname"])
+        stamp = GaugeMetricFamily(
+            PREFIX + "probe_last_sample_timestamp_seconds",
+            "Unix time of the sampling round being served; a stale one means NVML stopped answering.",
+            labels=["Hostname"],
+        )
         stamp.add_metric([self.hostname], taken_at)
         yield stamp
 
@@ -102,8 +102,14 @@ def render(samples: list[DeviceSample], hostname: str | None = None) -> str:
 class GpuProbe:
     """Samples NVML every `interval` seconds on its own thread and serves the latest round over HTTP."""
 
-    def __init__(self, sampler: NvmlSampler, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 interval: float = DEFAULT_INTERVAL, hostname: str | None = None) -> None:
+    def __init__(
+        self,
+        sampler: NvmlSampler,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        interval: float = DEFAULT_INTERVAL,
+        hostname: str | None = None,
+    ) -> None:
         self.sampler, self.host, self.interval = sampler, host, interval
         self.requested_port = port
         self.collector = SnapshotCollector(hostname)
@@ -164,8 +170,12 @@ def run_once(out: TextIO, sampler_factory: Callable[[], NvmlSampler] = NvmlSampl
         out.write(render(sampler.sample()))
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, interval: float = DEFAULT_INTERVAL,
-          sampler_factory: Callable[[], NvmlSampler] = NvmlSampler) -> None:
+def serve(
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    interval: float = DEFAULT_INTERVAL,
+    sampler_factory: Callable[[], NvmlSampler] = NvmlSampler,
+) -> None:
     """`rca gpu-probe`: serve until SIGTERM or Ctrl-C. Raises NoGpuError before binding when NVML is unusable."""
     with sampler_factory() as sampler:
         probe = GpuProbe(sampler, host, port, interval)

@@ -88,17 +88,28 @@ def _clocks_event_reasons(handle: Any) -> dict[str, float]:
 READERS: tuple[tuple[str, Callable[[Any], dict[str, float]]], ...] = (
     ("nvmlDeviceGetUtilizationRates", _utilization),
     ("nvmlDeviceGetMemoryInfo", _memory),
-    ("nvmlDeviceGetClockInfo(SM)",
-     lambda h: {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}),
-    ("nvmlDeviceGetClockInfo(MEM)",
-     lambda h: {"memory_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)}),
+    ("nvmlDeviceGetClockInfo(SM)", lambda h: {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)}),
+    (
+        "nvmlDeviceGetClockInfo(MEM)",
+        lambda h: {"memory_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)},
+    ),
     ("nvmlDeviceGetCurrentClocksEventReasons", _clocks_event_reasons),
-    ("nvmlDeviceGetPcieThroughput(TX)", lambda h: {
-        "pcie_tx_bytes_per_second": pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) * PCIE_KIB}),
-    ("nvmlDeviceGetPcieThroughput(RX)", lambda h: {
-        "pcie_rx_bytes_per_second": pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES) * PCIE_KIB}),
-    ("nvmlDeviceGetTemperature",
-     lambda h: {"temperature_celsius": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)}),
+    (
+        "nvmlDeviceGetPcieThroughput(TX)",
+        lambda h: {
+            "pcie_tx_bytes_per_second": pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) * PCIE_KIB
+        },
+    ),
+    (
+        "nvmlDeviceGetPcieThroughput(RX)",
+        lambda h: {
+            "pcie_rx_bytes_per_second": pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES) * PCIE_KIB
+        },
+    ),
+    (
+        "nvmlDeviceGetTemperature",
+        lambda h: {"temperature_celsius": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)},
+    ),
     ("nvmlDeviceGetPowerUsage", lambda h: {"power_watts": pynvml.nvmlDeviceGetPowerUsage(h) / 1000}),  # mW
 )
 
@@ -135,8 +146,7 @@ class NvmlSampler:
             for index in range(count):
                 try:
                     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-                    device = _Device(index, handle, pynvml.nvmlDeviceGetUUID(handle),
-                                     pynvml.nvmlDeviceGetName(handle))
+                    device = _Device(index, handle, pynvml.nvmlDeviceGetUUID(handle), pynvml.nvmlDeviceGetName(handle))
                 except pynvml.NVMLError as exc:
                     log.warning("GPU %d left out: NVML: %s", index, exc)
                     last_error = exc
@@ -148,8 +158,9 @@ class NvmlSampler:
             raise NoGpuError(str(exc)) from exc
         if not self.devices:
             self.close()
-            raise NoGpuError(f"none of {count} devices could be opened ({last_error})" if count
-                             else "NVML reports no devices")
+            raise NoGpuError(
+                f"none of {count} devices could be opened ({last_error})" if count else "NVML reports no devices"
+            )
         log.info("NVML: %s", ", ".join(f"GPU {d.index} {d.name}{' (GPM)' if d.gpm else ''}" for d in self.devices))
 
     def _open_gpm(self, device: _Device) -> _Gpm | None:

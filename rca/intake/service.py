@@ -37,17 +37,13 @@ def _open_incident(session: Session, group_key: str) -> Incident | None:
 
 
 def _latest_incident(session: Session, group_key: str) -> Incident | None:
-    return session.scalar(
-        select(Incident).where(Incident.group_key == group_key).order_by(Incident.id.desc()).limit(1)
-    )
+    return session.scalar(select(Incident).where(Incident.group_key == group_key).order_by(Incident.id.desc()).limit(1))
 
 
 def _upsert_alert(session: Session, incident: Incident, alert: WebhookAlert, raw: dict[str, Any]) -> bool:
     """Insert or refresh one alert; True when it is newly firing in this incident."""
     now = utcnow()
-    row = session.scalar(
-        select(Alert).where(Alert.incident_id == incident.id, Alert.fingerprint == alert.fingerprint)
-    )
+    row = session.scalar(select(Alert).where(Alert.incident_id == incident.id, Alert.fingerprint == alert.fingerprint))
     if row is None:
         session.add(
             Alert(
@@ -82,7 +78,8 @@ def _new_incident(session: Session, payload: WebhookPayload) -> Incident:
         group_key=payload.groupKey,
         status=payload.status,
         title=payload.title(),
-        alertname=payload.groupLabels.get("alertname") or payload.commonLabels.get("alertname")
+        alertname=payload.groupLabels.get("alertname")
+        or payload.commonLabels.get("alertname")
         or payload.alerts[0].alertname,
         receiver=payload.receiver,
         group_labels=payload.groupLabels,
@@ -126,12 +123,11 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
     investigation_id = None
     if incident.status == AlertStatus.FIRING and (created or any(newly_firing)):
         session.flush()
-        investigation_id = _request_investigation(
-            session, incident, reason="new_incident" if created else "new_alerts"
-        )
+        investigation_id = _request_investigation(session, incident, reason="new_incident" if created else "new_alerts")
     digests.refresh(session, incident.id)
-    return IntakeResult(incident_id=incident.id, created=created, investigation_id=investigation_id,
-                        resolved_now=resolved_now)
+    return IntakeResult(
+        incident_id=incident.id, created=created, investigation_id=investigation_id, resolved_now=resolved_now
+    )
 
 
 def _request_investigation(session: Session, incident: Incident, reason: str) -> int | None:

@@ -20,8 +20,9 @@ log = logging.getLogger(__name__)
 QueueNotice = Callable[[int, str], bool]  # (incident id, event) -> whether the Slack notice was queued
 
 
-def investigate(settings: Settings, investigation_id: int, queue_notice: QueueNotice,
-                retryable: tuple[type[Exception], ...] = ()) -> str:
+def investigate(
+    settings: Settings, investigation_id: int, queue_notice: QueueNotice, retryable: tuple[type[Exception], ...] = ()
+) -> str:
     """Run the investigation; returns its final status ("skipped" when it was already done).
 
     An error in `retryable` propagates, for a runner that retries (the investigation stays

@@ -64,8 +64,10 @@ def _hypothesis(rank: int, h: HypothesisLine) -> Block:
 
 def _breached_line(f: BreachedLine) -> str:
     limit = f" (limit {f.comparison} {format_value(f.threshold, f.unit)})" if f.threshold is not None else ""
-    return (f"• {mrkdwn(single_line(f.title))} {code(f.key)}: "
-            f"{format_value(f.baseline, f.unit)} → *{format_value(f.value, f.unit)}*{limit}")
+    return (
+        f"• {mrkdwn(single_line(f.title))} {code(f.key)}: "
+        f"{format_value(f.baseline, f.unit)} → *{format_value(f.value, f.unit)}*{limit}"
+    )
 
 
 def _breached_sections(breached: list[BreachedLine]) -> list[Block]:
@@ -93,11 +95,20 @@ def _safe_url(url: str | None) -> str | None:
 
 def _links(message: IncidentMessage) -> Block | None:
     buttons: list[Block] = []
-    for label, url in ((f"Incident #{message.incident_id}", message.incident_url),
-                       ("Prometheus", message.generator_url), ("Alertmanager", message.external_url)):
+    for label, url in (
+        (f"Incident #{message.incident_id}", message.incident_url),
+        ("Prometheus", message.generator_url),
+        ("Alertmanager", message.external_url),
+    ):
         if (safe := _safe_url(url)) is not None:
-            buttons.append({"type": "button", "text": {"type": "plain_text", "text": label[:MAX_BUTTON_TEXT]},
-                            "url": safe, "action_id": f"link-{len(buttons)}"})
+            buttons.append(
+                {
+                    "type": "button",
+                    "text": {"type": "plain_text", "text": label[:MAX_BUTTON_TEXT]},
+                    "url": safe,
+                    "action_id": f"link-{len(buttons)}",
+                }
+            )
     return {"type": "actions", "elements": buttons} if buttons else None
 
 
@@ -119,14 +130,18 @@ def _last_time(message: IncidentMessage) -> Block | None:
     ref = f"#{p.incident_id}"
     if (safe := _safe_url(message.precedent_url)) is not None and not set("<>|") & set(safe):
         ref = f"<{safe}|{ref}>"
-    return _context(f":repeat: *Last time* ({ref}, {p.created_at:%Y-%m-%d}, {p.score:.0%} alike): "
-                    f"{code(p.category)}, {known}")
+    return _context(
+        f":repeat: *Last time* ({ref}, {p.created_at:%Y-%m-%d}, {p.score:.0%} alike): {code(p.category)}, {known}"
+    )
 
 
 def header_text(message: IncidentMessage) -> str:
     icon = ":white_check_mark:" if message.status == AlertStatus.RESOLVED else ":rotating_light:"
-    return cut(f"{icon} {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}",
-               MAX_HEADER_TEXT, "…")
+    return cut(
+        f"{icon} {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}",
+        MAX_HEADER_TEXT,
+        "…",
+    )
 
 
 def fallback_text(message: IncidentMessage) -> str:
@@ -143,8 +158,9 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
     status = [f"*Incident #{message.incident_id}* · {mrkdwn(message.status)}"]
     if message.severity:
         status.append(f"severity {code(message.severity)}")
-    head: list[Block] = [{"type": "header", "text": {"type": "plain_text", "text": header_text(message),
-                                                     "emoji": True}}]
+    head: list[Block] = [
+        {"type": "header", "text": {"type": "plain_text", "text": header_text(message), "emoji": True}}
+    ]
     if note:
         head.append(_context(note))
     summary = f"\n{cut(mrkdwn(single_line(message.summary)), MAX_SUMMARY)}" if message.summary else ""
@@ -161,7 +177,7 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
     room = MAX_BLOCKS - len(head) - len(tail)
     if len(body) > room:
         dropped = len(body) - room + 1
-        body = body[:room - 1] + [_context(f"_… {dropped} more blocks cut to fit Slack; the incident has them all_")]
+        body = body[: room - 1] + [_context(f"_… {dropped} more blocks cut to fit Slack; the incident has them all_")]
     return {"text": fallback_text(message), "blocks": head + body + tail}
 
 
@@ -169,15 +185,21 @@ def change_reply(message: IncidentMessage, investigation_id: int) -> Payload:
     """Thread reply when a re-investigation materially changed the evidence or the ranking."""
     top = ", ".join(code(h.category) for h in message.hypotheses[:SHOWN_HYPOTHESES]) or "none"
     breached = ", ".join(code(f.key) for f in message.breached) or "none"
-    text = (f":arrows_counterclockwise: Re-investigation #{investigation_id} changed the evidence; "
-            f"the message above is updated.\nTop causes now: {top}\nBreached: {breached}")
-    return {"text": cut(f"Re-investigation #{investigation_id} changed the evidence", MAX_FALLBACK_TEXT),
-            "blocks": [_section(text)]}
+    text = (
+        f":arrows_counterclockwise: Re-investigation #{investigation_id} changed the evidence; "
+        f"the message above is updated.\nTop causes now: {top}\nBreached: {breached}"
+    )
+    return {
+        "text": cut(f"Re-investigation #{investigation_id} changed the evidence", MAX_FALLBACK_TEXT),
+        "blocks": [_section(text)],
+    }
 
 
 def resolved_reply(message: IncidentMessage, resolved_at: datetime | None) -> Payload:
     """Thread reply (or, for a webhook, a short message) when Alertmanager reports the group resolved."""
     when = f" at {resolved_at:%Y-%m-%d %H:%M} UTC" if resolved_at else ""
-    text = (f":white_check_mark: Resolved{when}: {mrkdwn(single_line(message.alertname))} on "
-            f"{mrkdwn(single_line(message.target))} (incident #{message.incident_id})")
+    text = (
+        f":white_check_mark: Resolved{when}: {mrkdwn(single_line(message.alertname))} on "
+        f"{mrkdwn(single_line(message.target))} (incident #{message.incident_id})"
+    )
     return {"text": cut(text, MAX_FALLBACK_TEXT, "…"), "blocks": [_section(text)]}

@@ -35,12 +35,23 @@ SDK_LOG = logging.getLogger("rca.notify.slack_sdk")
 SDK_LOG.setLevel(logging.WARNING)  # slack_sdk's DEBUG lines carry the webhook URL
 
 # Web API errors that arrive with `ok: false` but mean "Slack had a problem; try again later".
-RETRYABLE_ERRORS = frozenset({"ratelimited", "rate_limited", "internal_error", "fatal_error",
-                              "service_unavailable", "request_timeout"})
+RETRYABLE_ERRORS = frozenset(
+    {"ratelimited", "rate_limited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
 ERROR_CODE = re.compile(r"[a-z0-9_]{1,100}")
 # Web API errors that mean the token is wrong, revoked or lacks a scope: an operator must act.
-AUTH_ERRORS = frozenset({"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive",
-                         "missing_scope", "no_permission", "invalid_token"})
+AUTH_ERRORS = frozenset(
+    {
+        "invalid_auth",
+        "not_authed",
+        "token_revoked",
+        "token_expired",
+        "account_inactive",
+        "missing_scope",
+        "no_permission",
+        "invalid_token",
+    }
+)
 NETWORK_ERRORS = (OSError, SlackRequestError)  # URLError, timeouts and refused connections are OSErrors
 
 
@@ -92,14 +103,22 @@ def _http_failure(status: int, error: str | None, headers: Mapping[str, Any] | N
     if error is not None and not ERROR_CODE.fullmatch(error):
         error = None  # not one of Slack's error codes (an HTML error page, slack_sdk's decode note)
     retryable = status == 429 or status >= 500 or (error in RETRYABLE_ERRORS)
-    return SendResult(ok=False, http_status=status, error=(error or f"HTTP {status}")[:200],
-                      retry_after=retry_after(headers), retryable=retryable)
+    return SendResult(
+        ok=False,
+        http_status=status,
+        error=(error or f"HTTP {status}")[:200],
+        retry_after=retry_after(headers),
+        retryable=retryable,
+    )
 
 
 def _network_failure(exc: BaseException) -> SendResult:
     reason = getattr(exc, "reason", None)  # URLError(reason) names the socket error, not the URL
-    detail = type(reason).__name__ + (f": {reason.strerror}" if getattr(reason, "strerror", None) else "") \
-        if reason is not None else type(exc).__name__
+    detail = (
+        type(reason).__name__ + (f": {reason.strerror}" if getattr(reason, "strerror", None) else "")
+        if reason is not None
+        else type(exc).__name__
+    )
     timed_out = isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError)
     return SendResult(ok=False, error=f"network error ({detail})", retryable=True, timed_out=timed_out)
 
@@ -123,8 +142,9 @@ class WebhookSender:
 
     def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult:
         try:
-            response = self.client.send(text=payload["text"], blocks=payload["blocks"],
-                                        unfurl_links=False, unfurl_media=False)
+            response = self.client.send(
+                text=payload["text"], blocks=payload["blocks"], unfurl_links=False, unfurl_media=False
+            )
         except NETWORK_ERRORS as exc:
             return _network_failure(exc)
         if response.status_code == 200:
@@ -143,8 +163,13 @@ class BotSender:
 
     def __init__(self, token: str, base_url: str, timeout: float) -> None:
         # slack_sdk annotates `timeout` as int, but only hands it to urllib, which takes float seconds.
-        self.client = WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=[],  # type: ignore[arg-type]
-                                logger=SDK_LOG)
+        self.client = WebClient(
+            token=token,
+            base_url=base_url,
+            timeout=timeout,  # type: ignore[arg-type]
+            retry_handlers=[],
+            logger=SDK_LOG,
+        )
 
     def _call(self, method: str, **kwargs: Any) -> SendResult:
         try:
@@ -154,12 +179,20 @@ class BotSender:
             return _http_failure(exc.response.status_code, data.get("error"), exc.response.headers)
         except NETWORK_ERRORS as exc:
             return _network_failure(exc)
-        return SendResult(ok=True, http_status=response.status_code, channel=response.get("channel"),
-                          ts=response.get("ts"))
+        return SendResult(
+            ok=True, http_status=response.status_code, channel=response.get("channel"), ts=response.get("ts")
+        )
 
     def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult:
-        return self._call("chat_postMessage", channel=channel, text=payload["text"], blocks=payload["blocks"],
-                          thread_ts=thread_ts, unfurl_links=False, unfurl_media=False)
+        return self._call(
+            "chat_postMessage",
+            channel=channel,
+            text=payload["text"],
+            blocks=payload["blocks"],
+            thread_ts=thread_ts,
+            unfurl_links=False,
+            unfurl_media=False,
+        )
 
     def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult:
         return self._call("chat_update", channel=channel, ts=ts, text=payload["text"], blocks=payload["blocks"])
@@ -168,8 +201,9 @@ class BotSender:
 def make_sender(settings: Settings) -> Sender | None:
     """The configured sender, or None when Slack is off."""
     if settings.slack_bot_token:
-        return BotSender(settings.slack_bot_token.get_secret_value(), settings.slack_api_url,
-                         settings.slack_timeout_seconds)
+        return BotSender(
+            settings.slack_bot_token.get_secret_value(), settings.slack_api_url, settings.slack_timeout_seconds
+        )
     if settings.slack_webhook_url:
         return WebhookSender(settings.slack_webhook_url.get_secret_value(), settings.slack_timeout_seconds)
     return None

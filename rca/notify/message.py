@@ -72,8 +72,9 @@ def incident_labels(incident: Incident) -> dict[str, str]:
     return {**(firing[0].labels if firing else {}), **(incident.common_labels or {})}
 
 
-def from_incident(incident: Incident, investigation: Investigation, public_url: str | None,
-                  precedent: Precedent | None = None) -> IncidentMessage:
+def from_incident(
+    incident: Incident, investigation: Investigation, public_url: str | None, precedent: Precedent | None = None
+) -> IncidentMessage:
     """The message for an incident and its latest finished investigation (and the past incident
     most like it, when one is alike enough to cite)."""
     labels = incident_labels(incident)
@@ -85,10 +86,14 @@ def from_incident(incident: Incident, investigation: Investigation, public_url: 
         status=incident.status,
         severity=labels.get("severity"),
         summary=annotations.get("summary") or annotations.get("description"),
-        hypotheses=[HypothesisLine(h.category, h.confidence, _why(h.title, h.explanation))
-                    for h in investigation.hypotheses],
-        breached=[BreachedLine(f.key, f.title, f.baseline, f.value, f.unit, f.comparison, f.threshold)
-                  for f in investigation.findings if f.breached],
+        hypotheses=[
+            HypothesisLine(h.category, h.confidence, _why(h.title, h.explanation)) for h in investigation.hypotheses
+        ],
+        breached=[
+            BreachedLine(f.key, f.title, f.baseline, f.value, f.unit, f.comparison, f.threshold)
+            for f in investigation.findings
+            if f.breached
+        ],
         incident_url=f"{public_url}/api/v1/incidents/{incident.id}" if public_url else None,
         generator_url=next((a.generator_url for a in incident.alerts if a.generator_url), None),
         external_url=incident.external_url,

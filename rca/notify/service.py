@@ -72,8 +72,11 @@ def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliver
     if row is None:
         try:
             with session.begin_nested():
-                session.add(SlackDelivery(incident_id=incident_id, mode=mode, status=DeliveryStatus.PENDING, messages=0,
-                                          updates=0))
+                session.add(
+                    SlackDelivery(
+                        incident_id=incident_id, mode=mode, status=DeliveryStatus.PENDING, messages=0, updates=0
+                    )
+                )
         except IntegrityError:
             pass  # another run created it first; lock theirs
         row = _lock(session, incident_id)
@@ -87,7 +90,8 @@ def _latest_done(session: Session, incident_id: int) -> Investigation | None:
         select(Investigation)
         .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
         .options(selectinload(Investigation.findings), selectinload(Investigation.hypotheses))
-        .order_by(Investigation.id.desc()).limit(1)
+        .order_by(Investigation.id.desc())
+        .limit(1)
     )
 
 
@@ -96,8 +100,15 @@ def _main_fingerprint(evidence: str, status: str) -> str:
     return hashlib.sha256(f"{evidence}:{status}".encode()).hexdigest()
 
 
-def _plan(delivery: SlackDelivery, sender: Sender, message: IncidentMessage, investigation_id: int,
-          evidence: str, channel: str | None, resolved_at: datetime | None) -> list[Step]:
+def _plan(
+    delivery: SlackDelivery,
+    sender: Sender,
+    message: IncidentMessage,
+    investigation_id: int,
+    evidence: str,
+    channel: str | None,
+    resolved_at: datetime | None,
+) -> list[Step]:
     """The calls still owed to Slack for this incident, derived from what the row says was sent."""
     main = _main_fingerprint(evidence, message.status)
     resolved = message.status == AlertStatus.RESOLVED and delivery.resolved_notified_at is None
@@ -153,16 +164,18 @@ def retry_delay(result: SendResult, attempt: int, backoff: float) -> float:
     return min(backoff * 2 ** (attempt - 1), MAX_RETRY_DELAY)
 
 
-def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
-            sender: Sender | None = None) -> Outcome:
+def deliver(
+    settings: Settings, incident_id: int, event: str, attempt: int = 1, sender: Sender | None = None
+) -> Outcome:
     """Bring the incident's Slack message up to date. `attempt` counts this task's tries (1-based);
     after `RCA_SLACK_MAX_ATTEMPTS` a failing call is final."""
     sender = sender or make_sender(settings)
     if sender is None:
         return Outcome("skipped", detail="Slack is not configured")
     with session_scope(settings.effective_database_url) as session:
-        incident = session.scalar(select(Incident).where(Incident.id == incident_id)
-                                  .options(selectinload(Incident.alerts)))
+        incident = session.scalar(
+            select(Incident).where(Incident.id == incident_id).options(selectinload(Incident.alerts))
+        )
         if incident is None:
             return Outcome("skipped", detail=f"incident {incident_id} not found")
         delivery = lock_delivery(session, incident_id, sender.mode)
@@ -183,21 +196,36 @@ def deliver(settings: Settings, incident_id: int, event: str, attempt: int = 1,
         steps = plan(from_incident(incident, investigation, settings.public_url, last[0] if last else None))
         for step in steps:
             result = step.send()
-            delivery.attempts.append(SlackAttempt(
-                at=utcnow(), event=event, action=step.action, outcome=result.outcome, http_status=result.http_status,
-                error=result.error, retry_after=result.retry_after))
+            delivery.attempts.append(
+                SlackAttempt(
+                    at=utcnow(),
+                    event=event,
+                    action=step.action,
+                    outcome=result.outcome,
+                    http_status=result.http_status,
+                    error=result.error,
+                    retry_after=result.retry_after,
+                )
+            )
             delivery.updated_at = utcnow()
             count_slack_call(step.action, result)
             if not result.ok:
                 final = not result.retryable or attempt >= settings.slack_max_attempts
                 delivery.status = DeliveryStatus.FAILED if final else DeliveryStatus.RETRYING
                 delivery.last_error = result.error
-                log.warning("slack %s for incident %s failed (%s, HTTP %s)%s", step.action, incident_id, result.error,
-                            result.http_status, "" if final else f"; attempt {attempt}, will retry")
+                log.warning(
+                    "slack %s for incident %s failed (%s, HTTP %s)%s",
+                    step.action,
+                    incident_id,
+                    result.error,
+                    result.http_status,
+                    "" if final else f"; attempt {attempt}, will retry",
+                )
                 if final:
                     return Outcome("failed", detail=result.error or "")
-                return Outcome("retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds),
-                               result.error or "")
+                return Outcome(
+                    "retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or ""
+                )
             step.done(delivery, result)
         delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, None
         log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
@@ -216,6 +244,7 @@ def count_slack_call(action: str, result: SendResult) -> None:
 def done_incident(settings: Settings, investigation_id: int) -> int | None:
     """The incident of a finished investigation (None if it is not done): what to notify about."""
     with session_scope(settings.effective_database_url) as session:
-        row = session.execute(select(Investigation.incident_id, Investigation.status)
-                              .where(Investigation.id == investigation_id)).first()
+        row = session.execute(
+            select(Investigation.incident_id, Investigation.status).where(Investigation.id == investigation_id)
+        ).first()
     return row.incident_id if row is not None and row.status == InvestigationStatus.DONE else None

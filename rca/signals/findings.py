@@ -87,8 +87,9 @@ def current_since(end: float, alert_start: float) -> float:
     return max(end - CURRENT_MINUTES * 60, min(alert_start, floor))
 
 
-def _judge_series(spec: SignalSpec, labels: dict[str, str], samples: Samples, end: float,
-                  alert_start: float) -> _SeriesVerdict | None:
+def _judge_series(
+    spec: SignalSpec, labels: dict[str, str], samples: Samples, end: float, alert_start: float
+) -> _SeriesVerdict | None:
     since = current_since(end, alert_start)
     recent = [v for ts, v in samples if ts >= since]
     current = _median(recent)
@@ -118,19 +119,44 @@ def _severity(spec: SignalSpec, verdict: _SeriesVerdict) -> float:
 def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding:
     """One finding per signal: the worst of its series decides."""
     spec = result.spec
-    base = FindingBase(key=spec.id, kind=spec.kind, title=spec.title, comparison=spec.comparison, unit=spec.unit,
-                       query=result.promql, source=result.source, threshold=spec.threshold)
+    base = FindingBase(
+        key=spec.id,
+        kind=spec.kind,
+        title=spec.title,
+        comparison=spec.comparison,
+        unit=spec.unit,
+        query=result.promql,
+        source=result.source,
+        threshold=spec.threshold,
+    )
     verdicts = [
-        v for labels, samples in result.series
+        v
+        for labels, samples in result.series
         if (v := _judge_series(spec, labels, samples, end.timestamp(), alert_start.timestamp()))
     ]
     if result.not_measurable:
-        return Finding(**base, status=FindingStatus.NOT_MEASURABLE, breached=False, value=None, baseline=None,
-                       onset=None, series_labels=None, detail=result.error or "not measurable on this stack")
+        return Finding(
+            **base,
+            status=FindingStatus.NOT_MEASURABLE,
+            breached=False,
+            value=None,
+            baseline=None,
+            onset=None,
+            series_labels=None,
+            detail=result.error or "not measurable on this stack",
+        )
     if not verdicts:
         why = result.error or f"no samples in the last {CURRENT_MINUTES} minutes"
-        return Finding(**base, status=FindingStatus.UNAVAILABLE, breached=False, value=None, baseline=None,
-                       onset=None, series_labels=None, detail=f"data unavailable: {why}")
+        return Finding(
+            **base,
+            status=FindingStatus.UNAVAILABLE,
+            breached=False,
+            value=None,
+            baseline=None,
+            onset=None,
+            series_labels=None,
+            detail=f"data unavailable: {why}",
+        )
     worst = max(verdicts, key=lambda v: _severity(spec, v))
     onset = datetime.fromtimestamp(worst.onset, UTC) if worst.onset else None
     limit_text = format_value(worst.limit, spec.unit) if worst.limit is not None else "n/a (no baseline)"
@@ -146,10 +172,16 @@ def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding
         detail += f". {spec.proxy_note}"
     if len(verdicts) > 1:
         detail += f" [worst of {len(verdicts)} series]"
-    return Finding(**base | {"threshold": worst.limit if spec.threshold is None else spec.threshold},
-                   status=FindingStatus.BREACHED if worst.breached else FindingStatus.OK, breached=worst.breached,
-                   value=worst.current, baseline=worst.baseline, onset=onset,
-                   series_labels=worst.labels or None, detail=detail)
+    return Finding(
+        **base | {"threshold": worst.limit if spec.threshold is None else spec.threshold},
+        status=FindingStatus.BREACHED if worst.breached else FindingStatus.OK,
+        breached=worst.breached,
+        value=worst.current,
+        baseline=worst.baseline,
+        onset=onset,
+        series_labels=worst.labels or None,
+        detail=detail,
+    )
 
 
 def judge_all(collection: Collection, alert_start: datetime) -> list[Finding]:

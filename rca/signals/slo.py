@@ -104,15 +104,30 @@ def align(depth: Samples, ttft: Samples, tolerance: float) -> list[tuple[float, 
     return [(float(t_ts[i]), float(d_val[nearest[i]]), ttft[i][1]) for i in np.flatnonzero(close)]
 
 
-def _unavailable(base: FindingBase, detail: str, status: FindingStatus = FindingStatus.UNAVAILABLE,
-                 labels: dict[str, str] | None = None) -> Finding:
-    return Finding(**base, status=status, breached=False, value=None, baseline=None, onset=None,
-                   series_labels=labels, detail=detail)
+def _unavailable(
+    base: FindingBase,
+    detail: str,
+    status: FindingStatus = FindingStatus.UNAVAILABLE,
+    labels: dict[str, str] | None = None,
+) -> Finding:
+    return Finding(
+        **base,
+        status=status,
+        breached=False,
+        value=None,
+        baseline=None,
+        onset=None,
+        series_labels=labels,
+        detail=detail,
+    )
 
 
-def slo_finding(collection: Collection, alert_start: datetime,
-                slo_seconds: float = DEFAULT_SLO_TTFT_SECONDS,
-                threshold: float = DEFAULT_PROBABILITY_THRESHOLD) -> Finding:
+def slo_finding(
+    collection: Collection,
+    alert_start: datetime,
+    slo_seconds: float = DEFAULT_SLO_TTFT_SECONDS,
+    threshold: float = DEFAULT_PROBABILITY_THRESHOLD,
+) -> Finding:
     """The `slo_violation_probability` finding: F(current depth) under the window's Weibull fit.
 
     Breached when the probability is at or above `threshold`. Without enough violations to fit,
@@ -122,15 +137,24 @@ def slo_finding(collection: Collection, alert_start: datetime,
     results = {r.spec.id: r for r in collection.results}
     depth_result, ttft_result = results.get(DEPTH_SIGNAL), results.get(TTFT_SIGNAL)
     queries = [r.promql for r in (depth_result, ttft_result) if r is not None and r.promql]
-    base = FindingBase(key=KEY, kind="supporting", title=TITLE, threshold=threshold, comparison=">",
-                       unit="probability", query="\n".join(queries) or None, source=SOURCE)
+    base = FindingBase(
+        key=KEY,
+        kind="supporting",
+        title=TITLE,
+        threshold=threshold,
+        comparison=">",
+        unit="probability",
+        query="\n".join(queries) or None,
+        source=SOURCE,
+    )
     slo = f"TTFT p95 > {slo_seconds:g} s"
     for signal, result in ((DEPTH_SIGNAL, depth_result), (TTFT_SIGNAL, ttft_result)):
         if result is None:
             return _unavailable(base, f"data unavailable: the profile has no {signal} signal")
         if result.not_measurable:
-            return _unavailable(base, f"{signal}: {result.error or 'not measurable on this stack'}",
-                                status=FindingStatus.NOT_MEASURABLE)
+            return _unavailable(
+                base, f"{signal}: {result.error or 'not measurable on this stack'}", status=FindingStatus.NOT_MEASURABLE
+            )
         if not result.series:
             return _unavailable(base, f"data unavailable: {signal}: {result.error or 'no data'}")
     assert depth_result is not None and ttft_result is not None  # the loop above returned otherwise
@@ -145,23 +169,34 @@ def slo_finding(collection: Collection, alert_start: datetime,
     current = statistics.median(recent)
     pairs = align(depth, ttft, tolerance=collection.window.step_seconds / 2)
     if not pairs:
-        return _unavailable(base, f"data unavailable: no {TTFT_SIGNAL} sample lines up in time "
-                                  f"with a {DEPTH_SIGNAL} one")
+        return _unavailable(
+            base, f"data unavailable: no {TTFT_SIGNAL} sample lines up in time with a {DEPTH_SIGNAL} one"
+        )
     violations = [(ts, d) for ts, d, t in pairs if t > slo_seconds]
     at_zero = sum(1 for _, d in violations if d <= 0)
     counts = {"violations": str(len(violations)), "slo_ttft_seconds": f"{slo_seconds:g}"}
     if not violations:
-        return Finding(**base, status=FindingStatus.OK, breached=False, value=None, baseline=None, onset=None,
-                       series_labels=counts,
-                       detail=f"no TTFT SLO violation ({slo}) in the window ({len(pairs)} samples); nothing to fit")
+        return Finding(
+            **base,
+            status=FindingStatus.OK,
+            breached=False,
+            value=None,
+            baseline=None,
+            onset=None,
+            series_labels=counts,
+            detail=f"no TTFT SLO violation ({slo}) in the window ({len(pairs)} samples); nothing to fit",
+        )
     if len(violations) < MIN_VIOLATIONS:
-        return _unavailable(base, f"only {len(violations)} TTFT SLO violations ({slo}) in the window; "
-                                  f"not enough to fit (need {MIN_VIOLATIONS})", labels=counts)
+        return _unavailable(
+            base,
+            f"only {len(violations)} TTFT SLO violations ({slo}) in the window; "
+            f"not enough to fit (need {MIN_VIOLATIONS})",
+            labels=counts,
+        )
     try:
         fit = fit_weibull(d for _, d in violations)
     except NotEnoughViolations as exc:
-        return _unavailable(base, f"{len(violations)} TTFT SLO violations ({slo}) in the window, {exc}",
-                            labels=counts)
+        return _unavailable(base, f"{len(violations)} TTFT SLO violations ({slo}) in the window, {exc}", labels=counts)
 
     value = fit.probability(current)
     guard = alert_start.timestamp() - BASELINE_GUARD_MINUTES * 60
@@ -172,19 +207,36 @@ def slo_finding(collection: Collection, alert_start: datetime,
     onset_ts = None
     if breached:
         probabilities = fit.probabilities(d for _, d in depth)
-        onset_ts = breach_onset([(ts, float(p)) for (ts, _), p in zip(depth, probabilities, strict=True)],
-                          lambda p: p >= threshold)
-    trend = ("k > 1: violations accelerate with depth" if fit.shape > 1
-             else "k <= 1: no acceleration with depth, violations are not concentrated at deep queues")
+        onset_ts = breach_onset(
+            [(ts, float(p)) for (ts, _), p in zip(depth, probabilities, strict=True)], lambda p: p >= threshold
+        )
+    trend = (
+        "k > 1: violations accelerate with depth"
+        if fit.shape > 1
+        else "k <= 1: no acceleration with depth, violations are not concentrated at deep queues"
+    )
     depth_text, shape_text, scale_text = (format_value(x, "") for x in (current, fit.shape, fit.scale))
-    detail = (f"P({slo} | {depth_text} waiting) = {value:.2f} (Weibull k={shape_text}, "
-              f"lambda={scale_text}, fitted on {fit.violations} violations; {trend})")
+    detail = (
+        f"P({slo} | {depth_text} waiting) = {value:.2f} (Weibull k={shape_text}, "
+        f"lambda={scale_text}, fitted on {fit.violations} violations; {trend})"
+    )
     if baseline is not None and baseline_depth is not None:
         detail += f"; baseline {baseline:.2f} at {format_value(baseline_depth, '')} waiting"
     if at_zero:
         detail += f"; {at_zero} violations with an empty queue left out (not queue-driven)"
-    labels = counts | {"weibull_shape": f"{fit.shape:.6g}", "weibull_scale": f"{fit.scale:.6g}",
-                       "fitted": str(fit.violations), "current_depth": f"{current:.6g}"}
-    return Finding(**base, status=FindingStatus.BREACHED if breached else FindingStatus.OK, breached=breached,
-                   value=value, baseline=baseline, onset=datetime.fromtimestamp(onset_ts, UTC) if onset_ts else None,
-                   series_labels=labels, detail=detail)
+    labels = counts | {
+        "weibull_shape": f"{fit.shape:.6g}",
+        "weibull_scale": f"{fit.scale:.6g}",
+        "fitted": str(fit.violations),
+        "current_depth": f"{current:.6g}",
+    }
+    return Finding(
+        **base,
+        status=FindingStatus.BREACHED if breached else FindingStatus.OK,
+        breached=breached,
+        value=value,
+        baseline=baseline,
+        onset=datetime.fromtimestamp(onset_ts, UTC) if onset_ts else None,
+        series_labels=labels,
+        detail=detail,
+    )

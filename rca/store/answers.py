@@ -39,18 +39,35 @@ class DatabaseAnswerCache:
 def _hypothesis(row: HypothesisRow) -> Hypothesis:
     """A stored hypothesis as the analyst's (its score is not stored). Lists leave the session as
     plain lists, not the ORM's tracked ones."""
-    return Hypothesis(rank=row.rank, category=row.category, title=row.title, confidence=row.confidence,
-                      evidence=list(row.evidence), contradicting=list(row.contradicting),
-                      next_steps=list(row.next_steps), explanation=row.explanation, analyst=row.analyst)
+    return Hypothesis(
+        rank=row.rank,
+        category=row.category,
+        title=row.title,
+        confidence=row.confidence,
+        evidence=list(row.evidence),
+        contradicting=list(row.contradicting),
+        next_steps=list(row.next_steps),
+        explanation=row.explanation,
+        analyst=row.analyst,
+    )
 
 
-def recent_llm_answer(session: Session, answer_key: str, since: datetime,
-                      exclude_id: int | None = None) -> Investigation | None:
+def recent_llm_answer(
+    session: Session, answer_key: str, since: datetime, exclude_id: int | None = None
+) -> Investigation | None:
     """The newest finished investigation since `since` with this answer key whose LLM gave an
     answer, valid or not."""
     answered = (Investigation.analyst == Analyst.LLM) | Investigation.fallback_reason.startswith(INVALID_ANSWER)
-    query = select(Investigation).where(
-        Investigation.answer_key == answer_key, answered, Investigation.status == InvestigationStatus.DONE,
-        Investigation.finished_at >= since, Investigation.id != (exclude_id or 0),
-    ).order_by(Investigation.finished_at.desc()).limit(1)
+    query = (
+        select(Investigation)
+        .where(
+            Investigation.answer_key == answer_key,
+            answered,
+            Investigation.status == InvestigationStatus.DONE,
+            Investigation.finished_at >= since,
+            Investigation.id != (exclude_id or 0),
+        )
+        .order_by(Investigation.finished_at.desc())
+        .limit(1)
+    )
     return session.scalars(query).first()

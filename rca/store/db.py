@@ -60,8 +60,13 @@ def _create_engine(url: str) -> Engine:
     # once for any parameters. A search for a rare word and one for a word in every incident need
     # opposite plans (GIN bitmap vs. walking the time index), so every execution is planned with
     # its own values: a fraction of a millisecond against seconds for a wrong generic plan.
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10,
-                         connect_args={"connect_timeout": 5, "options": "-c plan_cache_mode=force_custom_plan"})
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        connect_args={"connect_timeout": 5, "options": "-c plan_cache_mode=force_custom_plan"},
+    )
 
 
 @lru_cache(maxsize=8)

@@ -35,8 +35,13 @@ def _label_text(labels: dict[str, Any]) -> list[str]:
     return [f"{name}={value}" for name, value in sorted(labels.items())]
 
 
-def build_document(incident: Incident, alerts: list[Alert], findings: list[Finding],
-                   hypotheses: list[Hypothesis], feedback: Feedback | None) -> str:
+def build_document(
+    incident: Incident,
+    alerts: list[Alert],
+    findings: list[Finding],
+    hypotheses: list[Hypothesis],
+    feedback: Feedback | None,
+) -> str:
     """Everything one may search for, as plain text: titles, alert names, labels, annotations,
     findings and hypotheses (and the engineer's note)."""
     parts: list[str] = [incident.title, incident.alertname or ""]
@@ -60,14 +65,23 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
     if incident is None:
         raise LookupError(f"incident {incident_id} vanished")
     alerts = list(session.scalars(select(Alert).where(Alert.incident_id == incident_id).order_by(Alert.id)))
-    done = session.scalar(select(Investigation).where(Investigation.incident_id == incident_id,
-                                                      Investigation.status == InvestigationStatus.DONE)
-                          .order_by(Investigation.id.desc()).limit(1))
+    done = session.scalar(
+        select(Investigation)
+        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
+        .order_by(Investigation.id.desc())
+        .limit(1)
+    )
     findings = list(session.scalars(select(Finding).where(Finding.investigation_id == done.id))) if done else []
-    hypotheses = list(session.scalars(select(Hypothesis).where(Hypothesis.investigation_id == done.id)
-                                      .order_by(Hypothesis.rank))) if done else []
-    feedback = session.scalar(select(Feedback).where(Feedback.incident_id == incident_id)
-                              .order_by(Feedback.id.desc()).limit(1))
+    hypotheses = (
+        list(
+            session.scalars(select(Hypothesis).where(Hypothesis.investigation_id == done.id).order_by(Hypothesis.rank))
+        )
+        if done
+        else []
+    )
+    feedback = session.scalar(
+        select(Feedback).where(Feedback.incident_id == incident_id).order_by(Feedback.id.desc()).limit(1)
+    )
 
     labels = sorted({pair for alert in alerts for pair in _label_text(alert.labels)})
     breached = sorted(f.key for f in findings if f.breached)

@@ -24,20 +24,34 @@ class FeedbackError(ValueError):
     """The feedback refers to something the incident does not have."""
 
 
-def record(session: Session, incident_id: int, *, category: str, note: str, verdicts: list[dict[str, Any]],
-           author: str) -> Feedback:
+def record(
+    session: Session, incident_id: int, *, category: str, note: str, verdicts: list[dict[str, Any]], author: str
+) -> Feedback:
     """Store one verdict about the incident's latest finished investigation and refresh its digest."""
-    investigation_id = session.scalar(select(Investigation.id).where(
-        Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
-        .order_by(Investigation.id.desc()).limit(1))
-    ranks = set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id))) \
-        if investigation_id else set()
+    investigation_id = session.scalar(
+        select(Investigation.id)
+        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
+        .order_by(Investigation.id.desc())
+        .limit(1)
+    )
+    ranks = (
+        set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id)))
+        if investigation_id
+        else set()
+    )
     unknown = sorted({v["rank"] for v in verdicts} - ranks)
     if unknown:
         have = ", ".join(map(str, sorted(ranks))) or "none (no finished investigation)"
         raise FeedbackError(f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}")
-    row = Feedback(incident_id=incident_id, investigation_id=investigation_id, category=category, note=note,
-                   verdicts=verdicts, author=author, created_at=utcnow())
+    row = Feedback(
+        incident_id=incident_id,
+        investigation_id=investigation_id,
+        category=category,
+        note=note,
+        verdicts=verdicts,
+        author=author,
+        created_at=utcnow(),
+    )
     session.add(row)
     digests.refresh(session, incident_id)
     return row
@@ -60,8 +74,11 @@ class Tally:
 
     def as_dict(self) -> dict[str, Any]:
         n = self.confirmed
-        return {"confirmed": n, "ac_at_1": round(self.top1 / n, 4) if n else None,
-                "ac_at_3": round(self.top3 / n, 4) if n else None}
+        return {
+            "confirmed": n,
+            "ac_at_1": round(self.top1 / n, 4) if n else None,
+            "ac_at_3": round(self.top3 / n, 4) if n else None,
+        }
 
 
 def accuracy(session: Session) -> dict[str, Any]:
@@ -70,14 +87,18 @@ def accuracy(session: Session) -> dict[str, Any]:
     overall = Tally()
     by_analyst: dict[str, Tally] = defaultdict(Tally)
     by_category: dict[str, Tally] = defaultdict(Tally)
-    rows = session.execute(select(IncidentDigest.confirmed_category, IncidentDigest.categories,
-                                  IncidentDigest.analyst).where(IncidentDigest.confirmed_category.is_not(None),
-                                                                IncidentDigest.analyst.is_not(None)))
+    rows = session.execute(
+        select(IncidentDigest.confirmed_category, IncidentDigest.categories, IncidentDigest.analyst).where(
+            IncidentDigest.confirmed_category.is_not(None), IncidentDigest.analyst.is_not(None)
+        )
+    )
     for confirmed, ranked, analyst in rows:
         if confirmed is None or analyst is None:
             continue  # the query already leaves these out
         for tally in (overall, by_analyst[analyst], by_category[confirmed]):
             tally.add(confirmed, list(ranked))
-    return {"overall": overall.as_dict(),
-            "by_analyst": {name: t.as_dict() for name, t in sorted(by_analyst.items())},
-            "by_category": {name: t.as_dict() for name, t in sorted(by_category.items())}}
+    return {
+        "overall": overall.as_dict(),
+        "by_analyst": {name: t.as_dict() for name, t in sorted(by_analyst.items())},
+        "by_category": {name: t.as_dict() for name, t in sorted(by_category.items())},
+    }

@@ -68,8 +68,9 @@ def write(session: Session, incident_id: int, document: str) -> None:
     if is_postgres(session):
         return
     session.execute(text(f"DELETE FROM {FTS_TABLE} WHERE rowid = :id"), {"id": incident_id})
-    session.execute(text(f"INSERT INTO {FTS_TABLE} (rowid, document) VALUES (:id, :doc)"),
-                    {"id": incident_id, "doc": document})
+    session.execute(
+        text(f"INSERT INTO {FTS_TABLE} (rowid, document) VALUES (:id, :doc)"), {"id": incident_id, "doc": document}
+    )
 
 
 def _tsquery(q: str) -> ColumnElement[Any]:
@@ -101,7 +102,8 @@ def prepare(session: Session, q: str) -> Query:
     if not is_postgres(session):
         fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
         condition = IncidentDigest.incident_id.in_(
-            select(fts.c.rowid).where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q))))
+            select(fts.c.rowid).where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q)))
+        )
         return Query(condition=condition, indexed=condition, density=1.0)
     vector: ColumnClause[Any] = literal_column(f"incident_digests.{SEARCH_VECTOR}")
     condition = vector.op("@@")(_tsquery(q))
@@ -115,8 +117,9 @@ def prepare(session: Session, q: str) -> Query:
     density = min(known.of(lexeme) for lexeme in lexemes)
     if not selective or len(selective) == len(lexemes):
         return Query(condition=condition, indexed=condition, density=density)
-    keys = cast(" & ".join("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in selective),
-                TSQUERY)
+    keys = cast(
+        " & ".join("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in selective), TSQUERY
+    )
     indexed = and_(vector.op("@@")(keys), func.ts_match_vq(vector, _tsquery(q)))
     return Query(condition=condition, indexed=indexed, density=density)
 
@@ -136,8 +139,9 @@ def sqlite_scores(session: Session, q: str, incident_ids: list[int]) -> dict[int
     if not incident_ids:
         return {}
     fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
-    query = select(fts.c.rowid, -func.bm25(fts.c[FTS_TABLE])) \
-        .where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q)), fts.c.rowid.in_(incident_ids))
+    query = select(fts.c.rowid, -func.bm25(fts.c[FTS_TABLE])).where(
+        fts.c[FTS_TABLE].op("MATCH")(_fts_query(q)), fts.c.rowid.in_(incident_ids)
+    )
     return {incident_id: score for incident_id, score in session.execute(query)}
 
 

@@ -64,8 +64,9 @@ class Hit:
     score: float | None = None
 
 
-def _conditions(session: Session, filters: IncidentFilter) -> tuple[list[ColumnElement[bool]],
-                                                                    list[ColumnElement[bool]]]:
+def _conditions(
+    session: Session, filters: IncidentFilter
+) -> tuple[list[ColumnElement[bool]], list[ColumnElement[bool]]]:
     """The filters but `q` as (ordered, checked) conditions. Ordered ones are equalities and ranges
     that a (column, created_at) B-tree serves while walking newest first; checked ones (labels,
     breached signals) are GIN-indexed containment, checked row by row during such a walk."""
@@ -94,8 +95,15 @@ def _conditions(session: Session, filters: IncidentFilter) -> tuple[list[ColumnE
 Match = tuple[int, float | None]  # incident id, and its relevance when asked for
 
 
-def _newest(session: Session, filters: IncidentFilter, n: int, *, before: Position | None = None,
-            anchor: datetime | None = None, scored: bool = False) -> list[Match]:
+def _newest(
+    session: Session,
+    filters: IncidentFilter,
+    n: int,
+    *,
+    before: Position | None = None,
+    anchor: datetime | None = None,
+    scored: bool = False,
+) -> list[Match]:
     """The `n` newest matching incidents (older than `before`, no newer than `anchor`), with
     their relevance to `filters.q` if `scored`.
 
@@ -132,15 +140,28 @@ def _newest(session: Session, filters: IncidentFilter, n: int, *, before: Positi
     walk = not filters.q or _walk_pays(text_query.density, n, population)
     while walk:
         position: list[ColumnElement[bool]] = [tuple_(d.created_at, d.incident_id) < tuple_(*below)] if below else []
-        step = (select(d.incident_id, d.created_at, score.label("score")).where(*ordered, *position)
-                .order_by(*newest_first).limit(stage).subquery())
-        matches += session.execute(select(step.c.incident_id, step.c.score).where(step.c.score.is_not(None))
-                                   .order_by(step.c.created_at.desc(), step.c.incident_id.desc())
-                                   .limit(n - len(matches))).all()
+        step = (
+            select(d.incident_id, d.created_at, score.label("score"))
+            .where(*ordered, *position)
+            .order_by(*newest_first)
+            .limit(stage)
+            .subquery()
+        )
+        matches += session.execute(
+            select(step.c.incident_id, step.c.score)
+            .where(step.c.score.is_not(None))
+            .order_by(step.c.created_at.desc(), step.c.incident_id.desc())
+            .limit(n - len(matches))
+        ).all()
         if len(matches) == n:
             return _scored(matches, rank)
-        end = session.execute(select(d.created_at, d.incident_id).where(*ordered, *position).order_by(*newest_first)
-                              .offset(stage - 1).limit(1)).first()
+        end = session.execute(
+            select(d.created_at, d.incident_id)
+            .where(*ordered, *position)
+            .order_by(*newest_first)
+            .offset(stage - 1)
+            .limit(1)
+        ).first()
         if end is None:  # every incident that passes the ordered conditions has been seen
             return _scored(matches, rank)
         walked, below = walked + stage, (end.created_at, end.incident_id)
@@ -148,8 +169,12 @@ def _newest(session: Session, filters: IncidentFilter, n: int, *, before: Positi
         stage *= 4
     position = [tuple_(d.created_at, d.incident_id) < tuple_(*below)] if below else []
     _planner(session, walk=False)
-    matches += session.execute(select(d.incident_id, value).where(*ordered, *indexed, *position)
-                               .order_by(*newest_first).limit(n - len(matches))).all()
+    matches += session.execute(
+        select(d.incident_id, value)
+        .where(*ordered, *indexed, *position)
+        .order_by(*newest_first)
+        .limit(n - len(matches))
+    ).all()
     _planner(session, walk=True)
     return _scored(matches, rank)
 
@@ -169,12 +194,14 @@ def _planner(session: Session, *, walk: bool) -> None:
     """Allow (or, for the rest of a sparse search, forbid) index walks and sequential scans, for
     this transaction only."""
     value = "on" if walk else "off"
-    session.execute(text("SELECT set_config('enable_indexscan', :v, true), set_config('enable_seqscan', :v, true)"),
-                    {"v": value})
+    session.execute(
+        text("SELECT set_config('enable_indexscan', :v, true), set_config('enable_seqscan', :v, true)"), {"v": value}
+    )
 
 
-def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
-           after: Position | None = None) -> tuple[list[Hit], bool, datetime | None]:
+def search(
+    session: Session, *, filters: IncidentFilter, sort: Sort, limit: int, after: Position | None = None
+) -> tuple[list[Hit], bool, datetime | None]:
     """One page of matching incidents, whether more follow, and (relevance only) the snapshot time.
 
     Time order is newest first by (created_at, id) and continues strictly after `after`: incidents
@@ -194,7 +221,7 @@ def search(session: Session, *, filters: IncidentFilter, sort: Sort, limit: int,
         ranked = sorted(((score, incident_id) for incident_id, score in scores.items()), reverse=True)
         if after is not None and after.score is not None:
             ranked = [pair for pair in ranked if pair < (after.score, after.incident_id)]
-        page = [incident_id for _, incident_id in ranked[:limit + 1]]
+        page = [incident_id for _, incident_id in ranked[: limit + 1]]
         return hits(session, page[:limit], scores), len(page) > limit, anchor
     page = [incident_id for incident_id, _ in _newest(session, filters, limit + 1, before=after)]
     return hits(session, page[:limit]), len(page) > limit, None
@@ -205,13 +232,34 @@ def hits(session: Session, incident_ids: list[int], scores: Mapping[int, float |
     if not incident_ids:
         return []
     d, i = IncidentDigest, Incident
-    newest_run = (select(Investigation.status).where(Investigation.incident_id == d.incident_id)
-                  .order_by(Investigation.id.desc()).limit(1).scalar_subquery().label("investigation_status"))
+    newest_run = (
+        select(Investigation.status)
+        .where(Investigation.incident_id == d.incident_id)
+        .order_by(Investigation.id.desc())
+        .limit(1)
+        .scalar_subquery()
+        .label("investigation_status")
+    )
     # Each column is labelled as the `Hit` field it fills.
     rows = session.execute(
-        select(d.incident_id, i.title, i.status, i.alertname, i.created_at, i.updated_at, i.resolved_at,
-               i.notification_count, newest_run, d.top_category, d.top_confidence, d.confirmed_category, d.breached)
-        .join(i, i.id == d.incident_id).where(d.incident_id.in_(incident_ids)))
+        select(
+            d.incident_id,
+            i.title,
+            i.status,
+            i.alertname,
+            i.created_at,
+            i.updated_at,
+            i.resolved_at,
+            i.notification_count,
+            newest_run,
+            d.top_category,
+            d.top_confidence,
+            d.confirmed_category,
+            d.breached,
+        )
+        .join(i, i.id == d.incident_id)
+        .where(d.incident_id.in_(incident_ids))
+    )
     found = {row.incident_id: Hit(**row._asdict(), score=(scores or {}).get(row.incident_id)) for row in rows}
     return [found[n] for n in incident_ids if n in found]
 

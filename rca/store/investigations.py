@@ -41,13 +41,25 @@ def claim(session: Session, investigation_id: int) -> Claim | None:
     inv.attempts += 1
     inv.started_at = utcnow()
     inv.error = None
-    return Claim(investigation_id, inv.incident_id, inv.incident.created_at, [a.labels for a in firing],
-                 [a.starts_at for a in firing], [a.annotations for a in firing])
+    return Claim(
+        investigation_id,
+        inv.incident_id,
+        inv.incident.created_at,
+        [a.labels for a in firing],
+        [a.starts_at for a in firing],
+        [a.annotations for a in firing],
+    )
 
 
 # AnalystRecord field -> investigation column, where the column says whose figure it is.
-RECORD_COLUMNS = {"model": "llm_model", "output_mode": "llm_output_mode", "latency_seconds": "llm_latency_seconds",
-                  "trimmed": "prompt_trimmed", "dropped": "llm_dropped", "exchange": "llm_exchange"}
+RECORD_COLUMNS = {
+    "model": "llm_model",
+    "output_mode": "llm_output_mode",
+    "latency_seconds": "llm_latency_seconds",
+    "trimmed": "prompt_trimmed",
+    "dropped": "llm_dropped",
+    "exchange": "llm_exchange",
+}
 NOT_STORED = {"score"}  # the rules' internal score of a hypothesis
 
 
@@ -59,8 +71,7 @@ def save_result(session: Session, investigation_id: int, result: InvestigationRe
     session.execute(delete(FindingRow).where(FindingRow.investigation_id == investigation_id))
     session.execute(delete(HypothesisRow).where(HypothesisRow.investigation_id == investigation_id))
     session.add_all(FindingRow(investigation_id=investigation_id, **asdict(f)) for f in result.findings)
-    session.add_all(HypothesisRow(investigation_id=investigation_id, **_stored(asdict(h)))
-                    for h in result.hypotheses)
+    session.add_all(HypothesisRow(investigation_id=investigation_id, **_stored(asdict(h))) for h in result.hypotheses)
     inv.status = InvestigationStatus.DONE
     inv.finished_at = utcnow()
     inv.collect_seconds = round(result.collect_seconds, 4)
@@ -96,8 +107,13 @@ def stranded(session: Session, older_than: timedelta) -> list[int]:
     queued = (Investigation.status == InvestigationStatus.QUEUED) & (Investigation.queued_at < cutoff)
     dead_worker = cutoff - older_than * 4
     running = (Investigation.status == InvestigationStatus.RUNNING) & (Investigation.started_at < dead_worker)
-    rows = session.scalars(select(Investigation.id).where(queued | running).order_by(Investigation.id)
-                           .limit(500).with_for_update(skip_locked=True))
+    rows = session.scalars(
+        select(Investigation.id)
+        .where(queued | running)
+        .order_by(Investigation.id)
+        .limit(500)
+        .with_for_update(skip_locked=True)
+    )
     ids = list(rows)
     for inv in session.scalars(select(Investigation).where(Investigation.id.in_(ids))):
         # Re-queued now, so the next sweep leaves it alone unless this enqueue is lost too.

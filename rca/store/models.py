@@ -60,9 +60,7 @@ class Incident(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     alerts: Mapped[list[Alert]] = relationship(back_populates="incident", order_by="Alert.id")
-    investigations: Mapped[list[Investigation]] = relationship(
-        back_populates="incident", order_by="Investigation.id"
-    )
+    investigations: Mapped[list[Investigation]] = relationship(back_populates="incident", order_by="Investigation.id")
     slack_delivery: Mapped[SlackDelivery | None] = relationship(viewonly=True)
 
     __table_args__ = (
@@ -166,9 +164,7 @@ class Finding(Base):
     __tablename__ = "findings"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    investigation_id: Mapped[int] = mapped_column(
-        ForeignKey("investigations.id", ondelete="CASCADE"), index=True
-    )
+    investigation_id: Mapped[int] = mapped_column(ForeignKey("investigations.id", ondelete="CASCADE"), index=True)
     key: Mapped[str] = mapped_column(String(64))
     kind: Mapped[str] = mapped_column(String(16))  # signal | supporting | trace
     title: Mapped[str] = mapped_column(Text)
@@ -196,9 +192,7 @@ class Hypothesis(Base):
     __tablename__ = "hypotheses"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    investigation_id: Mapped[int] = mapped_column(
-        ForeignKey("investigations.id", ondelete="CASCADE"), index=True
-    )
+    investigation_id: Mapped[int] = mapped_column(ForeignKey("investigations.id", ondelete="CASCADE"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
     category: Mapped[str] = mapped_column(String(64), index=True)
     title: Mapped[str] = mapped_column(Text)
@@ -261,6 +255,8 @@ class SlackAttempt(Base):
     retry_after: Mapped[float | None] = mapped_column(Float)
 
     delivery: Mapped[SlackDelivery] = relationship(back_populates="attempts")
+
+
 class IncidentDigest(Base):
     """What history search and similarity read about one incident, flattened into one row so that
     a query at a million incidents touches one table: the full-text document, the alert labels,

@@ -33,9 +33,15 @@ from rca.store.models import IncidentDigest
 CANDIDATES = 50
 CITE_SCORE = 0.6  # alike enough to cite in Slack and in the LLM prompt (`precedents`)
 WEIGHTS = {"breached": 0.5, "order": 0.2, "stack": 0.15, "categories": 0.15}
-SIGNATURE = (IncidentDigest.incident_id, IncidentDigest.created_at, IncidentDigest.breached,
-             IncidentDigest.onset_order, IncidentDigest.stack, IncidentDigest.categories,
-             IncidentDigest.confirmed_category)
+SIGNATURE = (
+    IncidentDigest.incident_id,
+    IncidentDigest.created_at,
+    IncidentDigest.breached,
+    IncidentDigest.onset_order,
+    IncidentDigest.stack,
+    IncidentDigest.categories,
+    IncidentDigest.confirmed_category,
+)
 
 
 @dataclass(frozen=True)
@@ -115,8 +121,10 @@ def find(session: Session, target: Signature, limit: int) -> list[Match]:
     if target.categories:
         buckets += [d.top_category == target.categories[0], d.confirmed_category == target.categories[0]]
     # One round trip: the newest CANDIDATES signatures of each bucket (each on its own index).
-    newest = [select(*SIGNATURE).where(bucket, past).order_by(d.created_at.desc()).limit(CANDIDATES).subquery()
-              for bucket in buckets]
+    newest = [
+        select(*SIGNATURE).where(bucket, past).order_by(d.created_at.desc()).limit(CANDIDATES).subquery()
+        for bucket in buckets
+    ]
     rows = session.execute(union_all(*(select(*sub.c) for sub in newest)))
     candidates = list({row[0]: Signature(*row) for row in rows}.values())
     scored = [(score(target, other), other) for other in candidates]
@@ -124,10 +132,16 @@ def find(session: Session, target: Signature, limit: int) -> list[Match]:
     scored.sort(key=lambda pair: (pair[0], pair[1].confirmed_category is not None, pair[1].created_at), reverse=True)
     best = scored[:limit]
     listed = {hit.incident_id: hit for hit in hits(session, [other.incident_id for _, other in best])}
-    return [Match(hit=listed[other.incident_id], signature=other, score=value,
-                  shared=sorted(set(target.breached) & set(other.breached)))
-            for value, other in best if other.incident_id in listed]
-
+    return [
+        Match(
+            hit=listed[other.incident_id],
+            signature=other,
+            score=value,
+            shared=sorted(set(target.breached) & set(other.breached)),
+        )
+        for value, other in best
+        if other.incident_id in listed
+    ]
 
 
 @dataclass(frozen=True)
@@ -142,12 +156,19 @@ class Precedent:
     score: float
 
 
-def signature_of(incident_id: int, created_at: datetime, findings: list[Any], categories: list[str],
-                 stack: str | None) -> Signature:
+def signature_of(
+    incident_id: int, created_at: datetime, findings: list[Any], categories: list[str], stack: str | None
+) -> Signature:
     """The signature of a fresh analysis (before it is stored and its digest rewritten)."""
-    return Signature(incident_id=incident_id, created_at=created_at,
-                     breached=sorted(f.key for f in findings if f.breached), onset_order=onset_order(findings),
-                     stack=stack, categories=categories[:3], confirmed_category=None)
+    return Signature(
+        incident_id=incident_id,
+        created_at=created_at,
+        breached=sorted(f.key for f in findings if f.breached),
+        onset_order=onset_order(findings),
+        stack=stack,
+        categories=categories[:3],
+        confirmed_category=None,
+    )
 
 
 def precedents(session: Session, target: Signature, limit: int = 3) -> list[Precedent]:
@@ -155,7 +176,14 @@ def precedents(session: Session, target: Signature, limit: int = 3) -> list[Prec
     first, since their cause is known, then by score."""
     matches = [m for m in find(session, target, 10) if m.score >= CITE_SCORE]
     matches.sort(key=lambda m: (m.signature.confirmed_category is not None, m.score), reverse=True)
-    return [Precedent(incident_id=m.hit.incident_id, title=m.hit.title, created_at=m.hit.created_at,
-                      category=m.signature.confirmed_category or m.hit.top_category,
-                      confirmed=m.signature.confirmed_category is not None, score=m.score)
-            for m in matches[:limit]]
+    return [
+        Precedent(
+            incident_id=m.hit.incident_id,
+            title=m.hit.title,
+            created_at=m.hit.created_at,
+            category=m.signature.confirmed_category or m.hit.top_category,
+            confirmed=m.signature.confirmed_category is not None,
+            score=m.score,
+        )
+        for m in matches[:limit]
+    ]

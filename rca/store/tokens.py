@@ -35,8 +35,9 @@ def create(session: Session, name: str, scope: str) -> str:
 
 def lookup(session: Session, token: str) -> ApiToken | None:
     """The live (not revoked) token with this secret, if any."""
-    return session.scalar(select(ApiToken).where(ApiToken.token_hash == token_hash(token),
-                                                 ApiToken.revoked_at.is_(None)))
+    return session.scalar(
+        select(ApiToken).where(ApiToken.token_hash == token_hash(token), ApiToken.revoked_at.is_(None))
+    )
 
 
 def revoke(session: Session, name: str) -> bool:

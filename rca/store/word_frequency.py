@@ -55,14 +55,16 @@ def statistics(session: Session) -> Statistics:
         cached = _statistics.get(key)
     if cached is not None and now - cached[0] < REFRESH_SECONDS:
         return cached[1]
-    row = session.execute(text(
-        "SELECT c.reltuples, s.most_common_elems::text::text[], s.most_common_elem_freqs FROM pg_class c "
-        "LEFT JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = c.relname "
-        "AND s.attname = 'search_vector' WHERE c.oid = 'incident_digests'::regclass"
-    )).one()
+    row = session.execute(
+        text(
+            "SELECT c.reltuples, s.most_common_elems::text::text[], s.most_common_elem_freqs FROM pg_class c "
+            "LEFT JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = c.relname "
+            "AND s.attname = 'search_vector' WHERE c.oid = 'incident_digests'::regclass"
+        )
+    ).one()
     words = None
     if row[1]:
-        elems, freqs = row[1], row[2][:len(row[1])]  # then come the minimum, maximum and null share
+        elems, freqs = row[1], row[2][: len(row[1])]  # then come the minimum, maximum and null share
         words = Frequencies(known=dict(zip(elems, freqs, strict=True)), floor=min(freqs))
     found = Statistics(rows=max(int(row[0]), 0), words=words)
     with _lock:

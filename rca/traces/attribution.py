@@ -90,8 +90,18 @@ def time_trace(trace: Trace, groups: dict[str, list[str]]) -> TraceTiming:
         else:
             orphans += bool(parent)
             roots.append(span)
-    timing = TraceTiming(trace.trace_id, trace.start_us, 0, 0.0, defaultdict(float), defaultdict(list),
-                         defaultdict(int), defaultdict(float), orphans=orphans, dropped_spans=trace.dropped_spans)
+    timing = TraceTiming(
+        trace.trace_id,
+        trace.start_us,
+        0,
+        0.0,
+        defaultdict(float),
+        defaultdict(list),
+        defaultdict(int),
+        defaultdict(float),
+        orphans=orphans,
+        dropped_spans=trace.dropped_spans,
+    )
     visited: set[str] = set()
     pending = list(roots)
     while True:
@@ -109,8 +119,15 @@ def time_trace(trace: Trace, groups: dict[str, list[str]]) -> TraceTiming:
     return timing
 
 
-def _walk(root: Span, root_interval: tuple[int, int], inherited: frozenset[str], children: dict[str, list[Span]],
-          groups: dict[str, list[str]], timing: TraceTiming, visited: set[str]) -> None:
+def _walk(
+    root: Span,
+    root_interval: tuple[int, int],
+    inherited: frozenset[str],
+    children: dict[str, list[Span]],
+    groups: dict[str, list[str]],
+    timing: TraceTiming,
+    visited: set[str],
+) -> None:
     """Depth-first over one tree without recursion (a huge trace must not hit the recursion limit).
 
     `weight` is the share of a span's wall time that is its own: 1 for a root, less under

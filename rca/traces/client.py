@@ -17,16 +17,27 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 class TraceHTTP:
     """GET JSON from a trace backend. Header values are never logged or put in errors."""
 
-    def __init__(self, base_url: str, headers: dict[str, str], timeout: float,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES, concurrency: int = 8, backend: str = "unknown") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        headers: dict[str, str],
+        timeout: float,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        concurrency: int = 8,
+        backend: str = "unknown",
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.backend = backend  # jaeger | tempo: the `backend` label of the error metric
         # What errors and findings show: the URL without any user:password it may carry.
         self.shown_url = str(httpx.URL(self.base_url).copy_with(userinfo=b"")).rstrip("/")
         self.max_response_bytes = max_response_bytes
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self.client = httpx.Client(base_url=self.base_url, headers={"Accept": "application/json", **headers},
-                                   timeout=httpx.Timeout(timeout), limits=limits)
+        self.client = httpx.Client(
+            base_url=self.base_url,
+            headers={"Accept": "application/json", **headers},
+            timeout=httpx.Timeout(timeout),
+            limits=limits,
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -49,15 +60,17 @@ class TraceHTTP:
                 for chunk in response.iter_bytes():
                     body += chunk
                     if len(body) > self.max_response_bytes:
-                        raise TraceSourceError(f"{path}: response larger than {self.max_response_bytes} bytes",
-                                               "too_large")
+                        raise TraceSourceError(
+                            f"{path}: response larger than {self.max_response_bytes} bytes", "too_large"
+                        )
         except httpx.TimeoutException:
             raise TraceSourceError(f"{self.shown_url}{path}: timed out", "timeout") from None
         except httpx.HTTPError as exc:
             raise TraceSourceError(f"{self.shown_url}{path}: {type(exc).__name__}: {exc}", "connection") from None
         if response.status_code in (401, 403):
-            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} (check RCA_TRACES_HEADERS)",
-                                   "http_status")
+            raise TraceSourceError(
+                f"{self.shown_url}{path}: HTTP {response.status_code} (check RCA_TRACES_HEADERS)", "http_status"
+            )
         if response.status_code != 200:
             text = bytes(body[:200]).decode(errors="replace").strip()
             raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} {text}", "http_status")

@@ -36,30 +36,48 @@ def service_for(alert_labels: list[dict[str, str]], config: TracesConfig) -> str
 
 def open_source(settings: Settings, config: TracesConfig) -> TraceSource:
     headers = {name: value.get_secret_value() for name, value in settings.traces_headers.items()}
-    http = TraceHTTP(settings.traces_url or "", headers, settings.traces_timeout_seconds,
-                     concurrency=settings.traces_concurrency, backend=settings.traces_backend)
+    http = TraceHTTP(
+        settings.traces_url or "",
+        headers,
+        settings.traces_timeout_seconds,
+        concurrency=settings.traces_concurrency,
+        backend=settings.traces_backend,
+    )
     if settings.traces_backend == "jaeger":
         return JaegerSource(http, settings.traces_max_spans_per_trace, config.phase_attributes)
     return TempoSource(http, settings.traces_max_spans_per_trace, settings.traces_concurrency, config.phase_attributes)
 
 
-def trace_findings(settings: Settings, config: TracesConfig, alert_labels: list[dict[str, str]],
-                   alert_start: datetime, start: datetime, end: datetime) -> list[Finding]:
+def trace_findings(
+    settings: Settings,
+    config: TracesConfig,
+    alert_labels: list[dict[str, str]],
+    alert_start: datetime,
+    start: datetime,
+    end: datetime,
+) -> list[Finding]:
     """Findings from a bounded sample of the service's traces in [start, end]."""
     if settings.traces_backend == "none":
         return unavailable("no trace backend configured (set RCA_TRACES_BACKEND=jaeger|tempo and RCA_TRACES_URL)")
     service = service_for(alert_labels, config)
     if service is None:
-        return unavailable(f"the alert names no traced service (labels tried: {', '.join(config.service_labels)})",
-                           status=FindingStatus.NOT_MEASURABLE, source=settings.traces_backend)
+        return unavailable(
+            f"the alert names no traced service (labels tried: {', '.join(config.service_labels)})",
+            status=FindingStatus.NOT_MEASURABLE,
+            source=settings.traces_backend,
+        )
     source = open_source(settings, config)
     query = source.describe_query(service)
     try:
         known = source.services()
         if service not in known:
             shown = ", ".join(sorted(known)[:10]) or "none"
-            return unavailable(f"service {service!r} is not known to {source.name} (it has: {shown})",
-                               status=FindingStatus.NOT_MEASURABLE, source=source.name, query=query)
+            return unavailable(
+                f"service {service!r} is not known to {source.name} (it has: {shown})",
+                status=FindingStatus.NOT_MEASURABLE,
+                source=source.name,
+                query=query,
+            )
         plan = plan_sample(int(start.timestamp() * 1e6), int(end.timestamp() * 1e6), settings.traces_sample_size)
         sample = collect_sample(source, service, plan, settings.traces_budget_seconds, settings.traces_sample_size)
     except TraceSourceError as exc:
@@ -68,12 +86,16 @@ def trace_findings(settings: Settings, config: TracesConfig, alert_labels: list[
     finally:
         source.close()
     if not sample.traces:
-        return unavailable(f"no traces of service {service!r} in {source.name} between {start:%H:%M} and "
-                           f"{end:%H:%M} UTC", source=source.name, query=query)
+        return unavailable(
+            f"no traces of service {service!r} in {source.name} between {start:%H:%M} and {end:%H:%M} UTC",
+            source=source.name,
+            query=query,
+        )
     groups = compile_groups(config.operations)
     timings = [time_trace(trace, groups) for trace in sample.traces]
-    note = (f"Sample: {len(sample.traces)} traces of {service} from {sample.slices_read} of "
-            f"{len(plan.slices)} time slices")
+    note = (
+        f"Sample: {len(sample.traces)} traces of {service} from {sample.slices_read} of {len(plan.slices)} time slices"
+    )
     if sample.cut_short:
         note += f", cut short by the {settings.traces_budget_seconds:g} s budget"
     if sample.slices_failed:

@@ -39,18 +39,42 @@ def title_for(key: str) -> str:
     return TITLES.get(key) or f"Share of request time in {key.removeprefix('trace_').replace('_', ' ')} (traces)"
 
 
-def _finding(key: str, status: FindingStatus, detail: str, *, value: float | None = None,
-             baseline: float | None = None, threshold: float | None = None, unit: str = "ratio",
-             onset: datetime | None = None, query: str | None = None, source: str | None = None,
-             series_labels: dict[str, str] | None = None) -> Finding:
-    return Finding(key=key, kind="trace", title=title_for(key), status=status,
-                   breached=status == FindingStatus.BREACHED, value=value, baseline=baseline, threshold=threshold,
-                   comparison=">", unit=unit, onset=onset, query=query, source=source,
-                   series_labels=series_labels, detail=detail)
+def _finding(
+    key: str,
+    status: FindingStatus,
+    detail: str,
+    *,
+    value: float | None = None,
+    baseline: float | None = None,
+    threshold: float | None = None,
+    unit: str = "ratio",
+    onset: datetime | None = None,
+    query: str | None = None,
+    source: str | None = None,
+    series_labels: dict[str, str] | None = None,
+) -> Finding:
+    return Finding(
+        key=key,
+        kind="trace",
+        title=title_for(key),
+        status=status,
+        breached=status == FindingStatus.BREACHED,
+        value=value,
+        baseline=baseline,
+        threshold=threshold,
+        comparison=">",
+        unit=unit,
+        onset=onset,
+        query=query,
+        source=source,
+        series_labels=series_labels,
+        detail=detail,
+    )
 
 
-def unavailable(reason: str, status: FindingStatus = FindingStatus.UNAVAILABLE, source: str | None = None,
-                query: str | None = None) -> list[Finding]:
+def unavailable(
+    reason: str, status: FindingStatus = FindingStatus.UNAVAILABLE, source: str | None = None, query: str | None = None
+) -> list[Finding]:
     """The single finding that says why there is no trace evidence; the investigation goes on."""
     prefix = "data unavailable" if status == FindingStatus.UNAVAILABLE else "not measurable"
     return [_finding(SUMMARY_KEY, status, f"{prefix}: {reason}", source=source, query=query, unit="s")]
@@ -105,13 +129,25 @@ def _matching_ops(key: str, stats: WindowStats, groups: dict[str, list[str]]) ->
     return sorted(ops, key=lambda o: (-o.total_us, o.operation))
 
 
-def group_finding(key: str, split: WindowSplit, slices: list[tuple[int, int]], config: TracesConfig,
-                  groups: dict[str, list[str]], source: str, query: str) -> Finding:
+def group_finding(
+    key: str,
+    split: WindowSplit,
+    slices: list[tuple[int, int]],
+    config: TracesConfig,
+    groups: dict[str, list[str]],
+    source: str,
+    query: str,
+) -> Finding:
     incident, baseline = split.incident, split.baseline
     group_query = query + f"  [spans matching {', '.join(groups[key])}]"
     if not incident.traces:
-        return _finding(key, FindingStatus.UNAVAILABLE, "data unavailable: no sampled traces in the incident window",
-                        source=source, query=group_query)
+        return _finding(
+            key,
+            FindingStatus.UNAVAILABLE,
+            "data unavailable: no sampled traces in the incident window",
+            source=source,
+            query=group_query,
+        )
     share, base = incident.group_share(key) or 0.0, baseline.group_share(key)
     limit = None if base is None else max(config.share_threshold, base + config.min_share_increase)
     breached = limit is not None and share > limit
@@ -131,52 +167,92 @@ def group_finding(key: str, split: WindowSplit, slices: list[tuple[int, int]], c
     examples = sorted((t for t in incident.traces if t.group_us.get(key)), key=lambda t: -t.group_us[key])[:3]
     if examples:
         detail += "; e.g. traces " + ", ".join(f"{t.trace_id} ({_sec(t.group_us[key])})" for t in examples)
-    labels = {"service": ops[0].service if ops else "", "operations": ",".join(o.operation for o in ops),
-              "incident_traces": str(len(incident.traces)), "baseline_traces": str(len(baseline.traces)),
-              "example_traces": ",".join(t.trace_id for t in examples)}
+    labels = {
+        "service": ops[0].service if ops else "",
+        "operations": ",".join(o.operation for o in ops),
+        "incident_traces": str(len(incident.traces)),
+        "baseline_traces": str(len(baseline.traces)),
+        "example_traces": ",".join(t.trace_id for t in examples),
+    }
     if now_pct:
         labels |= {"p50_seconds": f"{now_pct[0] / 1e6:.6g}", "p95_seconds": f"{now_pct[1] / 1e6:.6g}"}
     if base_pct:
-        labels |= {"baseline_p50_seconds": f"{base_pct[0] / 1e6:.6g}",
-                   "baseline_p95_seconds": f"{base_pct[1] / 1e6:.6g}"}
-    return _finding(key, FindingStatus.BREACHED if breached else FindingStatus.OK, detail, value=share,
-                    baseline=base, threshold=limit, onset=onset, series_labels=labels, source=source,
-                    query=group_query)
+        labels |= {
+            "baseline_p50_seconds": f"{base_pct[0] / 1e6:.6g}",
+            "baseline_p95_seconds": f"{base_pct[1] / 1e6:.6g}",
+        }
+    return _finding(
+        key,
+        FindingStatus.BREACHED if breached else FindingStatus.OK,
+        detail,
+        value=share,
+        baseline=base,
+        threshold=limit,
+        onset=onset,
+        series_labels=labels,
+        source=source,
+        query=group_query,
+    )
 
 
 def summary_finding(split: WindowSplit, sample_note: str, source: str, query: str) -> Finding:
     incident, baseline = split.incident, split.baseline
     if not incident.traces:
-        return _finding(SUMMARY_KEY, FindingStatus.UNAVAILABLE,
-                        f"data unavailable: no sampled traces in the incident window ({sample_note})",
-                        source=source, query=query, unit="s")
+        return _finding(
+            SUMMARY_KEY,
+            FindingStatus.UNAVAILABLE,
+            f"data unavailable: no sampled traces in the incident window ({sample_note})",
+            source=source,
+            query=query,
+            unit="s",
+        )
     since = _at(split.incident_start_us)
     top = incident.top_operations(5)
     parts = []
     for op in top:
         before = baseline.operations.get((op.service, op.operation))
-        parts.append(f"{op.operation} {_pct(op.share)} (baseline {_pct(before.share if before else 0.0)}, "
-                     f"p95 {_sec(op.p95_us)})")
+        parts.append(
+            f"{op.operation} {_pct(op.share)} (baseline {_pct(before.share if before else 0.0)}, p95 {_sec(op.p95_us)})"
+        )
     slowest = incident.slowest(3)
-    detail = (f"Request time by operation since {since:%H:%M} UTC over {len(incident.traces)} traces "
-              f"(baseline {len(baseline.traces)}): " + "; ".join(parts)
-              + f". Request p95 {_sec(incident.request_p95_us)} (baseline {_sec(baseline.request_p95_us)})."
-              + " Slowest: " + ", ".join(f"{t.trace_id} ({_sec(t.request_us)})" for t in slowest)
-              + f". {sample_note}")
-    labels = {"slowest_traces": ",".join(t.trace_id for t in slowest),
-              "incident_traces": str(len(incident.traces)), "baseline_traces": str(len(baseline.traces)),
-              "top_operations": ",".join(op.operation for op in top)}
-    return _finding(SUMMARY_KEY, FindingStatus.OK, detail, unit="s", source=source, query=query,
-                    value=None if incident.request_p95_us is None else incident.request_p95_us / 1e6,
-                    baseline=None if baseline.request_p95_us is None else baseline.request_p95_us / 1e6,
-                    series_labels=labels)
+    detail = (
+        f"Request time by operation since {since:%H:%M} UTC over {len(incident.traces)} traces "
+        f"(baseline {len(baseline.traces)}): "
+        + "; ".join(parts)
+        + f". Request p95 {_sec(incident.request_p95_us)} (baseline {_sec(baseline.request_p95_us)})."
+        + " Slowest: "
+        + ", ".join(f"{t.trace_id} ({_sec(t.request_us)})" for t in slowest)
+        + f". {sample_note}"
+    )
+    labels = {
+        "slowest_traces": ",".join(t.trace_id for t in slowest),
+        "incident_traces": str(len(incident.traces)),
+        "baseline_traces": str(len(baseline.traces)),
+        "top_operations": ",".join(op.operation for op in top),
+    }
+    return _finding(
+        SUMMARY_KEY,
+        FindingStatus.OK,
+        detail,
+        unit="s",
+        source=source,
+        query=query,
+        value=None if incident.request_p95_us is None else incident.request_p95_us / 1e6,
+        baseline=None if baseline.request_p95_us is None else baseline.request_p95_us / 1e6,
+        series_labels=labels,
+    )
 
 
 def errors_finding(split: WindowSplit, source: str, query: str) -> Finding:
     incident, baseline = split.incident, split.baseline
     if not incident.traces:
-        return _finding(ERRORS_KEY, FindingStatus.UNAVAILABLE,
-                        "data unavailable: no sampled traces in the incident window", source=source, query=query)
+        return _finding(
+            ERRORS_KEY,
+            FindingStatus.UNAVAILABLE,
+            "data unavailable: no sampled traces in the incident window",
+            source=source,
+            query=query,
+        )
     rate = incident.error_traces() / len(incident.traces)
     base = baseline.error_traces() / len(baseline.traces) if baseline.traces else None
     limit = max(ERROR_RATE_FLOOR, (base or 0.0) + ERROR_RATE_INCREASE)
@@ -187,15 +263,33 @@ def errors_finding(split: WindowSplit, source: str, query: str) -> Finding:
     examples = [t.trace_id for t in incident.traces if t.errors][:3]
     if examples:
         detail += "; e.g. traces " + ", ".join(examples)
-    labels = {"operations": ",".join(f"{op.operation}={op.error_spans}" for op in failing),
-              "example_traces": ",".join(examples)}
-    return _finding(ERRORS_KEY, FindingStatus.BREACHED if rate > limit else FindingStatus.OK, detail, value=rate,
-                    baseline=base, threshold=limit, source=source, query=query, series_labels=labels)
+    labels = {
+        "operations": ",".join(f"{op.operation}={op.error_spans}" for op in failing),
+        "example_traces": ",".join(examples),
+    }
+    return _finding(
+        ERRORS_KEY,
+        FindingStatus.BREACHED if rate > limit else FindingStatus.OK,
+        detail,
+        value=rate,
+        baseline=base,
+        threshold=limit,
+        source=source,
+        query=query,
+        series_labels=labels,
+    )
 
 
-def attribution_findings(timings: list[TraceTiming], slices: list[tuple[int, int]], alert_start: datetime,
-                         end: datetime, config: TracesConfig, sample_note: str, source: str,
-                         query: str) -> list[Finding]:
+def attribution_findings(
+    timings: list[TraceTiming],
+    slices: list[tuple[int, int]],
+    alert_start: datetime,
+    end: datetime,
+    config: TracesConfig,
+    sample_note: str,
+    source: str,
+    query: str,
+) -> list[Finding]:
     groups = compile_groups(config.operations)
     split = WindowSplit(timings, alert_start, end)
     findings = [summary_finding(split, sample_note, source, query)]

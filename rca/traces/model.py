@@ -52,8 +52,9 @@ def phase_spans(span: Span, attributes: dict[str, object], phases: dict[str, str
         if seconds <= 0:
             continue
         duration = int(seconds * 1_000_000)
-        out.append(Span(f"{span.span_id}:{phase}", span.span_id, span.service, f"{span.operation}:{phase}",
-                        cursor, duration))
+        out.append(
+            Span(f"{span.span_id}:{phase}", span.span_id, span.service, f"{span.operation}:{phase}", cursor, duration)
+        )
         cursor += duration
     return out
 

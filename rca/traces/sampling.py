@@ -42,8 +42,9 @@ def plan_sample(start_us: int, end_us: int, sample_size: int) -> SamplePlan:
     count = max(1, min(sample_size, math.ceil(span / (SLICE_SECONDS * 1_000_000))))
     width = span / count
     edges = [start_us + round(i * width) for i in range(count)] + [end_us]
-    return SamplePlan(slices=list(zip(edges[:-1], edges[1:], strict=True)),
-                      per_slice=max(1, math.ceil(sample_size / count)))
+    return SamplePlan(
+        slices=list(zip(edges[:-1], edges[1:], strict=True)), per_slice=max(1, math.ceil(sample_size / count))
+    )
 
 
 def visiting_order(count: int) -> list[int]:
@@ -69,8 +70,9 @@ class Sample:
         return sum(t.dropped_spans for t in self.traces)
 
 
-def collect_sample(source: TraceSource, service: str, plan: SamplePlan, budget_seconds: float,
-                   max_traces: int) -> Sample:
+def collect_sample(
+    source: TraceSource, service: str, plan: SamplePlan, budget_seconds: float, max_traces: int
+) -> Sample:
     """Read the planned slices within the time budget, keeping at most `max_traces` distinct traces.
 
     A failing slice is recorded and skipped; when every slice fails the first error is raised,

@@ -87,8 +87,9 @@ class TempoSource:
 
     name = "tempo"
 
-    def __init__(self, http: TraceHTTP, max_spans_per_trace: int, concurrency: int,
-                 phases: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, http: TraceHTTP, max_spans_per_trace: int, concurrency: int, phases: dict[str, str] | None = None
+    ) -> None:
         self.http = http
         self.max_spans = max_spans_per_trace
         self.concurrency = concurrency
@@ -100,8 +101,13 @@ class TempoSource:
         return [v["value"] if isinstance(v, dict) else str(v) for v in values]
 
     def find(self, service: str, start_us: int, end_us: int, limit: int) -> list[TraceSummary]:
-        params = {"q": traceql_for(service), "start": start_us // 1_000_000,
-                  "end": -(-end_us // 1_000_000), "limit": limit, "spss": 1}
+        params = {
+            "q": traceql_for(service),
+            "start": start_us // 1_000_000,
+            "end": -(-end_us // 1_000_000),
+            "limit": limit,
+            "spss": 1,
+        }
         answer = self.http.get_json("/api/search", params)
         if not isinstance(answer, dict):
             metrics.TRACE_QUERY_ERRORS.labels(backend="tempo", reason="bad_response").inc()
@@ -110,10 +116,15 @@ class TempoSource:
         for item in answer.get("traces") or []:
             start = int(item.get("startTimeUnixNano") or 0) // 1000
             if start_us <= start <= end_us:  # Tempo's seconds are coarser than the slice edges
-                hits.append(TraceSummary(trace_id=hex_id(item["traceID"].rjust(32, "0")) or item["traceID"],
-                                         start_us=start, duration_us=int(item.get("durationMs") or 0) * 1000,
-                                         root_service=item.get("rootServiceName"),
-                                         root_operation=item.get("rootTraceName")))
+                hits.append(
+                    TraceSummary(
+                        trace_id=hex_id(item["traceID"].rjust(32, "0")) or item["traceID"],
+                        start_us=start,
+                        duration_us=int(item.get("durationMs") or 0) * 1000,
+                        root_service=item.get("rootServiceName"),
+                        root_operation=item.get("rootTraceName"),
+                    )
+                )
         return hits[:limit]
 
     def trace(self, trace_id: str) -> Trace | None:

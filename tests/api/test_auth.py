@@ -22,8 +22,9 @@ from tests.helpers.service import RecordingDispatcher, make_settings
 
 def rca_token(url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = env_for(database_url=url, data_dir=str(tmp_path / "rca-data"))
-    return subprocess.run([str(VENV_BIN / "rca"), "token", *args], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [str(VENV_BIN / "rca"), "token", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_token_create_stores_only_the_hash_and_scopes_gate_the_routes(db_url: str, tmp_path: Path) -> None:
@@ -59,8 +60,11 @@ def test_environment_tokens_keep_full_access_and_are_named_by_position(db_url: s
     settings = make_settings(db_url, tmp_path, api_tokens="first-token,second-token")
     with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
         incident = post_webhook(client, make_payload("g", alerts=[make_alert("fp")])).json()["incident_id"]
-        reply = client.post(f"/api/v1/incidents/{incident}/feedback", json={"category": "arrival_surge"},
-                            headers={"Authorization": "Bearer second-token"})
+        reply = client.post(
+            f"/api/v1/incidents/{incident}/feedback",
+            json={"category": "arrival_surge"},
+            headers={"Authorization": "Bearer second-token"},
+        )
         assert reply.status_code == 201 and reply.json()["author"] == "env-token-2"
 
 

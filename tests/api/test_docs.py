@@ -26,10 +26,16 @@ from tests.helpers.paths import REPO
 from tests.helpers.service import RecordingDispatcher, make_settings
 
 VENDOR = STATIC_DIR / "vendor"
-PAGES = {"/docs": ["swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"],
-         "/redoc": ["redoc.standalone.js", "favicon-32x32.png"]}
-CONTENT_TYPES = {".js": ("text/javascript", "application/javascript"), ".css": ("text/css",),
-                 ".png": ("image/png",), ".json": ("application/json",)}
+PAGES = {
+    "/docs": ["swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"],
+    "/redoc": ["redoc.standalone.js", "favicon-32x32.png"],
+}
+CONTENT_TYPES = {
+    ".js": ("text/javascript", "application/javascript"),
+    ".css": ("text/css",),
+    ".png": ("image/png",),
+    ".json": ("application/json",),
+}
 # Operation summaries from the OpenAPI document that a rendered page shows.
 RENDERED = ["Alertmanager webhook receiver (payload version 4)", "Search the incident history"]
 
@@ -74,8 +80,7 @@ def test_vendored_files_are_exactly_those_the_manifest_lists_with_their_hashes_a
 
 def referenced_urls(html: str) -> list[str]:
     """Every URL the page loads: src/href attributes, ReDoc's spec-url and Swagger UI's `url:`."""
-    return (re.findall(r'\b(?:src|href|spec-url)="([^"]*)"', html)
-            + re.findall(r"\burl: '([^']*)'", html))
+    return re.findall(r'\b(?:src|href|spec-url)="([^"]*)"', html) + re.findall(r"\burl: '([^']*)'", html)
 
 
 @pytest.mark.parametrize("page", list(PAGES))
@@ -83,8 +88,9 @@ def test_docs_pages_name_only_local_urls_and_each_is_served(docs_client: TestCli
     reply = docs_client.get(page)
     assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/html")
     html = reply.text
-    assert not re.findall(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}", html, re.IGNORECASE), \
+    assert not re.findall(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}", html, re.IGNORECASE), (
         "the page names another host (a CDN, Google Fonts, FastAPI's favicon?)"
+    )
     urls = referenced_urls(html)
     assert "/openapi.json" in urls
     for name in PAGES[page]:
@@ -111,8 +117,9 @@ def test_docs_pages_forbid_every_other_origin(docs_client: TestClient, page: str
     assert directives["default-src"] == "'none'"
     for directive in ("script-src", "style-src", "img-src", "connect-src", "font-src"):
         sources = directives[directive].split()
-        assert "'self'" in sources and not [s for s in sources if "." in s or s in ("*", "https:", "http:")], \
+        assert "'self'" in sources and not [s for s in sources if "." in s or s in ("*", "https:", "http:")], (
             f"{directive} allows another origin: {sources}"
+        )
 
 
 def test_docs_and_schema_are_public_but_the_api_is_not(docs_client: TestClient) -> None:
@@ -159,24 +166,42 @@ def test_a_regular_non_editable_install_carries_and_serves_the_vendored_files(tm
     """Builds the wheel from a copy of the sources (as `pip install .` does), installs it into a
     folder of its own and serves the pages from there, not from this checkout."""
     source = tmp_path / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", "rca-data", "tests",
-        "bench", "docs", "deploy"))
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "build",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            ".ruff_cache",
+            "rca-data",
+            "tests",
+            "bench",
+            "docs",
+            "deploy",
+        ),
+    )
     wheels, target = tmp_path / "wheels", tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(source)], check=True, capture_output=True)
     [wheel] = wheels.glob("*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True,
-                   capture_output=True)
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RCA_")} | {"PYTHONPATH": str(target)}
     with tempfile.TemporaryDirectory() as cwd:  # so that this checkout's rca/ is not importable
-        run = subprocess.run([sys.executable, "-c", INSTALLED_CHECK], cwd=cwd, env=env, capture_output=True,
-                             text=True, timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-c", INSTALLED_CHECK], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["package"].startswith(str(target)), f"served from {result['package']}, not the installed wheel"
-    expected = {f"/static/vendor/{entry['dir']}/{name}": digest
-                for entry in VENDOR_MANIFEST.values() for name, digest in entry["files"].items()}
+    expected = {
+        f"/static/vendor/{entry['dir']}/{name}": digest
+        for entry in VENDOR_MANIFEST.values()
+        for name, digest in entry["files"].items()
+    }
     assert len(result["assets"]) == 4, result["assets"]  # bundle + css + favicon; redoc's bundle (+ same favicon)
     for url, (status, digest) in result["assets"].items():
         assert status == 200, url
@@ -190,8 +215,10 @@ def find_chromium() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if found := shutil.which(name):
             return found
-    pytest.fail("no chromium: `apt-get install -y chromium` (.ci/run installs it); this test proves /docs and "
-                "/redoc render offline")
+    pytest.fail(
+        "no chromium: `apt-get install -y chromium` (.ci/run installs it); this test proves /docs and "
+        "/redoc render offline"
+    )
 
 
 def page_requests(net_log: Path, origin: str) -> list[str]:
@@ -200,13 +227,19 @@ def page_requests(net_log: Path, origin: str) -> list[str]:
     log = json.loads(net_log.read_text())
     start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
     site = f"{urlsplit(origin).scheme}://{urlsplit(origin).hostname}"
-    return [e["params"]["url"] for e in log["events"] if e["type"] == start and "url" in e.get("params", {})
-            and e["params"].get("network_isolation_key", "").startswith(site)]
+    return [
+        e["params"]["url"]
+        for e in log["events"]
+        if e["type"] == start
+        and "url" in e.get("params", {})
+        and e["params"].get("network_isolation_key", "").startswith(site)
+    ]
 
 
 @pytest.mark.parametrize("page", list(PAGES))
 def test_a_browser_with_the_network_cut_renders_the_operations_from_local_files_only(
-        sqlite_url: str, tmp_path: Path, page: str) -> None:
+    sqlite_url: str, tmp_path: Path, page: str
+) -> None:
     from tests.helpers.service import LiveServer
 
     chromium = find_chromium()
@@ -214,13 +247,27 @@ def test_a_browser_with_the_network_cut_renders_the_operations_from_local_files_
     app = create_app(make_settings(sqlite_url, tmp_path), dispatcher=RecordingDispatcher())
     with LiveServer(app) as server:
         run = subprocess.run(
-            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--no-first-run", "--disable-features=AutofillServerCommunication",
-             f"--user-data-dir={tmp_path / 'profile'}",
-             # Every host but this server resolves to nothing: a CDN asset would simply not load.
-             "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-             f"--log-net-log={net_log}", "--virtual-time-budget=20000", "--dump-dom", f"{server.url}{page}"],
-            capture_output=True, text=True, timeout=90)
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-features=AutofillServerCommunication",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                # Every host but this server resolves to nothing: a CDN asset would simply not load.
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                f"--log-net-log={net_log}",
+                "--virtual-time-budget=20000",
+                "--dump-dom",
+                f"{server.url}{page}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
     assert run.returncode == 0, run.stderr[-2000:]
     for summary in RENDERED:
         assert summary in run.stdout, f"{page} did not render {summary!r} offline"

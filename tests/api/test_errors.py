@@ -34,41 +34,74 @@ SOURCES: list[tuple[tuple[str, str], dict[str, Any], list[str | int], str]] = [
     (SEARCH, {"params": {"label": "nolabel"}}, ["query", "label"], "invalid_label_filter"),
     (SEARCH, {"params": {"q": "!!!"}}, ["query", "q"], "no_searchable_words"),
     (SEARCH, {"params": {"sort": "relevance"}}, ["query", "sort"], "relevance_without_q"),
-    (SEARCH, {"params": {"since": "2026-12-03T11:00:00Z", "until": "2026-12-03T10:00:00Z"}}, ["query", "until"],
-     "invalid_time_range"),
+    (
+        SEARCH,
+        {"params": {"since": "2026-12-03T11:00:00Z", "until": "2026-12-03T10:00:00Z"}},
+        ["query", "until"],
+        "invalid_time_range",
+    ),
     (SEARCH, {"params": {"since": "0001-01-01T00:00:00+02:00"}}, ["query", "since"], "datetime_out_of_range"),
     (SEARCH, {"params": {"cursor": FORGED_CURSOR}}, ["query", "cursor"], "invalid_cursor"),
     # one incident, its similar incidents and feedback: path, query and body
-    (("GET", "/api/v1/incidents/{incident_id}"), {"path": {"incident_id": "0"}}, ["path", "incident_id"],
-     "greater_than_equal"),
-    (("GET", "/api/v1/incidents/{incident_id}/similar"), {"params": {"limit": "51"}}, ["query", "limit"],
-     "less_than_equal"),
-    (("GET", "/api/v1/incidents/{incident_id}/feedback"), {"path": {"incident_id": "x"}}, ["path", "incident_id"],
-     "int_parsing"),
+    (
+        ("GET", "/api/v1/incidents/{incident_id}"),
+        {"path": {"incident_id": "0"}},
+        ["path", "incident_id"],
+        "greater_than_equal",
+    ),
+    (
+        ("GET", "/api/v1/incidents/{incident_id}/similar"),
+        {"params": {"limit": "51"}},
+        ["query", "limit"],
+        "less_than_equal",
+    ),
+    (
+        ("GET", "/api/v1/incidents/{incident_id}/feedback"),
+        {"path": {"incident_id": "x"}},
+        ["path", "incident_id"],
+        "int_parsing",
+    ),
     (FEEDBACK, {"content": b"{"}, ["body", 1], "json_invalid"),
     (FEEDBACK, {"json": {"category": "kv_memory_pressure", "note": "\x00"}}, ["body", "note"], "value_error"),
     (FEEDBACK, {"json": {"category": "cosmic_rays"}}, ["body", "category"], "unknown_category"),
-    (FEEDBACK, {"json": {"category": "kv_memory_pressure", "hypotheses": [{"rank": 1, "correct": True}] * 2}},
-     ["body", "hypotheses"], "duplicate_rank"),
-    (FEEDBACK, {"json": {"category": "kv_memory_pressure", "hypotheses": [{"rank": 1, "correct": True}]}},
-     ["body", "hypotheses"], "unknown_rank"),  # no finished investigation: it has no ranks yet
+    (
+        FEEDBACK,
+        {"json": {"category": "kv_memory_pressure", "hypotheses": [{"rank": 1, "correct": True}] * 2}},
+        ["body", "hypotheses"],
+        "duplicate_rank",
+    ),
+    (
+        FEEDBACK,
+        {"json": {"category": "kv_memory_pressure", "hypotheses": [{"rank": 1, "correct": True}]}},
+        ["body", "hypotheses"],
+        "unknown_rank",
+    ),  # no finished investigation: it has no ranks yet
     (("GET", "/api/v1/stats/accuracy"), {"params": {"x": "\x00"}}, ["query", "x"], "unstorable_text"),
 ]
 
 
-@pytest.mark.parametrize(("operation", "request_", "loc", "type_"), SOURCES,
-                         ids=[f"{op[1].rsplit('/', 1)[-1]}-{t}" for op, _, _, t in SOURCES])
-def test_every_422_source_answers_the_declared_shape(intake_client: TestClient, operation: tuple[str, str],
-                                                     request_: dict[str, Any], loc: list[str | int],
-                                                     type_: str) -> None:
+@pytest.mark.parametrize(
+    ("operation", "request_", "loc", "type_"),
+    SOURCES,
+    ids=[f"{op[1].rsplit('/', 1)[-1]}-{t}" for op, _, _, t in SOURCES],
+)
+def test_every_422_source_answers_the_declared_shape(
+    intake_client: TestClient, operation: tuple[str, str], request_: dict[str, Any], loc: list[str | int], type_: str
+) -> None:
     method, template = operation
     incident = post_webhook(intake_client, make_payload("g", alerts=[make_alert("fp")])).json()["incident_id"]
     path = template.format(**({"incident_id": incident} | request_.get("path", {})))
     headers = WEBHOOK_AUTH if operation == WEBHOOK else API_AUTH
     if "content" in request_:
         headers = headers | {"Content-Type": "application/json"}
-    reply = intake_client.request(method, path, params=request_.get("params"), json=request_.get("json"),
-                                  content=request_.get("content"), headers=headers)
+    reply = intake_client.request(
+        method,
+        path,
+        params=request_.get("params"),
+        json=request_.get("json"),
+        content=request_.get("content"),
+        headers=headers,
+    )
     assert_documented(intake_client, reply, method, template)  # the operation's own declared 422
     [error] = field_errors(intake_client, reply)
     assert (error["loc"], error["type"]) == (loc, type_), error
@@ -77,9 +110,12 @@ def test_every_422_source_answers_the_declared_shape(intake_client: TestClient, 
 
 def test_no_422_is_raised_in_another_shape() -> None:
     """A new check must use rca.api.errors.unprocessable, not an HTTPException with a string detail."""
-    offenders = [f"{path.name}: {line.strip()}" for path in sorted((REPO / "rca").rglob("*.py"))
-                 for line in path.read_text().splitlines()
-                 if "422" in line and "HTTPException" in line or "HTTP_422" in line]
+    offenders = [
+        f"{path.name}: {line.strip()}"
+        for path in sorted((REPO / "rca").rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if "422" in line and "HTTPException" in line or "HTTP_422" in line
+    ]
     assert not offenders, offenders
 
 

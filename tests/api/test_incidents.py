@@ -28,8 +28,11 @@ SIGNAL_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals}
 # (no trace backend configured here, so it says so).
 FINDING_IDS = SIGNAL_IDS | {SLO_KEY, TRACES_KEY}
 # Container (cAdvisor) signals: the test alerts name no pod, so these have no selector.
-POD_ONLY_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals
-                if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)}
+POD_ONLY_IDS = {
+    spec.id
+    for spec in load_profile(DEFAULT_PROFILE).signals
+    if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)
+}
 
 
 def search(client: TestClient, **params: Any) -> dict[str, Any]:
@@ -48,13 +51,18 @@ def open_incident(client: TestClient, group: str, *alerts: dict[str, Any]) -> in
 
 
 @pytest.mark.parametrize("path", ["/api/v1/incidents", "/api/v1/incidents/1"])
-@pytest.mark.parametrize(("headers", "fragment"), [
-    ({}, "missing credentials"),
-    ({"Authorization": "Bearer wrong"}, "invalid API token"),
-    ({"Authorization": "Basic YXBpOmFwaS1zZWNyZXQtZm9yLXRlc3Rz"}, "missing credentials"),  # api:<token>
-], ids=["none", "wrong-bearer", "basic"])
-def test_search_api_requires_a_valid_bearer_token(intake_client: TestClient, path: str, headers: dict[str, str],
-                                                  fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("headers", "fragment"),
+    [
+        ({}, "missing credentials"),
+        ({"Authorization": "Bearer wrong"}, "invalid API token"),
+        ({"Authorization": "Basic YXBpOmFwaS1zZWNyZXQtZm9yLXRlc3Rz"}, "missing credentials"),  # api:<token>
+    ],
+    ids=["none", "wrong-bearer", "basic"],
+)
+def test_search_api_requires_a_valid_bearer_token(
+    intake_client: TestClient, path: str, headers: dict[str, str], fragment: str
+) -> None:
     open_incident(intake_client, "g", make_alert("fp-a"))
     reply = intake_client.get(path, headers=headers)
     assert reply.status_code == 401, reply.text
@@ -99,14 +107,21 @@ def test_search_filters_by_status(intake_client: TestClient) -> None:
 
 def test_search_filters_by_alertname_of_any_alert_in_the_incident(intake_client: TestClient) -> None:
     kv = open_incident(intake_client, "kv", make_alert("fp-kv", alertname="KVCacheHigh"))
-    mixed = open_incident(intake_client, "mixed", make_alert("fp-q", alertname="QueueHigh"),
-                          make_alert("fp-k2", alertname="KVCacheHigh"))
+    mixed = open_incident(
+        intake_client, "mixed", make_alert("fp-q", alertname="QueueHigh"), make_alert("fp-k2", alertname="KVCacheHigh")
+    )
     open_incident(intake_client, "queue", make_alert("fp-q2", alertname="QueueHigh"))
 
     page = search(intake_client, alertname="KVCacheHigh")
     assert [i["id"] for i in page["items"]] == [mixed, kv] and page["total"] == 2
     assert search(intake_client, alertname="NoSuchAlert") == {
-        "items": [], "total": 0, "total_exact": True, "limit": 50, "sort": "time", "next_cursor": None}
+        "items": [],
+        "total": 0,
+        "total_exact": True,
+        "limit": 50,
+        "sort": "time",
+        "next_cursor": None,
+    }
 
 
 def test_search_filters_by_alert_labels_and_ands_repeated_filters(intake_client: TestClient) -> None:
@@ -145,16 +160,21 @@ def test_search_filters_by_creation_time_window(intake_client: TestClient) -> No
     assert search(intake_client, since=(between + hour).isoformat())["total"] == 0
 
 
-@pytest.mark.parametrize(("params", "fragment"), [
-    ({"since": "2026-12-03T10:00:00+00:00", "until": "2026-12-03T10:00:00+00:00"}, "since must be before until"),
-    ({"since": "2026-12-03T11:00:00+00:00", "until": "2026-12-03T10:00:00+00:00"}, "since must be before until"),
-    ({"since": "2026-12-03T10:00:00"}, "timezone"),
-    ({"limit": "0"}, "limit"),
-    ({"limit": "201"}, "limit"),
-    ({"cursor": "not-a-cursor"}, "invalid cursor"),
-], ids=["equal", "reversed", "naive", "limit-0", "limit-too-big", "garbage-cursor"])
-def test_invalid_search_parameters_are_refused_with_422(intake_client: TestClient, params: dict[str, str],
-                                                        fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"since": "2026-12-03T10:00:00+00:00", "until": "2026-12-03T10:00:00+00:00"}, "since must be before until"),
+        ({"since": "2026-12-03T11:00:00+00:00", "until": "2026-12-03T10:00:00+00:00"}, "since must be before until"),
+        ({"since": "2026-12-03T10:00:00"}, "timezone"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "201"}, "limit"),
+        ({"cursor": "not-a-cursor"}, "invalid cursor"),
+    ],
+    ids=["equal", "reversed", "naive", "limit-0", "limit-too-big", "garbage-cursor"],
+)
+def test_invalid_search_parameters_are_refused_with_422(
+    intake_client: TestClient, params: dict[str, str], fragment: str
+) -> None:
     reply = intake_client.get("/api/v1/incidents", params=params, headers=API_AUTH)
     assert fragment in str(field_errors(intake_client, reply))
 
@@ -188,11 +208,13 @@ def test_unknown_incident_is_404(intake_client: TestClient) -> None:
 
 
 def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investigation(
-        db_url: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
+    db_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
     settings = make_settings(db_url, tmp_path, prometheus_url=prometheus.url)
     with TestClient(create_app(settings)) as client:  # the real InlineDispatcher
-        incident_id = open_incident(client, "detail", make_alert("fp-a", model_name="llama"),
-                                    make_alert("fp-b", model_name="llama"))
+        incident_id = open_incident(
+            client, "detail", make_alert("fp-a", model_name="llama"), make_alert("fp-b", model_name="llama")
+        )
         incident = wait_for_investigation(client, incident_id)
         listed = search(client)["items"][0]
 
@@ -235,7 +257,8 @@ def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investi
 
 
 def test_investigation_without_prometheus_finishes_with_findings_marked_unavailable(
-        db_url: str, tmp_path: Path) -> None:
+    db_url: str, tmp_path: Path
+) -> None:
     with TestClient(create_app(make_settings(db_url, tmp_path))) as client:
         incident = wait_for_investigation(client, open_incident(client, "noprom", make_alert("fp-a")))
 

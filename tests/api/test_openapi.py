@@ -23,10 +23,16 @@ def test_openapi_lists_every_route_with_summary_security_and_errors(intake_clien
     assert intake_client.get("/docs").status_code == 200
     operations = {(method.upper(), path): op for path, item in spec["paths"].items() for method, op in item.items()}
     assert set(operations) == {
-        ("POST", "/api/v1/alertmanager"), ("GET", "/api/v1/incidents"), ("GET", "/api/v1/incidents/{incident_id}"),
-        ("GET", "/api/v1/incidents/{incident_id}/similar"), ("POST", "/api/v1/incidents/{incident_id}/feedback"),
-        ("GET", "/api/v1/incidents/{incident_id}/feedback"), ("GET", "/api/v1/stats/accuracy"),
-        ("GET", "/healthz"), ("GET", "/readyz")}
+        ("POST", "/api/v1/alertmanager"),
+        ("GET", "/api/v1/incidents"),
+        ("GET", "/api/v1/incidents/{incident_id}"),
+        ("GET", "/api/v1/incidents/{incident_id}/similar"),
+        ("POST", "/api/v1/incidents/{incident_id}/feedback"),
+        ("GET", "/api/v1/incidents/{incident_id}/feedback"),
+        ("GET", "/api/v1/stats/accuracy"),
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+    }
     for (method, path), op in operations.items():
         assert op.get("summary"), f"{method} {path} has no summary"
         if path.startswith(("/api/v1/incidents", "/api/v1/stats")):
@@ -74,8 +80,13 @@ FUZZ_EXAMPLES = 40  # per operation and backend
 
 def fuzz(operation: Any, headers: dict[str, str]) -> None:
     @given(case=operation.as_strategy())
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None,
-              phases=[Phase.generate])  # shrinking a failure took minutes; the report shows the case
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        phases=[Phase.generate],
+    )  # shrinking a failure took minutes; the report shows the case
     def call(case: Any) -> None:
         # Every check but "schema-valid data is accepted": JSON Schema cannot say "no NUL character
         # and no lone surrogate", which the database cannot store and we refuse with a documented 422.
@@ -97,6 +108,9 @@ def test_fuzzing_every_operation_finds_no_server_error(db_url: str, tmp_path: Pa
         operations = [result.ok() for result in schema.get_all_operations()]
         assert len(operations) == 9
         for operation in operations:
-            headers = {"Authorization": f"Bearer {WEBHOOK_TOKEN}"} if operation.path == "/api/v1/alertmanager" \
+            headers = (
+                {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}
+                if operation.path == "/api/v1/alertmanager"
                 else dict(API_AUTH)
+            )
             fuzz(operation, headers)

@@ -36,12 +36,12 @@ def db_url_of(client: TestClient) -> str:
     return client.app.state.settings.effective_database_url
 
 
-def test_full_text_finds_words_in_titles_labels_annotations_findings_and_hypotheses(
-        intake_client: TestClient) -> None:
+def test_full_text_finds_words_in_titles_labels_annotations_findings_and_hypotheses(intake_client: TestClient) -> None:
     kv = open_incident(intake_client, "kv", make_alert("fp-kv", alertname="KVCacheHigh", model_name="llama"))
     queue = open_incident(intake_client, "queue", make_alert("fp-q", alertname="QueueHigh", model_name="qwen"))
-    finish_investigation(db_url_of(intake_client), kv, ["kv_cache_usage", "preemption_rate"],
-                         ["kv_memory_pressure", "arrival_surge"])
+    finish_investigation(
+        db_url_of(intake_client), kv, ["kv_cache_usage", "preemption_rate"], ["kv_memory_pressure", "arrival_surge"]
+    )
 
     assert ids(search(intake_client, q="KVCacheHigh")) == [kv]  # alert name (and annotation summary)
     assert ids(search(intake_client, q="qwen")) == [queue]  # a label value
@@ -75,8 +75,11 @@ def test_filters_by_breached_signal_category_and_confirmation(intake_client: Tes
     pending = open_incident(intake_client, "pending", make_alert("fp-p"))
     finish_investigation(url, kv, ["kv_cache_usage", "preemption_rate"], ["kv_memory_pressure", "arrival_surge"])
     finish_investigation(url, surge, ["request_rate", "queue_time_p95"], ["arrival_surge"])
-    reply = intake_client.post(f"/api/v1/incidents/{surge}/feedback", headers=API_AUTH,
-                               json={"category": "arrival_surge", "note": "marketing launch"})
+    reply = intake_client.post(
+        f"/api/v1/incidents/{surge}/feedback",
+        headers=API_AUTH,
+        json={"category": "arrival_surge", "note": "marketing launch"},
+    )
     assert reply.status_code == 201, reply.text
 
     assert ids(search(intake_client, signal="kv_cache_usage")) == [kv]
@@ -121,17 +124,22 @@ def test_cursor_pages_are_stable_while_new_incidents_arrive(intake_client: TestC
     assert seen == expected and weaker not in seen
 
 
-@pytest.mark.parametrize(("params", "fragment"), [
-    ({"q": "!!! ???"}, "no searchable words"),
-    ({"sort": "relevance"}, "needs a full-text query"),
-    ({"sort": "best"}, "sort"),
-    ({"confirmed": "maybe"}, "confirmed"),
-    ({"q": "x" * 501}, "q"),
-    ({"q": "disk\x00"}, "query parameter q: the NUL character"),
-    ({"label": "model=\x00"}, "query parameter label: the NUL character"),
-], ids=["no-words", "relevance-without-q", "bad-sort", "bad-bool", "q-too-long", "nul-in-q", "nul-in-label"])
-def test_invalid_history_parameters_are_refused_with_422(intake_client: TestClient, params: dict[str, str],
-                                                         fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"q": "!!! ???"}, "no searchable words"),
+        ({"sort": "relevance"}, "needs a full-text query"),
+        ({"sort": "best"}, "sort"),
+        ({"confirmed": "maybe"}, "confirmed"),
+        ({"q": "x" * 501}, "q"),
+        ({"q": "disk\x00"}, "query parameter q: the NUL character"),
+        ({"label": "model=\x00"}, "query parameter label: the NUL character"),
+    ],
+    ids=["no-words", "relevance-without-q", "bad-sort", "bad-bool", "q-too-long", "nul-in-q", "nul-in-label"],
+)
+def test_invalid_history_parameters_are_refused_with_422(
+    intake_client: TestClient, params: dict[str, str], fragment: str
+) -> None:
     reply = intake_client.get("/api/v1/incidents", params=params, headers=API_AUTH)
     assert fragment in str(field_errors(intake_client, reply))
 
@@ -142,8 +150,9 @@ def test_a_cursor_only_continues_the_search_it_came_from(intake_client: TestClie
     cursor = search(intake_client, limit=1)["next_cursor"]
     assert cursor
     for params in ({"status": "firing"}, {"q": "gpu", "sort": "time"}, {"q": "gpu"}):
-        reply = intake_client.get("/api/v1/incidents", params={"limit": 1, "cursor": cursor, **params},
-                                  headers=API_AUTH)
+        reply = intake_client.get(
+            "/api/v1/incidents", params={"limit": 1, "cursor": cursor, **params}, headers=API_AUTH
+        )
         only_error(intake_client, reply, ["query", "cursor"], "invalid_cursor", "other parameters")
     tampered = cursor[:-4] + ("AAAA" if not cursor.endswith("AAAA") else "BBBB")
     reply = intake_client.get("/api/v1/incidents", params={"limit": 1, "cursor": tampered}, headers=API_AUTH)
@@ -154,14 +163,16 @@ def test_a_cursor_only_continues_the_search_it_came_from(intake_client: TestClie
 def test_text_the_database_cannot_store_is_refused_and_nothing_is_stored(intake_client: TestClient, bad: str) -> None:
     """Found by the schemathesis fuzzing (tests/api/test_openapi.py): Postgres refused these with a 500."""
     body = json.dumps(make_payload("g", alerts=[make_alert("fp")])).replace('"llm-rca"', f'"llm-rca{bad}"')
-    reply = intake_client.post("/api/v1/alertmanager", content=body, headers={**WEBHOOK_AUTH,
-                                                                              "Content-Type": "application/json"})
+    reply = intake_client.post(
+        "/api/v1/alertmanager", content=body, headers={**WEBHOOK_AUTH, "Content-Type": "application/json"}
+    )
     only_error(intake_client, reply, ["body", "receiver"], "unstorable_text")
     assert search(intake_client)["total"] == 0
 
 
-def test_relevance_ranks_only_the_newest_window_of_matches(intake_client: TestClient,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relevance_ranks_only_the_newest_window_of_matches(
+    intake_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rca.store import incidents as incident_store
 
     monkeypatch.setattr(incident_store, "RELEVANCE_WINDOW", 3)
@@ -172,8 +183,7 @@ def test_relevance_ranks_only_the_newest_window_of_matches(intake_client: TestCl
     assert oldest_best in ids(search(intake_client, q="disk", sort="time"))
 
 
-def test_total_is_known_from_a_complete_first_page_and_otherwise_counted_on_request(
-        intake_client: TestClient) -> None:
+def test_total_is_known_from_a_complete_first_page_and_otherwise_counted_on_request(intake_client: TestClient) -> None:
     for n in range(3):
         open_incident(intake_client, f"g{n}", make_alert(f"fp-{n}", note="disk"))
     whole = search(intake_client, q="disk", limit=5)

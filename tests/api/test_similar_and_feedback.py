@@ -45,8 +45,9 @@ def confirm(client: TestClient, incident_id: int, **body: Any) -> Any:
 def test_similar_ranks_same_evidence_first_and_reports_the_confirmed_cause(intake_client: TestClient) -> None:
     same = diagnosed(intake_client, "same", ["prefix_cache_hit_rate", "ttft_p95"], ["prefix_cache_miss"])
     reordered = diagnosed(intake_client, "reordered", ["ttft_p95", "prefix_cache_hit_rate"], ["prefix_cache_miss"])
-    other_stack = diagnosed(intake_client, "sglang", ["prefix_cache_hit_rate", "ttft_p95"], ["prefix_cache_miss"],
-                            stack="sglang")
+    other_stack = diagnosed(
+        intake_client, "sglang", ["prefix_cache_hit_rate", "ttft_p95"], ["prefix_cache_miss"], stack="sglang"
+    )
     partial = diagnosed(intake_client, "partial", ["prefix_cache_hit_rate", "queue_time_p95"], ["arrival_surge"])
     diagnosed(intake_client, "unrelated", ["kv_cache_usage"], ["kv_memory_pressure"])
     assert confirm(intake_client, same, category="prefix_cache_miss", note="router lost affinity").status_code == 201
@@ -82,8 +83,13 @@ def test_similar_only_looks_back_in_time_and_needs_a_finished_investigation(inta
 
 def test_feedback_is_stored_with_author_and_time_and_the_newest_counts(intake_client: TestClient) -> None:
     inc = diagnosed(intake_client, "kv", ["kv_cache_usage"], ["arrival_surge", "kv_memory_pressure"])
-    first = confirm(intake_client, inc, category="kv_memory_pressure", note="too many long prompts",
-                    hypotheses=[{"rank": 1, "correct": False}, {"rank": 2, "correct": True}])
+    first = confirm(
+        intake_client,
+        inc,
+        category="kv_memory_pressure",
+        note="too many long prompts",
+        hypotheses=[{"rank": 1, "correct": False}, {"rank": 2, "correct": True}],
+    )
     assert first.status_code == 201, first.text
     body = first.json()
     assert body["author"] == "env-token-1" and body["category"] == "kv_memory_pressure"
@@ -101,24 +107,34 @@ def test_bad_feedback_is_refused_and_stores_nothing(intake_client: TestClient) -
     inc = diagnosed(intake_client, "kv", ["kv_cache_usage"], ["kv_memory_pressure"])
     cases = [
         ({"category": "cosmic_rays"}, "category", "unknown_category", "not a taxonomy id"),
-        ({"category": "kv_memory_pressure", "hypotheses": [{"rank": 4, "correct": True}]}, "hypotheses",
-         "unknown_rank", "do not exist"),
-        ({"category": "kv_memory_pressure", "hypotheses": [{"rank": 1, "correct": True}] * 2}, "hypotheses",
-         "duplicate_rank", "only once"),
+        (
+            {"category": "kv_memory_pressure", "hypotheses": [{"rank": 4, "correct": True}]},
+            "hypotheses",
+            "unknown_rank",
+            "do not exist",
+        ),
+        (
+            {"category": "kv_memory_pressure", "hypotheses": [{"rank": 1, "correct": True}] * 2},
+            "hypotheses",
+            "duplicate_rank",
+            "only once",
+        ),
         ({"category": "kv_memory_pressure", "who": "me"}, "who", "extra_forbidden", "Extra inputs"),
         ({"note": "no category"}, "category", "missing", "required"),
         ({"category": "kv_memory_pressure", "note": "a\x00b"}, "note", "value_error", "NUL"),
     ]
     for body, field, type_, fragment in cases:
         only_error(intake_client, confirm(intake_client, inc, **body), ["body", field], type_, fragment)
-    reply = intake_client.post("/api/v1/incidents/999999/feedback", json={"category": "kv_memory_pressure"},
-                               headers=API_AUTH)
+    reply = intake_client.post(
+        "/api/v1/incidents/999999/feedback", json={"category": "kv_memory_pressure"}, headers=API_AUTH
+    )
     assert reply.status_code == 404
     assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
 
 
-def test_feedback_the_database_refuses_to_commit_is_answered_503_not_201(intake_client: TestClient,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_feedback_the_database_refuses_to_commit_is_answered_503_not_201(
+    intake_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The request's transaction commits before the response goes out: a commit that fails is the
     client's error to retry, never a 201 for feedback that was lost."""
     inc = diagnosed(intake_client, "kv", ["kv_cache_usage"], ["kv_memory_pressure"])
@@ -146,18 +162,25 @@ def test_accuracy_reports_ac_at_1_and_3_per_category_and_analyst(intake_client: 
     assert empty["overall"] == {"confirmed": 0, "ac_at_1": None, "ac_at_3": None} and empty["by_analyst"] == {}
 
     right = diagnosed(intake_client, "a", ["kv_cache_usage"], ["kv_memory_pressure", "arrival_surge"])
-    third = diagnosed(intake_client, "b", ["request_rate"], ["batching_misconfig", "prefill_blocking",
-                                                             "arrival_surge"])
+    third = diagnosed(intake_client, "b", ["request_rate"], ["batching_misconfig", "prefill_blocking", "arrival_surge"])
     wrong = diagnosed(intake_client, "c", ["kv_cache_usage"], ["arrival_surge", "batching_misconfig"])
     llm = diagnosed(intake_client, "d", ["kv_cache_usage"], ["kv_memory_pressure"], analyst="llm")
     diagnosed(intake_client, "unconfirmed", ["kv_cache_usage"], ["kv_memory_pressure"])
-    for inc, cause in ((right, "kv_memory_pressure"), (third, "arrival_surge"), (wrong, "kv_memory_pressure"),
-                       (llm, "kv_memory_pressure")):
+    for inc, cause in (
+        (right, "kv_memory_pressure"),
+        (third, "arrival_surge"),
+        (wrong, "kv_memory_pressure"),
+        (llm, "kv_memory_pressure"),
+    ):
         assert confirm(intake_client, inc, category=cause).status_code == 201
 
     stats = accuracy()
     assert stats["overall"] == {"confirmed": 4, "ac_at_1": 0.5, "ac_at_3": 0.75}
-    assert stats["by_analyst"] == {"llm": {"confirmed": 1, "ac_at_1": 1.0, "ac_at_3": 1.0},
-                                   "rules": {"confirmed": 3, "ac_at_1": 0.3333, "ac_at_3": 0.6667}}
-    assert stats["by_category"] == {"arrival_surge": {"confirmed": 1, "ac_at_1": 0.0, "ac_at_3": 1.0},
-                                    "kv_memory_pressure": {"confirmed": 3, "ac_at_1": 0.6667, "ac_at_3": 0.6667}}
+    assert stats["by_analyst"] == {
+        "llm": {"confirmed": 1, "ac_at_1": 1.0, "ac_at_3": 1.0},
+        "rules": {"confirmed": 3, "ac_at_1": 0.3333, "ac_at_3": 0.6667},
+    }
+    assert stats["by_category"] == {
+        "arrival_surge": {"confirmed": 1, "ac_at_1": 0.0, "ac_at_3": 1.0},
+        "kv_memory_pressure": {"confirmed": 3, "ac_at_1": 0.6667, "ac_at_3": 0.6667},
+    }

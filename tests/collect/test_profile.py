@@ -107,13 +107,16 @@ def test_query_with_a_missing_placeholder_never_renders_blank(profile: Profile) 
 def test_cpu_bound_ratio_tries_processes_cadvisor_isolcpus_configured_then_all_cores(profile: Profile) -> None:
     cpu = next(s for s in profile.signals if s.id == "cpu_bound_ratio")
     sources = [(a.source.split()[0], cpu.scope_of(a), sorted(a.placeholders())) for a in cpu.queries]
-    assert sources == [("process-exporter", "node", ["node", "process_groups"]),
-                       ("process-exporter", "node", ["node", "pinned_cpu_count", "process_groups"]),
-                       ("SGLang", "serving", ["node", "serving"]),
-                       ("SGLang", "serving", ["pinned_cpu_count", "serving"]),
-                       ("cAdvisor", "pod", ["pod"]),
-                       ("node_exporter", "node", ["node"]), ("node_exporter", "node", ["node", "pinned_cpus"]),
-                       ("node_exporter", "node", ["node"])]
+    assert sources == [
+        ("process-exporter", "node", ["node", "process_groups"]),
+        ("process-exporter", "node", ["node", "pinned_cpu_count", "process_groups"]),
+        ("SGLang", "serving", ["node", "serving"]),
+        ("SGLang", "serving", ["pinned_cpu_count", "serving"]),
+        ("cAdvisor", "pod", ["pod"]),
+        ("node_exporter", "node", ["node"]),
+        ("node_exporter", "node", ["node", "pinned_cpus"]),
+        ("node_exporter", "node", ["node"]),
+    ]
 
 
 def test_profile_query_with_an_unknown_placeholder_is_refused(tmp_path: Path) -> None:

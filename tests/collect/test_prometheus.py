@@ -30,8 +30,7 @@ class Fake(PrometheusSource):
         return []
 
 
-def fetch(fake: Fake, spec=CPU, node: str | None = NODE, pod: str | None = None,
-          params: dict[str, str] | None = None):
+def fetch(fake: Fake, spec=CPU, node: str | None = NODE, pod: str | None = None, params: dict[str, str] | None = None):
     return fake._fetch(spec, {"serving": None, "gpu": None, "node": node, "pod": pod}, WINDOW, None, params)
 
 
@@ -75,5 +74,5 @@ def test_pod_signal_without_a_pod_says_so() -> None:
 def test_empty_selector_is_never_substituted(has_pod: bool) -> None:
     fake = Fake({})
     fetch(fake, pod=POD if has_pod else None)
-    assert all("{container!=\"\",container!=\"POD\",}" not in q for q in fake.asked)
+    assert all('{container!="",container!="POD",}' not in q for q in fake.asked)
     assert any("container_" in q for q in fake.asked) == has_pod

@@ -32,15 +32,30 @@ PROBE_Q = 'count(last_over_time({__name__=~"vllm:num_requests_waiting",instance=
 def _recording() -> Recording:
     """Two recorded answers: a range query at a 15 s step from 60 s before the alert, with one
     gap, and an instant probe at 60 s after it."""
-    return Recording.from_dict({
-        "format": FORMAT, "window_seconds": WINDOW, "meta": {"investigated_after_seconds": 60},
-        "queries": [
-            {"kind": "range", "promql": RANGE_Q, "start": -60.0, "end": 60.0, "step": 15.0,
-             "result": [{"metric": {"instance": "h:8000"}, "start": -60.0,
-                         "values": ["0.5", "0.5", "0.6", None, "0.9", "0.95", "0.97", "0.98", "0.99"]}]},
-            {"kind": "instant", "promql": PROBE_Q, "at": 60.0, "result": [{"metric": {}, "value": "1"}]},
-        ],
-    })
+    return Recording.from_dict(
+        {
+            "format": FORMAT,
+            "window_seconds": WINDOW,
+            "meta": {"investigated_after_seconds": 60},
+            "queries": [
+                {
+                    "kind": "range",
+                    "promql": RANGE_Q,
+                    "start": -60.0,
+                    "end": 60.0,
+                    "step": 15.0,
+                    "result": [
+                        {
+                            "metric": {"instance": "h:8000"},
+                            "start": -60.0,
+                            "values": ["0.5", "0.5", "0.6", None, "0.9", "0.95", "0.97", "0.98", "0.99"],
+                        }
+                    ],
+                },
+                {"kind": "instant", "promql": PROBE_Q, "at": 60.0, "result": [{"metric": {}, "value": "1"}]},
+            ],
+        }
+    )
 
 
 @pytest.fixture
@@ -69,8 +84,13 @@ def test_range_step_and_bounds_follow_the_request(replay: ReplayServer) -> None:
     get none (nothing is extrapolated)."""
     body = _get(replay, "/api/v1/query_range", query=RANGE_Q, start=ANCHOR - 120, end=ANCHOR + 120, step=30).json()
     [series] = body["data"]["result"]
-    assert series["values"] == [[ANCHOR - 60, "0.5"], [ANCHOR - 30, "0.6"], [ANCHOR, "0.9"],
-                                [ANCHOR + 30, "0.97"], [ANCHOR + 60, "0.99"]]
+    assert series["values"] == [
+        [ANCHOR - 60, "0.5"],
+        [ANCHOR - 30, "0.6"],
+        [ANCHOR, "0.9"],
+        [ANCHOR + 30, "0.97"],
+        [ANCHOR + 60, "0.99"],
+    ]
     # A grid off the recorded one (the client rounds times to whole seconds) takes the nearest
     # recorded point, at most half a recorded step away.
     body = _get(replay, "/api/v1/query_range", query=RANGE_Q, start=ANCHOR - 60.6, end=ANCHOR - 29, step=15).json()
@@ -78,8 +98,13 @@ def test_range_step_and_bounds_follow_the_request(replay: ReplayServer) -> None:
     assert series["values"] == [[ANCHOR - 60.6, "0.5"], [ANCHOR - 45.6, "0.5"], [ANCHOR - 30.6, "0.6"]]
     body = _get(replay, "/api/v1/query_range", query=RANGE_Q, start=ANCHOR + 3, end=ANCHOR + 70, step=15).json()
     [series] = body["data"]["result"]
-    assert series["values"] == [[ANCHOR + 3, "0.9"], [ANCHOR + 18, "0.95"], [ANCHOR + 33, "0.97"],
-                                [ANCHOR + 48, "0.98"], [ANCHOR + 63, "0.99"]]
+    assert series["values"] == [
+        [ANCHOR + 3, "0.9"],
+        [ANCHOR + 18, "0.95"],
+        [ANCHOR + 33, "0.97"],
+        [ANCHOR + 48, "0.98"],
+        [ANCHOR + 63, "0.99"],
+    ]
     # Entirely outside the recording: the series has no points, so it is not in the answer.
     body = _get(replay, "/api/v1/query_range", query=RANGE_Q, start=ANCHOR + 600, end=ANCHOR + 900, step=15).json()
     assert body["data"]["result"] == []
@@ -143,8 +168,11 @@ def test_a_regular_install_carries_the_demo_files() -> None:
     """`pip install .` (not editable) ships only what package-data lists."""
     root = REPO
     patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["rca"]
-    shipped = [p.relative_to(root / "rca").as_posix() for p in (root / "rca" / "samples").iterdir()
-               if p.is_file() and p.suffix != ".py"]
+    shipped = [
+        p.relative_to(root / "rca").as_posix()
+        for p in (root / "rca" / "samples").iterdir()
+        if p.is_file() and p.suffix != ".py"
+    ]
     assert {"samples/demo_alert.json", "samples/demo_fleet_window.json.gz"} <= set(shipped)
     for name in shipped:
         assert any(fnmatch.fnmatch(name, pattern) for pattern in patterns), f"{name} is not in package-data"

@@ -32,6 +32,7 @@ def selector_regex(selector: str, label: str) -> str:
 
 # ---- host_from_label ----
 
+
 @pytest.mark.parametrize(
     ("label", "host"),
     [
@@ -57,14 +58,26 @@ def test_host_from_label_keeps_last_group_of_bare_ipv6() -> None:
 
 # ---- host_regex ----
 
-@pytest.mark.parametrize("spelling", ["gpu-node-1", "gpu-node-1:8000", "gpu-node-1.example.com:9100",
-                                      "gpu-node-1.example.com"])
+
+@pytest.mark.parametrize(
+    "spelling", ["gpu-node-1", "gpu-node-1:8000", "gpu-node-1.example.com:9100", "gpu-node-1.example.com"]
+)
 def test_host_regex_matches_every_spelling_of_the_host(spelling: str) -> None:
     assert full_match(host_regex("gpu-node-1"), spelling)
 
 
-@pytest.mark.parametrize("other", ["gpu-node-10:8000", "gpu-node-10", "xgpu-node-1", "gpu-node-1x:8000",
-                                   "gpu-node-1:", "gpu-node-1:80a", "gpu-node-2:8000"])
+@pytest.mark.parametrize(
+    "other",
+    [
+        "gpu-node-10:8000",
+        "gpu-node-10",
+        "xgpu-node-1",
+        "gpu-node-1x:8000",
+        "gpu-node-1:",
+        "gpu-node-1:80a",
+        "gpu-node-2:8000",
+    ],
+)
 def test_host_regex_rejects_other_hosts(other: str) -> None:
     assert not full_match(host_regex("gpu-node-1"), other)
 
@@ -94,6 +107,7 @@ def test_host_regex_for_ipv6_matches_the_bracketed_instance() -> None:
 
 
 # ---- target_from_alerts ----
+
 
 def test_target_picks_the_most_common_host_across_exporters() -> None:
     alerts = [
@@ -136,8 +150,11 @@ def test_target_ignores_labels_that_are_not_scope_labels() -> None:
 
 
 def test_target_starts_at_the_earliest_alert_and_lists_alertnames_once() -> None:
-    alerts = [{"alertname": "B", "instance": "h"}, {"alertname": "A", "instance": "h"},
-              {"alertname": "B", "instance": "h"}]
+    alerts = [
+        {"alertname": "B", "instance": "h"},
+        {"alertname": "A", "instance": "h"},
+        {"alertname": "B", "instance": "h"},
+    ]
     starts = [T0, T0 - timedelta(minutes=7), T0 + timedelta(minutes=3)]
     target = target_from_alerts(alerts, starts, CONFIG)
     assert target.alert_start == T0 - timedelta(minutes=7)
@@ -145,6 +162,7 @@ def test_target_starts_at_the_earliest_alert_and_lists_alertnames_once() -> None
 
 
 # ---- scope_candidates ----
+
 
 def make_target(host: str | None = "gpu-node-1", **labels: str) -> Target:
     return Target(host=host, labels=labels, alert_start=T0)
@@ -190,7 +208,8 @@ def test_serving_candidates_use_model_alone_without_host_or_pod() -> None:
 
 def test_pod_candidates_only_when_the_alert_names_a_pod() -> None:
     assert scope_candidates(make_target(namespace="serving", pod="vllm-0"), CONFIG)["pod"] == [
-        'namespace="serving",pod="vllm-0"']
+        'namespace="serving",pod="vllm-0"'
+    ]
     assert scope_candidates(make_target(pod="vllm-0"), CONFIG)["pod"] == ['pod="vllm-0"']
     assert scope_candidates(make_target(namespace="serving"), CONFIG)["pod"] == []  # a namespace is many pods
     assert scope_candidates(make_target(), CONFIG)["pod"] == []

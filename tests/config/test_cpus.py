@@ -11,14 +11,17 @@ from rca.config import ConfigError, FileConfig, load_file_config
 from rca.config.cpus import parse_cpu_list
 
 
-@pytest.mark.parametrize(("text", "cpus"), [
-    ("4-7,12", [4, 5, 6, 7, 12]),
-    ("3", [3]),
-    ("0,2,4", [0, 2, 4]),
-    (" 4 - 5 , 9 ", [4, 5, 9]),
-    ("12,4-6,5", [4, 5, 6, 12]),  # sorted, overlaps merged
-    ("7-7", [7]),
-])
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("4-7,12", [4, 5, 6, 7, 12]),
+        ("3", [3]),
+        ("0,2,4", [0, 2, 4]),
+        (" 4 - 5 , 9 ", [4, 5, 9]),
+        ("12,4-6,5", [4, 5, 6, 12]),  # sorted, overlaps merged
+        ("7-7", [7]),
+    ],
+)
 def test_cpu_list_ranges_singles_and_whitespace(text: str, cpus: list[int]) -> None:
     assert parse_cpu_list(text) == cpus
 
@@ -48,7 +51,7 @@ def test_process_groups_become_a_case_insensitive_promql_regex(tmp_path: Path) -
     default = query_params(FileConfig())["process_groups"]
     assert default == "(?i).*(vllm|sglang|text\\\\-generation|tritonserver).*"  # `\-` inside a PromQL string
     path = tmp_path / "rca.yaml"
-    path.write_text('process_groups: [my.engine, \'a"b\']\n')
+    path.write_text("process_groups: [my.engine, 'a\"b']\n")
     assert query_params(load_file_config(path))["process_groups"] == '(?i).*(my\\\\.engine|a\\"b).*'
 
 

@@ -18,19 +18,23 @@ from tests.helpers.paths import VENV_BIN
 from tests.helpers.processes import subprocess_env
 
 
-@pytest.mark.parametrize(("name", "value", "fragment"), [
-    ("RCA_PORT", "abc", "valid integer"),
-    ("RCA_PORT", "70000", "less than or equal to 65535"),
-    ("RCA_DATABASE_URL", "mysql://x", "unsupported database 'mysql'"),
-    ("RCA_DATABASE_URL", "not a url", "not a database URL"),
-    ("RCA_BROKER_URL", "foo", "redis://"),
-    ("RCA_PROMETHEUS_URL", "ftp://x", "http://"),
-    ("RCA_LOOKBACK_MINUTES", "1", "greater than or equal to 10"),
-    ("RCA_WEBHOOK_MAX_BODY_BYTES", "10", "greater than or equal to 1024"),
-    ("RCA_LOG_LEVEL", "verbose", "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
-])
-def test_bad_environment_value_is_one_line_naming_the_setting(monkeypatch: pytest.MonkeyPatch, name: str,
-                                                               value: str, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "value", "fragment"),
+    [
+        ("RCA_PORT", "abc", "valid integer"),
+        ("RCA_PORT", "70000", "less than or equal to 65535"),
+        ("RCA_DATABASE_URL", "mysql://x", "unsupported database 'mysql'"),
+        ("RCA_DATABASE_URL", "not a url", "not a database URL"),
+        ("RCA_BROKER_URL", "foo", "redis://"),
+        ("RCA_PROMETHEUS_URL", "ftp://x", "http://"),
+        ("RCA_LOOKBACK_MINUTES", "1", "greater than or equal to 10"),
+        ("RCA_WEBHOOK_MAX_BODY_BYTES", "10", "greater than or equal to 1024"),
+        ("RCA_LOG_LEVEL", "verbose", "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
+    ],
+)
+def test_bad_environment_value_is_one_line_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, fragment: str
+) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as caught:
         load_settings()
@@ -48,9 +52,14 @@ def test_urls_and_tokens_are_not_echoed_in_errors(monkeypatch: pytest.MonkeyPatc
 
 
 def test_valid_environment_is_read_and_normalised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name, value in {"RCA_PORT": "9000", "RCA_DATABASE_URL": "postgresql://u:p@db:5432/rca",
-                        "RCA_BROKER_URL": "redis://redis:6379/0", "RCA_PROMETHEUS_URL": "http://prom:9090/",
-                        "RCA_API_TOKENS": " one, two ,,", "RCA_WEBHOOK_TOKEN": "hook"}.items():
+    for name, value in {
+        "RCA_PORT": "9000",
+        "RCA_DATABASE_URL": "postgresql://u:p@db:5432/rca",
+        "RCA_BROKER_URL": "redis://redis:6379/0",
+        "RCA_PROMETHEUS_URL": "http://prom:9090/",
+        "RCA_API_TOKENS": " one, two ,,",
+        "RCA_WEBHOOK_TOKEN": "hook",
+    }.items():
         monkeypatch.setenv(name, value)
     settings = load_settings()
     assert settings.port == 9000
@@ -75,18 +84,30 @@ def test_defaults_are_the_embedded_mode(tmp_path: Path) -> None:
     assert settings.effective_database_url == f"sqlite:///{(tmp_path / 'rca.db').resolve()}"
 
 
-@pytest.mark.parametrize(("text", "fragments"), [
-    ("thresholds: [\n  queue_median: 3", ("not valid YAML",)),
-    ("thresholds: {}\nbogus: 1\n", ("bogus", "Extra inputs are not permitted")),
-    ("target:\n  host_lables: [instance]\n", ("target.host_lables", "Extra inputs are not permitted")),
-    ("thresholds:\n  queue_median: many\n", ("thresholds.queue_median", "valid number")),
-    ("- a\n- b\n", ("top level", "valid dictionary")),
-    ("thresholds:\n  no_such_signal: 1\n", ("thresholds", "no_such_signal")),
-    ("profile: no_such_profile\n", ("no_such_profile", "not found")),
-], ids=["bad-yaml", "unknown-key", "unknown-nested-key", "wrong-type", "not-a-mapping", "unknown-signal",
-        "unknown-profile"])
-def test_bad_config_file_is_one_line_naming_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str,
-                                                     fragments: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("thresholds: [\n  queue_median: 3", ("not valid YAML",)),
+        ("thresholds: {}\nbogus: 1\n", ("bogus", "Extra inputs are not permitted")),
+        ("target:\n  host_lables: [instance]\n", ("target.host_lables", "Extra inputs are not permitted")),
+        ("thresholds:\n  queue_median: many\n", ("thresholds.queue_median", "valid number")),
+        ("- a\n- b\n", ("top level", "valid dictionary")),
+        ("thresholds:\n  no_such_signal: 1\n", ("thresholds", "no_such_signal")),
+        ("profile: no_such_profile\n", ("no_such_profile", "not found")),
+    ],
+    ids=[
+        "bad-yaml",
+        "unknown-key",
+        "unknown-nested-key",
+        "wrong-type",
+        "not-a-mapping",
+        "unknown-signal",
+        "unknown-profile",
+    ],
+)
+def test_bad_config_file_is_one_line_naming_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str, fragments: tuple[str, ...]
+) -> None:
     path = tmp_path / "rca.yaml"
     path.write_text(text)
     monkeypatch.setenv("RCA_CONFIG_FILE", str(path))
@@ -122,11 +143,15 @@ SECRET_VALUES = {
     "broker_url": ("redis://:s3cret@redis:6379/0", lambda s: s.broker_url),
     "webhook_token": ("hook-s3cret", lambda s: s.webhook_token.get_secret_value()),
     "api_tokens": ("one,two", lambda s: ",".join(t.get_secret_value() for t in s.api_tokens)),
-    "slack_webhook_url": ("https://hooks.slack.com/services/T/B/s3cret",
-                          lambda s: s.slack_webhook_url.get_secret_value()),
+    "slack_webhook_url": (
+        "https://hooks.slack.com/services/T/B/s3cret",
+        lambda s: s.slack_webhook_url.get_secret_value(),
+    ),
     "slack_bot_token": ("xoxb-s3cret", lambda s: s.slack_bot_token.get_secret_value()),
-    "traces_headers": ('{"Authorization": "Bearer s3cret"}',
-                       lambda s: json.dumps({k: v.get_secret_value() for k, v in s.traces_headers.items()})),
+    "traces_headers": (
+        '{"Authorization": "Bearer s3cret"}',
+        lambda s: json.dumps({k: v.get_secret_value() for k, v in s.traces_headers.items()}),
+    ),
     "llm_api_key": ("sk-s3cret", lambda s: s.llm_api_key.get_secret_value()),
 }
 
@@ -138,8 +163,9 @@ def test_every_file_setting_is_a_documented_setting_of_its_own() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SECRET_VALUES))
-def test_secret_is_read_from_its_file_without_the_trailing_newline(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path, name: str) -> None:
+def test_secret_is_read_from_its_file_without_the_trailing_newline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str
+) -> None:
     value, read_back = SECRET_VALUES[name]
     secret = tmp_path / name
     secret.write_text(value + "\n")  # as `echo value > file` and most secret stores write it
@@ -166,18 +192,23 @@ def test_a_secret_given_both_ways_is_refused(monkeypatch: pytest.MonkeyPatch, tm
         arguments = {"webhook_token": "from-argument"}
     with pytest.raises(ConfigError) as caught:
         load_settings(**arguments)
-    assert str(caught.value) == ("RCA_WEBHOOK_TOKEN_FILE: set either RCA_WEBHOOK_TOKEN or RCA_WEBHOOK_TOKEN_FILE, "
-                                 "not both")
+    assert str(caught.value) == (
+        "RCA_WEBHOOK_TOKEN_FILE: set either RCA_WEBHOOK_TOKEN or RCA_WEBHOOK_TOKEN_FILE, not both"
+    )
 
 
-@pytest.mark.parametrize(("make", "fragment"), [
-    (lambda path: None, "cannot read {path}: No such file or directory"),
-    (lambda path: path.mkdir(), "cannot read {path}: Is a directory"),
-    (lambda path: path.write_text(""), "{path} is empty"),
-    (lambda path: path.write_text("\n"), "{path} is empty"),
-    (lambda path: path.write_text("  \n\n"), "{path} is empty"),
-    (lambda path: path.write_bytes(b"\xff\xfe token"), "{path} is not UTF-8 text"),
-], ids=["missing", "unreadable-directory", "empty", "only-a-newline", "blank", "not-text"])
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (lambda path: None, "cannot read {path}: No such file or directory"),
+        (lambda path: path.mkdir(), "cannot read {path}: Is a directory"),
+        (lambda path: path.write_text(""), "{path} is empty"),
+        (lambda path: path.write_text("\n"), "{path} is empty"),
+        (lambda path: path.write_text("  \n\n"), "{path} is empty"),
+        (lambda path: path.write_bytes(b"\xff\xfe token"), "{path} is not UTF-8 text"),
+    ],
+    ids=["missing", "unreadable-directory", "empty", "only-a-newline", "blank", "not-text"],
+)
 def test_unusable_secret_file_is_one_line_naming_the_file_setting(tmp_path: Path, make, fragment: str) -> None:
     path = tmp_path / "llm-key"
     make(path)
@@ -201,8 +232,9 @@ def test_a_bad_value_from_a_file_names_both_settings_and_hides_the_secret(tmp_pa
 
 def run_rca(tmp_path: Path, *args: str, **rca_env: str) -> subprocess.CompletedProcess[str]:
     env = subprocess_env(data_dir=str(tmp_path / "rca-data"), **rca_env)
-    return subprocess.run([str(VENV_BIN / "rca"), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [str(VENV_BIN / "rca"), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], prefix: str) -> str:
@@ -269,6 +301,11 @@ def test_cli_reads_the_tokens_from_files(tmp_path: Path) -> None:
     database, which is closed): the files really reach the command."""
     (tmp_path / "hook").write_text("t\n")
     (tmp_path / "api").write_text("a\n")
-    result = run_rca(tmp_path, "serve", webhook_token_file=str(tmp_path / "hook"),
-                     api_tokens_file=str(tmp_path / "api"), database_url=CLOSED_PORT_DATABASE_URL)
+    result = run_rca(
+        tmp_path,
+        "serve",
+        webhook_token_file=str(tmp_path / "hook"),
+        api_tokens_file=str(tmp_path / "api"),
+        database_url=CLOSED_PORT_DATABASE_URL,
+    )
     assert_one_line_error(result, "error: RCA_DATABASE_URL: cannot connect")

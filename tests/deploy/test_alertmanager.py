@@ -24,8 +24,16 @@ def alert_rules(name: str) -> list[dict]:
 
 
 def routes_for(config: Path, labels: dict[str, str]) -> list[str]:
-    out = run([tool("amtool"), "config", "routes", "test", f"--config.file={config}",
-               *(f"{k}={v}" for k, v in labels.items())]).stdout
+    out = run(
+        [
+            tool("amtool"),
+            "config",
+            "routes",
+            "test",
+            f"--config.file={config}",
+            *(f"{k}={v}" for k, v in labels.items()),
+        ]
+    ).stdout
     return out.strip().split(",")
 
 
@@ -34,8 +42,10 @@ def test_whole_example_passes_amtool() -> None:
 
 
 def test_sub_route_merges_into_an_existing_config(tmp_path: Path) -> None:
-    existing = {"route": {"receiver": "ops", "group_by": ["alertname"], "routes": [{"receiver": "ops"}]},
-                "receivers": [{"name": "ops"}]}
+    existing = {
+        "route": {"receiver": "ops", "group_by": ["alertname"], "routes": [{"receiver": "ops"}]},
+        "receivers": [{"name": "ops"}],
+    }
     existing["route"]["routes"] = SNIPPET["route"]["routes"] + existing["route"]["routes"]
     existing["receivers"] += SNIPPET["receivers"]
     existing["inhibit_rules"] = SNIPPET["inhibit_rules"]
@@ -94,13 +104,23 @@ def test_a_real_alertmanager_inhibits_the_queue_warning_but_not_the_slo_page(tmp
     config = config.replace("credentials_file: /etc/alertmanager/rca-webhook-token", "credentials: test")
     (tmp_path / "alertmanager.yml").write_text(config)
     port = promstack.free_port()
-    am = promstack.Process("alertmanager", [
-        promstack.ALERTMANAGER, f"--config.file={tmp_path / 'alertmanager.yml'}", f"--storage.path={tmp_path / 'data'}",
-        "--cluster.listen-address=", f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], tmp_path)
+    am = promstack.Process(
+        "alertmanager",
+        [
+            promstack.ALERTMANAGER,
+            f"--config.file={tmp_path / 'alertmanager.yml'}",
+            f"--storage.path={tmp_path / 'data'}",
+            "--cluster.listen-address=",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        tmp_path,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
-        promstack.wait_until(lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, 30,
-                             "alertmanager", am.proc)
+        promstack.wait_until(
+            lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200, 30, "alertmanager", am.proc
+        )
         a, b = {"instance": "gpu-a:8000", "model_name": "m"}, {"instance": "gpu-b:8000", "model_name": "m"}
         slo = {"alertname": "LLMTTFTSLOBreach", "signal": "ttft_p95", "severity": "critical"}
         queue = {"alertname": "LLMRequestQueueMedianHigh", "signal": "queue_median", "severity": "warning"}

@@ -32,8 +32,15 @@ SETUP = REPO / "deploy" / "compose" / "setup.sh"
 ENV_LINE = re.compile(r"^(?P<comment># )?(?P<name>RCA_[A-Z0-9_]+)=(?P<value>.*)$")
 RCA_SERVICES = ("api", "worker", "migrate")
 # Secrets the compose stack must take from files (the issue's list), not from plain variables.
-COMPOSE_SECRETS = ("database_url", "webhook_token", "api_tokens", "llm_api_key", "slack_webhook_url",
-                   "slack_bot_token", "traces_headers")
+COMPOSE_SECRETS = (
+    "database_url",
+    "webhook_token",
+    "api_tokens",
+    "llm_api_key",
+    "slack_webhook_url",
+    "slack_bot_token",
+    "traces_headers",
+)
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +66,13 @@ def environment_of(service: dict[str, Any]) -> dict[str, str]:
 
 def resolve(value: str) -> str:
     """Compose interpolation as `docker compose config` would do with the required variables set."""
+
     def one(match: re.Match[str]) -> str:
         op, arg = match["op"], match["arg"]
         if op in (":-", "-"):
             return arg
         return f"value-of-{match['name'].lower()}"
+
     return INTERPOLATION.sub(one, value)
 
 
@@ -162,8 +171,11 @@ def mounted_secrets(service: dict[str, Any]) -> set[str]:
 def test_rca_services_read_every_setting_from_the_env_file(compose: dict[str, Any]) -> None:
     for name in RCA_SERVICES:
         env_file = services(compose)[name].get("env_file")
-        paths = [env_file] if isinstance(env_file, str) else [e if isinstance(e, str) else e["path"]
-                                                              for e in env_file or []]
+        paths = (
+            [env_file]
+            if isinstance(env_file, str)
+            else [e if isinstance(e, str) else e["path"] for e in env_file or []]
+        )
         assert paths == ["deploy/compose/rca.env"], f"{name}: env_file is {env_file!r}"
     assert "deploy/compose/rca.env" in (REPO / ".gitignore").read_text(), "the operator's copy must not be committed"
 
@@ -179,8 +191,9 @@ def test_env_example_lists_every_setting_with_its_default() -> None:
             continue
         commented, value = listed[env_name]
         if commented and not (field.endswith("_file") and value.startswith("/run/secrets/")):
-            assert value == rendered_default(field), f"{env_name}: the example says {value!r}, " \
-                                                      f"the default is {rendered_default(field)!r}"
+            assert value == rendered_default(field), (
+                f"{env_name}: the example says {value!r}, the default is {rendered_default(field)!r}"
+            )
     assert set(listed) - set(fields) == set(), f"not settings: {sorted(set(listed) - set(fields))}"
 
 
@@ -188,10 +201,18 @@ def test_settings_fixed_by_compose_are_set_in_every_rca_service(compose: dict[st
     fixed = set(re.findall(r"^# (RCA_[A-Z0-9_]+): .*Set by docker-compose\.yml", ENV_EXAMPLE.read_text(), re.M))
     assert fixed, "the example marks no setting as fixed by docker-compose.yml"
     for env_name in fixed:
-        holders = [name for name in RCA_SERVICES if env_name in environment_of(services(compose)[name])
-                   or f"{env_name}_FILE" in environment_of(services(compose)[name])]
-        only = {"RCA_HOST": ["api"], "RCA_PORT": ["api"], "RCA_WORKER_METRICS_HOST": ["worker"],
-                "RCA_WORKER_METRICS_PORT": ["worker"]}
+        holders = [
+            name
+            for name in RCA_SERVICES
+            if env_name in environment_of(services(compose)[name])
+            or f"{env_name}_FILE" in environment_of(services(compose)[name])
+        ]
+        only = {
+            "RCA_HOST": ["api"],
+            "RCA_PORT": ["api"],
+            "RCA_WORKER_METRICS_HOST": ["worker"],
+            "RCA_WORKER_METRICS_PORT": ["worker"],
+        }
         wanted = only.get(env_name, list(RCA_SERVICES))
         assert holders == wanted, f"{env_name} is said to be set by docker-compose.yml, but only in {holders}"
     for name in RCA_SERVICES:  # nothing else is pinned where rca.env cannot change it
@@ -202,8 +223,9 @@ def test_settings_fixed_by_compose_are_set_in_every_rca_service(compose: dict[st
 @pytest.mark.parametrize("name", RCA_SERVICES)
 def test_secret_settings_come_from_mounted_docker_secrets(compose: dict[str, Any], name: str) -> None:
     declared, service = secret_files(compose), services(compose)[name]
-    env = service_env(compose, name) | {n: v for n, (commented, v) in env_example().items()
-                                        if commented and n.endswith("_FILE")}  # the optional ones, uncommented
+    env = service_env(compose, name) | {
+        n: v for n, (commented, v) in env_example().items() if commented and n.endswith("_FILE")
+    }  # the optional ones, uncommented
     for setting in COMPOSE_SECRETS:
         assert setting in SECRET_FILE_SETTINGS
         plain, path = f"RCA_{setting.upper()}", env.get(f"RCA_{setting.upper()}_FILE", "")
@@ -278,8 +300,7 @@ def test_setup_writes_every_secret_file_compose_mounts(compose: dict[str, Any], 
 
 
 @pytest.mark.parametrize("name", RCA_SERVICES)
-def test_compose_settings_pass_the_services_own_validation(compose: dict[str, Any], setup_dir: Path,
-                                                           name: str) -> None:
+def test_compose_settings_pass_the_services_own_validation(compose: dict[str, Any], setup_dir: Path, name: str) -> None:
     env = container_env(compose, name, setup_dir)
     settings = load_settings(**{k.removeprefix("RCA_").lower(): v for k, v in env.items()})
     assert settings.database_url and settings.database_url.startswith("postgresql+psycopg://rca:")
@@ -290,10 +311,8 @@ def test_compose_settings_pass_the_services_own_validation(compose: dict[str, An
     assert settings.api_tokens and settings.prometheus_url
 
 
-def test_an_optional_secret_named_but_not_written_stops_the_service(compose: dict[str, Any],
-                                                                   setup_dir: Path) -> None:
-    env = container_env(compose, "worker", setup_dir,
-                        RCA_SLACK_WEBHOOK_URL_FILE="/run/secrets/rca_slack_webhook_url")
+def test_an_optional_secret_named_but_not_written_stops_the_service(compose: dict[str, Any], setup_dir: Path) -> None:
+    env = container_env(compose, "worker", setup_dir, RCA_SLACK_WEBHOOK_URL_FILE="/run/secrets/rca_slack_webhook_url")
     with pytest.raises(ConfigError, match=r"^RCA_SLACK_WEBHOOK_URL_FILE: .*slack_webhook_url is empty$"):
         load_settings(**{k.removeprefix("RCA_").lower(): v for k, v in env.items()})
     (setup_dir / "secrets" / "slack_webhook_url").write_text("https://hooks.slack.com/services/T/B/x\n")
@@ -349,8 +368,15 @@ def test_every_package_directory_pyproject_maps_is_copied() -> None:
 def test_dockerignore_keeps_local_state_out_and_nothing_the_image_needs() -> None:
     module = docker_context()
     ignore = module.DockerIgnore.read(REPO / ".dockerignore")
-    for path in (".venv/bin/python", ".git/HEAD", "rca-data/rca.db", "rca/__pycache__/cli.cpython-311.pyc",
-                 "__pycache__/x.pyc", "deploy/compose/secrets/webhook_token", "deploy/compose/rca.env"):
+    for path in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "rca-data/rca.db",
+        "rca/__pycache__/cli.cpython-311.pyc",
+        "__pycache__/x.pyc",
+        "deploy/compose/secrets/webhook_token",
+        "deploy/compose/rca.env",
+    ):
         assert ignore.excluded_by(path), f".dockerignore sends {path} to the Docker daemon"
     copies, _ = module.parse_dockerfile(DOCKERFILE)
     assert module.Context(REPO).tracked_but_ignored(copies) == []
@@ -358,16 +384,19 @@ def test_dockerignore_keeps_local_state_out_and_nothing_the_image_needs() -> Non
         assert not ignore.excluded_by(path), f".dockerignore drops {path}"
 
 
-@pytest.mark.parametrize(("lines", "path", "excluded"), [
-    (["__pycache__"], "rca/__pycache__/x.pyc", False),  # Docker anchors a bare name at the root
-    (["**/__pycache__"], "rca/__pycache__/x.pyc", True),
-    (["*.md", "!README.md"], "README.md", False),
-    (["*.md"], "prompts/README.md", False),
-    (["prompts"], "prompts/system.j2", True),  # a directory excludes what is under it
-    (["rca/*/x.py"], "rca/api/x.py", True),
-    (["rca/*/x.py"], "rca/api/deep/x.py", False),
-    (["/build"], "build/lib/a.py", True),
-])
+@pytest.mark.parametrize(
+    ("lines", "path", "excluded"),
+    [
+        (["__pycache__"], "rca/__pycache__/x.pyc", False),  # Docker anchors a bare name at the root
+        (["**/__pycache__"], "rca/__pycache__/x.pyc", True),
+        (["*.md", "!README.md"], "README.md", False),
+        (["*.md"], "prompts/README.md", False),
+        (["prompts"], "prompts/system.j2", True),  # a directory excludes what is under it
+        (["rca/*/x.py"], "rca/api/x.py", True),
+        (["rca/*/x.py"], "rca/api/deep/x.py", False),
+        (["/build"], "build/lib/a.py", True),
+    ],
+)
 def test_dockerignore_matching_follows_docker(tmp_path: Path, lines: list[str], path: str, excluded: bool) -> None:
     (tmp_path / ".dockerignore").write_text("\n".join(lines) + "\n")
     ignore = docker_context().DockerIgnore.read(tmp_path / ".dockerignore")

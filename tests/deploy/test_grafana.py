@@ -48,8 +48,13 @@ def substitute(expr: str) -> str:
 
 
 def known_metrics() -> set[str]:
-    recorded = {r["record"] for path in (DEPLOY / "prometheus").glob("*.yml") if path.name != "scrape.yml"
-                for r in rules(path) if "record" in r}
+    recorded = {
+        r["record"]
+        for path in (DEPLOY / "prometheus").glob("*.yml")
+        if path.name != "scrape.yml"
+        for r in rules(path)
+        if "record" in r
+    }
     profiled = {name for spec in load_profile().signals for q in spec.queries for name in metric_names(q.promql)}
     return recorded | profiled | RCA_SERVICE_METRICS | PROMETHEUS_BUILTINS
 
@@ -101,10 +106,26 @@ def test_every_query_is_promql_that_promtool_accepts(path: Path, tmp_path: Path)
 def test_promtool_rejects_a_broken_query(tmp_path: Path) -> None:
     """The check above can fail: an unbalanced query is refused."""
     rules_file = tmp_path / "broken.yml"
-    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
-        {"record": "grafana:broken", "expr": substitute("sum(rate(rca_webhook_requests_total[$__rate_interval])")}]}]}))
-    proc = subprocess.run([tool("promtool"), "check", "rules", str(rules_file)],
-                          capture_output=True, text=True, timeout=60)
+    rules_file.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "g",
+                        "rules": [
+                            {
+                                "record": "grafana:broken",
+                                "expr": substitute("sum(rate(rca_webhook_requests_total[$__rate_interval])"),
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    proc = subprocess.run(
+        [tool("promtool"), "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode != 0
 
 
@@ -120,10 +141,15 @@ def test_every_charted_metric_exists_in_the_rules_the_profile_or_the_service(pat
 def test_service_dashboard_shows_the_service_health() -> None:
     service = load(GRAFANA / "dashboards" / "llm-rca-service.json")
     charted = {n for e in exprs(service) for n in metric_names(substitute(e))}
-    for metric in ("rca_webhook_requests_total", "rca_investigations_total",
-                   "rca_investigation_queue_oldest_age_seconds",
-                   "rca_investigation_duration_seconds_bucket", "rca_llm_tokens_total", "rca_llm_cost_dollars_total",
-                   "rca_slack_delivery_failures_total"):
+    for metric in (
+        "rca_webhook_requests_total",
+        "rca_investigations_total",
+        "rca_investigation_queue_oldest_age_seconds",
+        "rca_investigation_duration_seconds_bucket",
+        "rca_llm_tokens_total",
+        "rca_llm_cost_dollars_total",
+        "rca_slack_delivery_failures_total",
+    ):
         assert metric in charted, metric
 
 

@@ -18,8 +18,15 @@ from tests.helpers.deploy import DEPLOY, load_yaml, tool
 K8S = DEPLOY / "kubernetes"
 CHART = DEPLOY / "helm" / "llm-rca"
 NAMESPACE = "llm-rca"
-SECRET_SETTINGS = {"RCA_DATABASE_URL", "RCA_BROKER_URL", "RCA_WEBHOOK_TOKEN", "RCA_API_TOKENS", "RCA_LLM_API_KEY",
-                   "RCA_SLACK_WEBHOOK_URL", "RCA_SLACK_BOT_TOKEN"}
+SECRET_SETTINGS = {
+    "RCA_DATABASE_URL",
+    "RCA_BROKER_URL",
+    "RCA_WEBHOOK_TOKEN",
+    "RCA_API_TOKENS",
+    "RCA_LLM_API_KEY",
+    "RCA_SLACK_WEBHOOK_URL",
+    "RCA_SLACK_BOT_TOKEN",
+}
 
 
 def kubectl(*args: str, stdin: str | None = None) -> str:
@@ -32,8 +39,9 @@ def kubectl(*args: str, stdin: str | None = None) -> str:
 
 
 def helm(*args: str) -> str:
-    proc = subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=120,
-                          env=os.environ | {"KUBECONFIG": os.devnull})
+    proc = subprocess.run(
+        [tool("helm"), *args], capture_output=True, text=True, timeout=120, env=os.environ | {"KUBECONFIG": os.devnull}
+    )
     assert proc.returncode == 0, f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -60,9 +68,15 @@ def pod_specs(objects: list[dict]) -> dict[str, dict]:
 
 def test_kustomize_renders_every_resource_into_the_namespace(rendered: list[dict]) -> None:
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in rendered)
-    assert kinds == [("ConfigMap", "llm-rca-config"), ("Deployment", "rca-api"), ("Deployment", "rca-worker"),
-                     ("Job", "rca-migrate"), ("Service", "rca-api"), ("Service", "rca-worker"),
-                     ("ServiceAccount", "llm-rca")]
+    assert kinds == [
+        ("ConfigMap", "llm-rca-config"),
+        ("Deployment", "rca-api"),
+        ("Deployment", "rca-worker"),
+        ("Job", "rca-migrate"),
+        ("Service", "rca-api"),
+        ("Service", "rca-worker"),
+        ("ServiceAccount", "llm-rca"),
+    ]
     assert {o["metadata"]["namespace"] for o in rendered} == {NAMESPACE}
 
 
@@ -70,17 +84,23 @@ def test_kubectl_decodes_every_workload_into_its_typed_object(rendered: list[dic
     """`set env --local` decodes Deployments and Jobs into the typed API structs (a wrong field
     type fails) and rewrites them, all without a cluster."""
     workloads = [o for o in rendered if o["kind"] in {"Deployment", "Job"}]
-    out = kubectl("set", "env", "--local", "-f", "-", "-o", "yaml", "RCA_RENDER_CHECK=1",
-                  stdin=yaml.safe_dump_all(workloads))
+    out = kubectl(
+        "set", "env", "--local", "-f", "-", "-o", "yaml", "RCA_RENDER_CHECK=1", stdin=yaml.safe_dump_all(workloads)
+    )
     decoded = [doc for doc in yaml.safe_load_all(out) if doc]
+
     def names(objects: list[dict]) -> list[tuple[str, str]]:
         return [(o["kind"], o["metadata"]["name"]) for o in objects]
 
     assert names(decoded) == names(workloads)
-    assert all(any(e["name"] == "RCA_RENDER_CHECK" for e in c["env"])
-               for o in decoded for c in o["spec"]["template"]["spec"]["containers"])
-    everything = kubectl("label", "--local", "-f", "-", "-o", "yaml", "rca-render-check=1",
-                         stdin=yaml.safe_dump_all(rendered))
+    assert all(
+        any(e["name"] == "RCA_RENDER_CHECK" for e in c["env"])
+        for o in decoded
+        for c in o["spec"]["template"]["spec"]["containers"]
+    )
+    everything = kubectl(
+        "label", "--local", "-f", "-", "-o", "yaml", "rca-render-check=1", stdin=yaml.safe_dump_all(rendered)
+    )
     assert everything.count("rca-render-check") == len(rendered)
 
 
@@ -88,9 +108,14 @@ def test_kubectl_refuses_a_workload_with_a_wrong_field_type(rendered: list[dict]
     """The decode above can fail: a string where an int32 belongs is refused."""
     api = dict(by_kind(rendered, "Deployment")["rca-api"])
     api["spec"] = dict(api["spec"], replicas="two")
-    proc = subprocess.run([tool("kubectl"), "--server=http://127.0.0.1:9", "set", "env", "--local", "-f", "-",
-                           "-o", "yaml", "A=1"], input=yaml.safe_dump(api), capture_output=True, text=True,
-                          timeout=60, env=os.environ | {"KUBECONFIG": os.devnull})
+    proc = subprocess.run(
+        [tool("kubectl"), "--server=http://127.0.0.1:9", "set", "env", "--local", "-f", "-", "-o", "yaml", "A=1"],
+        input=yaml.safe_dump(api),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"KUBECONFIG": os.devnull},
+    )
     assert proc.returncode != 0 and "replicas" in proc.stderr
 
 
@@ -184,12 +209,18 @@ def test_helm_migrate_job_is_a_pre_install_and_pre_upgrade_hook() -> None:
 
 
 def test_helm_values_reach_every_workload() -> None:
-    objects = helm_template("image.tag=1.2.3", "existingSecret=rca-prod", "settings.RCA_LLM_MODEL=qwen",
-                            "api.replicas=3")
+    objects = helm_template(
+        "image.tag=1.2.3", "existingSecret=rca-prod", "settings.RCA_LLM_MODEL=qwen", "api.replicas=3"
+    )
     specs = pod_specs(objects)
     assert {c["image"] for s in specs.values() for c in s["containers"]} == {"llm-serving-rca:1.2.3"}
-    refs = {e["valueFrom"]["secretKeyRef"]["name"] for s in specs.values() for c in s["containers"]
-            for e in c["env"] if "valueFrom" in e}
+    refs = {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for s in specs.values()
+        for c in s["containers"]
+        for e in c["env"]
+        if "valueFrom" in e
+    }
     assert refs == {"rca-prod"}
     assert by_kind(objects, "ConfigMap")["llm-rca-config"]["data"]["RCA_LLM_MODEL"] == "qwen"
     assert by_kind(objects, "Deployment")["rca-api"]["spec"]["replicas"] == 3

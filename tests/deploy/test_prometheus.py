@@ -61,8 +61,13 @@ def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
     (tmp_path / "tests").mkdir()
     (tmp_path / "rules.yml").write_text(SIGNAL_RULES.read_text().replace("> 4.7", "> 9"))
     shutil.copy(PROM / "tests" / "signals_test.yml", tmp_path / "tests")
-    proc = subprocess.run([tool("promtool"), "test", "rules", "signals_test.yml"], cwd=tmp_path / "tests",
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [tool("promtool"), "test", "rules", "signals_test.yml"],
+        cwd=tmp_path / "tests",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "LLMRequestQueueMedianHigh" in proc.stdout + proc.stderr
 
 
@@ -140,8 +145,12 @@ def test_each_record_measures_its_signal_like_the_profile_primary_query(rule: di
 
 
 def test_every_stack_that_exports_a_signal_has_a_rule_for_it() -> None:
-    covered = {(r["labels"]["signal"], s) for r in records() if "stack" in r["labels"]
-               for s in STACK_LABELS[r["labels"]["stack"]]}
+    covered = {
+        (r["labels"]["signal"], s)
+        for r in records()
+        if "stack" in r["labels"]
+        for s in STACK_LABELS[r["labels"]["stack"]]
+    }
     for signal in ("prefix_cache_hit_rate", "queue_median", "ttft_p95"):
         measurable = {s for q in SPECS[signal].queries for s in (q.stacks or ())}
         assert measurable == {s for sig, s in covered if sig == signal}, signal
@@ -153,11 +162,14 @@ def test_alert_thresholds_are_the_profile_thresholds() -> None:
     exprs = {rule["labels"]["signal"]: rule["expr"] for rule in alerts(SIGNAL_RULES)}
     for signal in ("cpu_bound_ratio", "prefix_cache_hit_rate", "queue_median"):
         spec = SPECS[signal]
-        assert re.search(rf"\[10m\]\)\s*{re.escape(spec.comparison)}\s*{spec.threshold}\s*$", exprs[signal].strip()), \
+        assert re.search(rf"\[10m\]\)\s*{re.escape(spec.comparison)}\s*{spec.threshold}\s*$", exprs[signal].strip()), (
             f"{signal}: 10-minute median {spec.comparison} {spec.threshold}"
+        )
     change = SPECS["gpu_compute_to_memory"].change
-    assert f"< {1 - change:g} * quantile_over_time(0.5, rca:gpu_sm_per_dram_active:ratio5m[150m] offset 30m)" \
+    assert (
+        f"< {1 - change:g} * quantile_over_time(0.5, rca:gpu_sm_per_dram_active:ratio5m[150m] offset 30m)"
         in " ".join(exprs["gpu_compute_to_memory"].split())
+    )
     assert exprs["ttft_p95"].strip().endswith(f"> {FileConfig().slo_ttft_seconds:g}")
 
 

@@ -21,10 +21,23 @@ CAUSES = [name for name in taxonomy() if name != NO_CLEAR_CAUSE]
 
 def finding(key: str, breached: bool = False, unavailable: bool = False) -> Finding:
     status = "unavailable" if unavailable else ("breached" if breached else "ok")
-    return Finding(key=key, kind=KINDS.get(key, "supporting"), title=key, status=status, breached=breached,
-                   value=None if unavailable else 1.0, baseline=None if unavailable else 0.5, threshold=None,
-                   comparison=">", unit="", onset=None, query=None, source=None, series_labels=None,
-                   detail=f"{key} is {status}")
+    return Finding(
+        key=key,
+        kind=KINDS.get(key, "supporting"),
+        title=key,
+        status=status,
+        breached=breached,
+        value=None if unavailable else 1.0,
+        baseline=None if unavailable else 0.5,
+        threshold=None,
+        comparison=">",
+        unit="",
+        onset=None,
+        query=None,
+        source=None,
+        series_labels=None,
+        detail=f"{key} is {status}",
+    )
 
 
 def findings(breached: set[str] = frozenset(), unavailable: set[str] = frozenset()) -> list[Finding]:
@@ -41,14 +54,16 @@ def expected_confidence(category: str, breached: set[str], unavailable: set[str]
     cat = taxonomy()[category]
     support = sum(w for k, w in cat.supports.items() if k in breached)
     contradiction = sum(w for k, w in cat.contradicts.items() if k in breached)
-    weights = {k: w for k, w in (cat.supports | cat.contradicts).items()
-               if KINDS.get(k) != "trace" or k not in unavailable}  # unread traces are not missed evidence
+    weights = {
+        k: w for k, w in (cat.supports | cat.contradicts).items() if KINDS.get(k) != "trace" or k not in unavailable
+    }  # unread traces are not missed evidence
     coverage = sum(w for k, w in weights.items() if k in KINDS and k not in unavailable) / sum(weights.values())
     full = cat.full_at or sum(cat.supports.values())
     return MAX_CONFIDENCE * max(0.0, min(1.0, support / full) - contradiction / full) * (0.6 + 0.4 * coverage)
 
 
 # ---- the taxonomy itself ----
+
 
 def test_taxonomy_has_no_clear_cause_and_causes() -> None:
     assert NO_CLEAR_CAUSE in taxonomy()
@@ -68,6 +83,7 @@ def test_taxonomy_category_is_well_formed(name: str) -> None:
 
 
 # ---- nothing breached ----
+
 
 def test_nothing_breached_with_signals_measured_means_no_clear_cause_with_confidence() -> None:
     result = rank(findings())
@@ -94,6 +110,7 @@ def test_breached_findings_that_anchor_no_cause_leave_no_clear_cause_unsure() ->
 
 
 # ---- each cause, given its own evidence ----
+
 
 @pytest.mark.parametrize("name", CAUSES)
 def test_cause_ranks_first_given_its_anchor_and_supporting_evidence(name: str) -> None:
@@ -122,6 +139,7 @@ def test_cause_with_only_an_anchor_scores_its_share_of_the_weights(name: str) ->
 
 
 # ---- contradictions ----
+
 
 def test_preemptions_and_full_kv_cache_put_memory_pressure_above_cache_misses() -> None:
     breached = {"prefix_cache_hit_rate", "preemption_rate", "kv_cache_usage"}
@@ -158,6 +176,7 @@ def test_contradictions_can_rule_a_cause_out() -> None:
 
 
 # ---- evidence and structure ----
+
 
 def test_evidence_lists_only_breached_supporting_findings_that_exist() -> None:
     cat = taxonomy()["prefill_blocking"]
@@ -197,7 +216,7 @@ def test_ranking_invariants_hold_for_many_finding_sets() -> None:
         assert [h.confidence for h in causes] == sorted((h.confidence for h in causes), reverse=True)
         doubt = next(h for h in result if h.category == NO_CLEAR_CAUSE)
         assert all(h.confidence > doubt.confidence for h in result[: doubt.rank - 1])
-        assert all(h.confidence <= doubt.confidence for h in result[doubt.rank:])
+        assert all(h.confidence <= doubt.confidence for h in result[doubt.rank :])
         for h in causes:
             cat = taxonomy()[h.category]
             assert set(cat.anchors) & breached
@@ -322,8 +341,9 @@ def test_a_breach_that_was_there_all_along_counts_half() -> None:
 
 
 def test_a_chronic_breach_never_leads() -> None:
-    items = with_onsets(findings({"kv_cache_usage", "prefix_cache_hit_rate"}),
-                        {"kv_cache_usage": 0, "prefix_cache_hit_rate": 30})
+    items = with_onsets(
+        findings({"kv_cache_usage", "prefix_cache_hit_rate"}), {"kv_cache_usage": 0, "prefix_cache_hit_rate": 30}
+    )
     for f in items:
         if f.key == "kv_cache_usage":
             f.baseline = None

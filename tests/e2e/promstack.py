@@ -30,8 +30,15 @@ PROMTOOL = shutil.which("promtool")
 
 def require_binaries() -> None:
     """Fail (never skip) when the Debian packages are missing: CI must install them."""
-    missing = [name for name, path in (("prometheus", PROMETHEUS), ("promtool", PROMTOOL),
-                                       ("prometheus-alertmanager", ALERTMANAGER)) if not path]
+    missing = [
+        name
+        for name, path in (
+            ("prometheus", PROMETHEUS),
+            ("promtool", PROMTOOL),
+            ("prometheus-alertmanager", ALERTMANAGER),
+        )
+        if not path
+    ]
     if missing:
         raise RuntimeError(f"missing {', '.join(missing)}: apt-get install -y prometheus prometheus-alertmanager")
 
@@ -63,8 +70,9 @@ class Process:
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self.log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir,
-                                     env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir, env=env, start_new_session=True
+        )
 
     @property
     def pid(self) -> int:
@@ -91,13 +99,22 @@ def backfill(fleet: Fleet, end: float, data_dir: Path, workdir: Path) -> None:
     with source.open("w") as out:
         out.writelines(fleet.openmetrics(end))
     data_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data_dir)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data_dir)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     source.unlink()
 
 
-def start_prometheus(workdir: Path, exporter_port: int, alertmanager_port: int | None,
-                     for_override: str | None = "0s", extra_rules: list[dict] | None = None) -> tuple[Process, str]:
+def start_prometheus(
+    workdir: Path,
+    exporter_port: int,
+    alertmanager_port: int | None,
+    for_override: str | None = "0s",
+    extra_rules: list[dict] | None = None,
+) -> tuple[Process, str]:
     """Prometheus scraping the exporter, with the deploy rules (their `for:` shortened for tests)."""
     rules = yaml.safe_load(RULES.read_text())
     if extra_rules:
@@ -111,32 +128,64 @@ def start_prometheus(workdir: Path, exporter_port: int, alertmanager_port: int |
     config = {
         "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
         "rule_files": ["rules.yml"],
-        "scrape_configs": [{"job_name": "fleet", "honor_labels": True,
-                            "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}],
+        "scrape_configs": [
+            {"job_name": "fleet", "honor_labels": True, "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}
+        ],
     }
     if alertmanager_port:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    return _start_ready("prometheus", free_port(), workdir, 60, [
-        PROMETHEUS, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-        "--storage.tsdb.retention.time=30d", "--log.level=warn",
-    ])
+    return _start_ready(
+        "prometheus",
+        free_port(),
+        workdir,
+        60,
+        [
+            PROMETHEUS,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            "--storage.tsdb.retention.time=30d",
+            "--log.level=warn",
+        ],
+    )
 
 
 def start_alertmanager(workdir: Path, webhook_url: str, token: str, port: int | None = None) -> tuple[Process, str]:
     config = {
-        "route": {"receiver": "rca", "group_by": ["alertname", "instance", "model_name"], "group_wait": "1s",
-                  "group_interval": "5s", "repeat_interval": "1h"},
-        "receivers": [{"name": "rca", "webhook_configs": [{
-            "url": webhook_url, "send_resolved": True,
-            "http_config": {"authorization": {"type": "Bearer", "credentials": token}},
-        }]}],
+        "route": {
+            "receiver": "rca",
+            "group_by": ["alertname", "instance", "model_name"],
+            "group_wait": "1s",
+            "group_interval": "5s",
+            "repeat_interval": "1h",
+        },
+        "receivers": [
+            {
+                "name": "rca",
+                "webhook_configs": [
+                    {
+                        "url": webhook_url,
+                        "send_resolved": True,
+                        "http_config": {"authorization": {"type": "Bearer", "credentials": token}},
+                    }
+                ],
+            }
+        ],
     }
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
-    return _start_ready("alertmanager", port or free_port(), workdir, 30, [
-        ALERTMANAGER, f"--config.file={workdir / 'alertmanager.yml'}", f"--storage.path={workdir / 'am-data'}",
-        "--cluster.listen-address=", "--log.level=warn",
-    ])
+    return _start_ready(
+        "alertmanager",
+        port or free_port(),
+        workdir,
+        30,
+        [
+            ALERTMANAGER,
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'am-data'}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+    )
 
 
 def _start_ready(name: str, port: int, workdir: Path, timeout: float, argv: list[str]) -> tuple[Process, str]:
@@ -169,20 +218,32 @@ class ServiceStack:
     processes: list[Process]
 
     def get(self, path: str, **params: object) -> httpx.Response:
-        return httpx.get(f"{self.api}{path}", params=params, timeout=10,
-                         headers={"Authorization": f"Bearer {self.api_token}"})
+        return httpx.get(
+            f"{self.api}{path}", params=params, timeout=10, headers={"Authorization": f"Bearer {self.api_token}"}
+        )
 
     def post_webhook(self, payload: dict) -> httpx.Response:
-        return httpx.post(f"{self.api}/api/v1/alertmanager", json=payload, timeout=10,
-                          headers={"Authorization": f"Bearer {self.webhook_token}"})
+        return httpx.post(
+            f"{self.api}/api/v1/alertmanager",
+            json=payload,
+            timeout=10,
+            headers={"Authorization": f"Bearer {self.webhook_token}"},
+        )
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.tail()}" for p in self.processes)
 
 
 @contextmanager
-def service_stack(workdir: Path, fleet: Fleet, now: float, database_url: str, broker_url: str,
-                  with_alertmanager: bool, extra_rules: list[dict] | None = None) -> Iterator[ServiceStack]:
+def service_stack(
+    workdir: Path,
+    fleet: Fleet,
+    now: float,
+    database_url: str,
+    broker_url: str,
+    with_alertmanager: bool,
+    extra_rules: list[dict] | None = None,
+) -> Iterator[ServiceStack]:
     """Backfill the fleet's history up to `now`, then start every part on loopback ports."""
     backfill(fleet, now, workdir / "tsdb", workdir)
     webhook_token, api_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
@@ -190,17 +251,28 @@ def service_stack(workdir: Path, fleet: Fleet, now: float, database_url: str, br
     processes: list[Process] = []
     with Exporter(fleet, time.time) as exporter:
         try:
-            prom, prom_url = start_prometheus(workdir, exporter.port, am_port if with_alertmanager else None,
-                                              extra_rules=extra_rules)
+            prom, prom_url = start_prometheus(
+                workdir, exporter.port, am_port if with_alertmanager else None, extra_rules=extra_rules
+            )
             processes.append(prom)
             env = {
-                "RCA_DATABASE_URL": database_url, "RCA_BROKER_URL": broker_url,
-                "RCA_PROMETHEUS_URL": prom_url, "RCA_WEBHOOK_TOKEN": webhook_token, "RCA_API_TOKENS": api_token,
-                "RCA_PORT": str(api_port), "RCA_DATA_DIR": str(workdir / "rca-data"), "RCA_LOG_LEVEL": "WARNING",
+                "RCA_DATABASE_URL": database_url,
+                "RCA_BROKER_URL": broker_url,
+                "RCA_PROMETHEUS_URL": prom_url,
+                "RCA_WEBHOOK_TOKEN": webhook_token,
+                "RCA_API_TOKENS": api_token,
+                "RCA_PORT": str(api_port),
+                "RCA_DATA_DIR": str(workdir / "rca-data"),
+                "RCA_LOG_LEVEL": "WARNING",
                 "RCA_WORKER_METRICS_PORT": str(free_port()),  # not 9808: runs in parallel must not clash
             }
-            subprocess.run([sys.executable, "-m", "rca.cli", "migrate"], check=True, timeout=60,
-                           env=rca_process_env(env), capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "rca.cli", "migrate"],
+                check=True,
+                timeout=60,
+                env=rca_process_env(env),
+                capture_output=True,
+            )
             serve = rca_process("rca-serve", ["serve"], workdir, env)
             processes += [serve, rca_process("rca-worker", ["worker", "--concurrency", "2"], workdir, env)]
             api = f"http://127.0.0.1:{api_port}"
@@ -208,8 +280,9 @@ def service_stack(workdir: Path, fleet: Fleet, now: float, database_url: str, br
             if with_alertmanager:
                 am, _ = start_alertmanager(workdir, f"{api}/api/v1/alertmanager", webhook_token, port=am_port)
                 processes.append(am)
-            yield ServiceStack(api=api, api_token=api_token, webhook_token=webhook_token, prometheus=prom_url,
-                               processes=processes)
+            yield ServiceStack(
+                api=api, api_token=api_token, webhook_token=webhook_token, prometheus=prom_url, processes=processes
+            )
         finally:
             for proc in reversed(processes):
                 proc.stop()

@@ -58,8 +58,14 @@ BASELINE: dict[str, float] = {
 # What each fault changes, after onset. Values follow DOMAIN.md's descriptions of each cause.
 FAULTS: dict[str, dict[str, float]] = {
     "prefix_cache_miss": {"hit_rate": 0.30, "ttft": 0.35, "waiting": 2.0},
-    "arrival_surge": {"arrival_rate": 18.0, "waiting": 14.0, "running": 30.0, "kv_usage": 0.8, "ttft": 0.6,
-                      "queue_time": 1.5},
+    "arrival_surge": {
+        "arrival_rate": 18.0,
+        "waiting": 14.0,
+        "running": 30.0,
+        "kv_usage": 0.8,
+        "ttft": 0.6,
+        "queue_time": 1.5,
+    },
     "kv_memory_pressure": {"kv_usage": 0.985, "preempt_rate": 0.8, "waiting": 9.0, "hit_rate": 0.7, "queue_time": 0.6},
     "cpu_launch_overhead": {"pinned_busy": 0.95, "gpu_util": 50.0, "itl": 0.035},
     "cpu_affinity_numa": {"pinned_busy": 0.9, "ctx_switches": 30000.0, "numa_miss": 2000.0, "itl": 0.03},
@@ -151,17 +157,27 @@ class Series:
         return total + self.rate(self.host.params(grid_t), grid_t) * (t - grid_t)
 
 
-def _histogram(name: str, labels: dict[str, str], buckets: list[float], median_key: str,
-               rate_key: str = "arrival_rate", scale: float = 1.0) -> list[Series]:
+def _histogram(
+    name: str,
+    labels: dict[str, str],
+    buckets: list[float],
+    median_key: str,
+    rate_key: str = "arrival_rate",
+    scale: float = 1.0,
+) -> list[Series]:
     """Cumulative buckets of an exponential distribution with the given median (times `scale`)."""
     out = []
     for le in buckets:
-        out.append(Series(f"{name}_bucket", labels | {"le": str(le)},
-                          rate=lambda p, t, le=le: p[rate_key] * _exp_cdf(le, p[median_key] * scale)))
+        out.append(
+            Series(
+                f"{name}_bucket",
+                labels | {"le": str(le)},
+                rate=lambda p, t, le=le: p[rate_key] * _exp_cdf(le, p[median_key] * scale),
+            )
+        )
     out.append(Series(f"{name}_bucket", labels | {"le": "+Inf"}, rate=lambda p, t: p[rate_key]))
     out.append(Series(f"{name}_count", labels, rate=lambda p, t: p[rate_key]))
-    out.append(Series(f"{name}_sum", labels,
-                      rate=lambda p, t: p[rate_key] * p[median_key] * scale / math.log(2)))
+    out.append(Series(f"{name}_sum", labels, rate=lambda p, t: p[rate_key] * p[median_key] * scale / math.log(2)))
     return out
 
 
@@ -178,9 +194,13 @@ def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         Series("vllm:num_requests_waiting_by_reason", vllm | {"reason": "deferred"}, gauge=g("deferred")),
         Series("vllm:num_requests_waiting_by_reason", vllm | {"reason": "capacity"}, gauge=g("waiting", 0.2)),
         Series("vllm:prefix_cache_queries_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
-        Series("vllm:prefix_cache_hits_total", vllm,
-               rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * min(1.0, p["hit_rate"]
-                                                                          * (1 + _noise(f"{h}:hit", t, 0.02)))),
+        Series(
+            "vllm:prefix_cache_hits_total",
+            vllm,
+            rate=lambda p, t: (
+                p["arrival_rate"] * p["prompt_len"] * min(1.0, p["hit_rate"] * (1 + _noise(f"{h}:hit", t, 0.02)))
+            ),
+        ),
         Series("vllm:num_preemptions_total", vllm, rate=lambda p, t: p["preempt_rate"]),
         Series("vllm:request_success_total", vllm | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
         Series("vllm:prompt_tokens_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
@@ -193,16 +213,28 @@ def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
 
 def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
     """SGLang names (python/sglang/srt/observability/metrics_collector.py)."""
-    labels = {"job": "sglang", "instance": f"{h}:{port}", "model_name": MODEL, "engine_type": "unified",
-              "tp_rank": "0", "pp_rank": "0"}
+    labels = {
+        "job": "sglang",
+        "instance": f"{h}:{port}",
+        "model_name": MODEL,
+        "engine_type": "unified",
+        "tp_rank": "0",
+        "pp_rank": "0",
+    }
     return [
         Series("sglang:num_queue_reqs", labels, gauge=g("waiting", 0.2)),
         Series("sglang:num_running_reqs", labels, gauge=g("running", 0.05)),
         Series("sglang:token_usage", labels, gauge=g("kv_usage", 0.01, hi=1.0)),
-        Series("sglang:prefill_effective_tokens_total", labels | {"mode": "input"},
-               rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * (1 - p["hit_rate"])),
-        Series("sglang:prefill_effective_tokens_total", labels | {"mode": "device_hit"},
-               rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * p["hit_rate"]),
+        Series(
+            "sglang:prefill_effective_tokens_total",
+            labels | {"mode": "input"},
+            rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * (1 - p["hit_rate"]),
+        ),
+        Series(
+            "sglang:prefill_effective_tokens_total",
+            labels | {"mode": "device_hit"},
+            rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * p["hit_rate"],
+        ),
         Series("sglang:prompt_tokens_total", labels, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
         *_histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("sglang:inter_token_latency_seconds", labels, ITL_BUCKETS, "itl"),
@@ -235,10 +267,14 @@ def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
         # Dynamic batching: `running / 4` requests per model execution (3 at the baseline).
         Series("nv_inference_exec_count", labels, rate=lambda p, t: p["arrival_rate"] / max(1.0, p["running"] / 4)),
         Series("nv_inference_queue_duration_us", labels, rate=lambda p, t: p["arrival_rate"] * p["queue_time"] * 1e6),
-        Series("nv_trt_llm_kv_cache_block_metrics", labels | {"kv_cache_block_type": "fraction"},
-               gauge=g("kv_usage", 0.01, hi=1.0)),
-        *_histogram("nv_inference_first_response_histogram_ms", labels, [b * 1000 for b in TTFT_BUCKETS], "ttft",
-                    scale=1000.0),
+        Series(
+            "nv_trt_llm_kv_cache_block_metrics",
+            labels | {"kv_cache_block_type": "fraction"},
+            gauge=g("kv_usage", 0.01, hi=1.0),
+        ),
+        *_histogram(
+            "nv_inference_first_response_histogram_ms", labels, [b * 1000 for b in TTFT_BUCKETS], "ttft", scale=1000.0
+        ),
     ]
 
 
@@ -269,8 +305,11 @@ def _vllm_v08(h: str, g: Gauge, port: int = 8000) -> list[Series]:
     v0 = [s for s in _vllm_v0(h, g, port) if s.name != "vllm:gpu_prefix_cache_hit_rate"]
     return v0 + [
         Series("vllm:gpu_prefix_cache_queries_total", labels, rate=queries),
-        Series("vllm:gpu_prefix_cache_hits_total", labels,
-               rate=lambda p, t: queries(p, t) * min(1.0, p["hit_rate"] * (1 + _noise(f"{h}:hits", t, 0.01)))),
+        Series(
+            "vllm:gpu_prefix_cache_hits_total",
+            labels,
+            rate=lambda p, t: queries(p, t) * min(1.0, p["hit_rate"] * (1 + _noise(f"{h}:hits", t, 0.01))),
+        ),
     ]
 
 
@@ -283,13 +322,23 @@ def _triton_trtllm(h: str, g: Gauge, port: int = 8002) -> list[Series]:
         Series("nv_inference_request_success", labels, rate=lambda p, t: p["arrival_rate"]),
         Series("nv_trt_llm_request_metrics", labels | {"request_type": "waiting"}, gauge=g("waiting", 0.2)),
         Series("nv_trt_llm_request_metrics", labels | {"request_type": "active"}, gauge=g("running", 0.05)),
-        Series("nv_trt_llm_kv_cache_block_metrics", labels | {"kv_cache_block_type": "fraction"},
-               gauge=g("kv_usage", 0.01, hi=1.0)),
+        Series(
+            "nv_trt_llm_kv_cache_block_metrics",
+            labels | {"kv_cache_block_type": "fraction"},
+            gauge=g("kv_usage", 0.01, hi=1.0),
+        ),
     ]
 
 
-SERVING = {"vllm_v1": _vllm_v1, "vllm_v0": _vllm_v0, "vllm_v08": _vllm_v08, "sglang": _sglang, "tgi": _tgi,
-           "triton": _triton, "triton_trtllm": _triton_trtllm}
+SERVING = {
+    "vllm_v1": _vllm_v1,
+    "vllm_v0": _vllm_v0,
+    "vllm_v08": _vllm_v08,
+    "sglang": _sglang,
+    "tgi": _tgi,
+    "triton": _triton,
+    "triton_trtllm": _triton_trtllm,
+}
 
 
 def address(kind: str, host: str) -> str:
@@ -301,13 +350,20 @@ def address(kind: str, host: str) -> str:
 
 def _dcgm_labels(host: Host, index: int) -> dict[str, str]:
     h = host.name
-    return {"job": "dcgm", "instance": f"{address('exporter', h) if host.addresses else h}:9400", "Hostname": h,
-            "gpu": str(index), "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-{index:04d}",
-            "modelName": "NVIDIA H100 80GB HBM3", "device": f"nvidia{index}"}
+    return {
+        "job": "dcgm",
+        "instance": f"{address('exporter', h) if host.addresses else h}:9400",
+        "Hostname": h,
+        "gpu": str(index),
+        "UUID": f"GPU-{zlib.crc32(h.encode()):08x}-{index:04d}",
+        "modelName": "NVIDIA H100 80GB HBM3",
+        "device": f"nvidia{index}",
+    }
 
 
 def _dcgm(dcgm: dict[str, str], g: Gauge, params: Callable[[dict[str, float], float], dict]) -> list[Series]:
     """One GPU's DCGM fields (default counters plus throttle reasons); `params` picks the values it sees."""
+
     def v(key: str, amp: float = 0.03, hi: float = math.inf) -> Callable[[dict[str, float], float], float]:
         inner = g(key, amp, hi=hi)
         return lambda p, t: inner(params(p, t), t)
@@ -345,17 +401,29 @@ def host_series(host: Host) -> list[Series]:
             if host.addresses:
                 s.labels["instance"] = s.labels["instance"].replace(h, address("pod", h), 1)
     if host.addresses:
-        series.append(Series("node_uname_info", node | {"nodename": h, "sysname": "Linux"},
-                             gauge=lambda p, t: 1.0))
+        series.append(Series("node_uname_info", node | {"nodename": h, "sysname": "Linux"}, gauge=lambda p, t: 1.0))
     if host.addresses and host.pod:
-        series.append(Series("kube_pod_info", {
-            "job": "kube-state-metrics", "instance": "10.96.0.20:8080", "namespace": NAMESPACE, "pod": host.pod,
-            "node": h, "host_ip": address("node", h), "pod_ip": address("pod", h)}, gauge=lambda p, t: 1.0))
+        series.append(
+            Series(
+                "kube_pod_info",
+                {
+                    "job": "kube-state-metrics",
+                    "instance": "10.96.0.20:8080",
+                    "namespace": NAMESPACE,
+                    "pod": host.pod,
+                    "node": h,
+                    "host_ip": address("node", h),
+                    "pod_ip": address("pod", h),
+                },
+                gauge=lambda p, t: 1.0,
+            )
+        )
     if "cadvisor" in host.exporters and host.pod:
         # The engine container has a quota of len(PINNED) cores and keeps them `pinned_busy` busy.
         # The pod-level cgroup (container="") repeats the usage, as cAdvisor does; queries drop it.
         pod = {"job": "cadvisor", "instance": f"{h}:10250", "namespace": NAMESPACE, "pod": host.pod}
         engine = pod | {"container": "vllm"}
+
         def usage(p: dict[str, float], t: float) -> float:
             return len(PINNED) * min(1.0, p["pinned_busy"] * (1 + _noise(f"{h}:cadvisor", t, 0.03)))
 
@@ -391,8 +459,13 @@ def host_series(host: Host) -> list[Series]:
         proc = {"job": "process", "instance": f"{node['instance'].split(':')[0]}:9256", "groupname": "vLLM-engine"}
         busy = g("pinned_busy", 0.03, hi=1.0)
         for mode, share in (("user", 0.85), ("system", 0.15)):
-            series.append(Series("namedprocess_namegroup_cpu_seconds_total", proc | {"mode": mode},
-                                 rate=lambda p, t, share=share: share * len(PINNED) * busy(p, t)))
+            series.append(
+                Series(
+                    "namedprocess_namegroup_cpu_seconds_total",
+                    proc | {"mode": mode},
+                    rate=lambda p, t, share=share: share * len(PINNED) * busy(p, t),
+                )
+            )
     if "node" in host.exporters:
         series += [
             Series("node_context_switches_total", node, rate=g("ctx_switches", 0.05)),

@@ -37,16 +37,26 @@ PROBE_RULE = {
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str,
-          e2e_broker_url: str) -> Iterator[promstack.ServiceStack]:
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, e2e_database_url: str, e2e_broker_url: str
+) -> Iterator[promstack.ServiceStack]:
     now = time.time()
     onset = now - ONSET_MINUTES_AGO * 60
-    hosts = [Host(name, fault, onset, exporters=HOST_EXPORTERS.get(name, EXPORTERS))
-             for name, (fault, *_rest) in CASES.items()]
+    hosts = [
+        Host(name, fault, onset, exporters=HOST_EXPORTERS.get(name, EXPORTERS))
+        for name, (fault, *_rest) in CASES.items()
+    ]
     hosts.append(Host("node-neighbour", None, onset))  # healthy, never alerts
     fleet = Fleet(hosts, start=now - 3 * 3600 - 15 * 60)
-    with promstack.service_stack(tmp_path_factory.mktemp("e2e"), fleet, now, e2e_database_url, e2e_broker_url,
-                                 with_alertmanager=True, extra_rules=[PROBE_RULE]) as running:
+    with promstack.service_stack(
+        tmp_path_factory.mktemp("e2e"),
+        fleet,
+        now,
+        e2e_database_url,
+        e2e_broker_url,
+        with_alertmanager=True,
+        extra_rules=[PROBE_RULE],
+    ) as running:
         yield running
 
 
@@ -74,10 +84,13 @@ def _wait_for_investigations(stack: promstack.ServiceStack, timeout: float = 150
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         by_host = _incidents_by_host(stack)
-        done = {h for h, incs in by_host.items()
-                if all(i["investigation"] and i["investigation"]["status"] in ("done", "failed") for i in incs)
-                and {CASES.get(h, (None, None))[1]} <= {i["alertname"] for i in incs}
-                and (h not in SLO_REQUIRED or SLO_ALERT in {i["alertname"] for i in incs})}
+        done = {
+            h
+            for h, incs in by_host.items()
+            if all(i["investigation"] and i["investigation"]["status"] in ("done", "failed") for i in incs)
+            and {CASES.get(h, (None, None))[1]} <= {i["alertname"] for i in incs}
+            and (h not in SLO_REQUIRED or SLO_ALERT in {i["alertname"] for i in incs})
+        }
         if done >= set(CASES):
             return by_host
         time.sleep(1)

@@ -26,22 +26,32 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     workdir = tmp_path_factory.mktemp("collect")
     now = time.time()
     onset = now - 20 * 60
-    fleet = Fleet([Host("gpu-a", "arrival_surge", onset), Host("gpu-b", None, onset),
-                   Host("gpu-c", "cpu_launch_overhead", onset),
-                   Host("sg-a", "prefix_cache_miss", onset, stack="sglang"),
-                   Host("tgi-a", "arrival_surge", onset, stack="tgi"),
-                   Host("tri-a", "arrival_surge", onset, stack="triton"),
-                   Host("v0-a", "kv_memory_pressure", onset, stack="vllm_v0"),
-                   Host("trt-a", "arrival_surge", onset, stack="triton_trtllm"),
-                   Host("k8s-a", "cpu_quota_throttling", onset, pod="vllm-k8s-a-0",
-                        exporters=frozenset({"serving", "dcgm", "cadvisor"})),
-                   Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False),
-                   Host("v08-a", "prefix_cache_miss", onset, stack="vllm_v08"),
-                   Host("proc-a", "cpu_launch_overhead", onset, isolcpus=False, exporters=WITH_PROCESS),
-                   Host("proc-b", "cpu_launch_overhead", onset, exporters=WITH_PROCESS),
-                   Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True),
-                   Host("multi-a", "gpu_degraded", onset, gpus=4)],
-                  start=now - 3 * 3600 - 15 * 60)
+    fleet = Fleet(
+        [
+            Host("gpu-a", "arrival_surge", onset),
+            Host("gpu-b", None, onset),
+            Host("gpu-c", "cpu_launch_overhead", onset),
+            Host("sg-a", "prefix_cache_miss", onset, stack="sglang"),
+            Host("tgi-a", "arrival_surge", onset, stack="tgi"),
+            Host("tri-a", "arrival_surge", onset, stack="triton"),
+            Host("v0-a", "kv_memory_pressure", onset, stack="vllm_v0"),
+            Host("trt-a", "arrival_surge", onset, stack="triton_trtllm"),
+            Host(
+                "k8s-a",
+                "cpu_quota_throttling",
+                onset,
+                pod="vllm-k8s-a-0",
+                exporters=frozenset({"serving", "dcgm", "cadvisor"}),
+            ),
+            Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False),
+            Host("v08-a", "prefix_cache_miss", onset, stack="vllm_v08"),
+            Host("proc-a", "cpu_launch_overhead", onset, isolcpus=False, exporters=WITH_PROCESS),
+            Host("proc-b", "cpu_launch_overhead", onset, exporters=WITH_PROCESS),
+            Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True),
+            Host("multi-a", "gpu_degraded", onset, gpus=4),
+        ],
+        start=now - 3 * 3600 - 15 * 60,
+    )
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
     with Exporter(fleet, time.time) as exporter:
         proc, url = promstack.start_prometheus(workdir, exporter.port, None)
@@ -56,8 +66,11 @@ def _analyse(url: str | None, labels: dict[str, str], settings: Settings | None 
     start = datetime.now(UTC) - timedelta(minutes=1)
     target = target_from_alerts([labels], [start], TargetConfig())
     analysis = analyse(settings, target)
-    return {"analysis": analysis, "findings": {f.key: f for f in analysis.findings},
-            "top": analysis.hypotheses[0].category}
+    return {
+        "analysis": analysis,
+        "findings": {f.key: f for f in analysis.findings},
+        "top": analysis.hypotheses[0].category,
+    }
 
 
 def test_alert_on_one_instance_is_not_diluted_by_its_healthy_neighbour(prometheus: str) -> None:
@@ -72,8 +85,10 @@ def test_alert_on_one_instance_is_not_diluted_by_its_healthy_neighbour(prometheu
 
 def test_dcgm_alert_naming_the_host_in_Hostname_reaches_serving_and_node_series(prometheus: str) -> None:
     # `instance` is the DCGM exporter's pod IP, which no other series shares; `Hostname` is the node.
-    result = _analyse(prometheus, {"alertname": "GPUUtilLow", "Hostname": "gpu-c", "instance": "10.0.0.7:9400",
-                                   "gpu": "0", "job": "dcgm"})
+    result = _analyse(
+        prometheus,
+        {"alertname": "GPUUtilLow", "Hostname": "gpu-c", "instance": "10.0.0.7:9400", "gpu": "0", "job": "dcgm"},
+    )
     selectors = result["analysis"].collection.selectors
     assert all("gpu-c" in (selectors[scope] or "") for scope in ("serving", "gpu", "node")), selectors
     assert result["findings"]["cpu_bound_ratio"].breached
@@ -116,15 +131,19 @@ def test_step_keeps_every_series_under_the_point_limit(prometheus: str) -> None:
     assert points <= Settings().max_points_per_series < 11000
 
 
-@pytest.mark.parametrize(("labels", "stack", "breached", "top"), [
-    ({"instance": "sg-a:30000", "model_name": MODEL}, "sglang", "prefix_cache_hit_rate", "prefix_cache_miss"),
-    ({"instance": "tgi-a:9000"}, "tgi", "queue_median", "arrival_surge"),
-    ({"instance": "tri-a:8002", "model": "llama"}, "triton", "queue_median", "arrival_surge"),
-    ({"instance": "v0-a:8000", "model_name": MODEL}, "vllm_v0", "kv_cache_usage", "kv_memory_pressure"),
-    ({"instance": "trt-a:8002", "model": "tensorrt_llm"}, "triton", "queue_median", "arrival_surge"),
-])
-def test_serving_stack_is_detected_from_its_metric_names(prometheus: str, labels: dict[str, str], stack: str,
-                                                        breached: str, top: str) -> None:
+@pytest.mark.parametrize(
+    ("labels", "stack", "breached", "top"),
+    [
+        ({"instance": "sg-a:30000", "model_name": MODEL}, "sglang", "prefix_cache_hit_rate", "prefix_cache_miss"),
+        ({"instance": "tgi-a:9000"}, "tgi", "queue_median", "arrival_surge"),
+        ({"instance": "tri-a:8002", "model": "llama"}, "triton", "queue_median", "arrival_surge"),
+        ({"instance": "v0-a:8000", "model_name": MODEL}, "vllm_v0", "kv_cache_usage", "kv_memory_pressure"),
+        ({"instance": "trt-a:8002", "model": "tensorrt_llm"}, "triton", "queue_median", "arrival_surge"),
+    ],
+)
+def test_serving_stack_is_detected_from_its_metric_names(
+    prometheus: str, labels: dict[str, str], stack: str, breached: str, top: str
+) -> None:
     result = _analyse(prometheus, labels)
     assert result["analysis"].collection.stack == stack
     assert result["findings"][breached].breached, result["findings"][breached].detail
@@ -139,8 +158,14 @@ def test_signal_without_a_source_on_the_stack_is_not_measurable_rather_than_heal
     assert findings["queue_median"].status == "breached"
 
 
-K8S_ALERT = {"alertname": "LLMInterTokenLatencyHigh", "instance": "k8s-a:8000", "namespace": NAMESPACE,
-             "pod": "vllm-k8s-a-0", "model_name": MODEL, "job": "vllm"}
+K8S_ALERT = {
+    "alertname": "LLMInterTokenLatencyHigh",
+    "instance": "k8s-a:8000",
+    "namespace": NAMESPACE,
+    "pod": "vllm-k8s-a-0",
+    "model_name": MODEL,
+    "job": "vllm",
+}
 
 
 def test_cpu_bound_ratio_comes_from_cadvisor_when_node_exporter_is_absent(prometheus: str) -> None:
@@ -206,8 +231,15 @@ def test_vllm_08_reads_prefix_hits_from_its_block_counters(prometheus: str) -> N
 
 
 def test_engine_pod_scraped_by_pod_ip_reaches_its_nodes_cpus_through_kube_pod_info(prometheus: str) -> None:
-    result = _analyse(prometheus, {"instance": f"{address('pod', 'k8s-b')}:8000", "namespace": NAMESPACE,
-                                   "pod": "vllm-k8s-b-0", "model_name": MODEL})
+    result = _analyse(
+        prometheus,
+        {
+            "instance": f"{address('pod', 'k8s-b')}:8000",
+            "namespace": NAMESPACE,
+            "pod": "vllm-k8s-b-0",
+            "model_name": MODEL,
+        },
+    )
     target = result["analysis"].target
     assert {"k8s-b", address("node", "k8s-b")} <= set(target.aliases)
     selectors = result["analysis"].collection.selectors
@@ -251,8 +283,9 @@ def test_process_groups_that_match_no_group_fall_through_to_node_exporter(promet
 
 
 def test_alert_naming_only_its_pod_reaches_the_node_through_kube_pod_info(prometheus: str) -> None:
-    result = _analyse(prometheus, {"alertname": "LLMInterTokenLatencyHigh", "namespace": NAMESPACE,
-                                   "pod": "vllm-k8s-b-0"})
+    result = _analyse(
+        prometheus, {"alertname": "LLMInterTokenLatencyHigh", "namespace": NAMESPACE, "pod": "vllm-k8s-b-0"}
+    )
     target = result["analysis"].target
     assert target.host is None
     assert {"k8s-b", address("node", "k8s-b")} <= set(target.aliases)

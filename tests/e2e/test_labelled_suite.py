@@ -55,10 +55,12 @@ def test_exporters_scraped_by_address_are_joined_to_the_alerts_host(outcomes: li
         assert not missing, f"{outcome.scenario.name}: no selector for {missing}"
 
 
-@pytest.mark.parametrize(("onset_minutes_ago", "severity", "ramp"), [(60, 0.6, 600), (8, 1.0, 120)],
-                         ids=["milder-slower", "caught-early"])
+@pytest.mark.parametrize(
+    ("onset_minutes_ago", "severity", "ramp"), [(60, 0.6, 600), (8, 1.0, 120)], ids=["milder-slower", "caught-early"]
+)
 def test_milder_slower_or_early_faults_are_still_found_or_left_unexplained(
-        tmp_path: Path, onset_minutes_ago: float, severity: float, ramp: float) -> None:
+    tmp_path: Path, onset_minutes_ago: float, severity: float, ramp: float
+) -> None:
     """Faults at 60 % strength over a 10-minute ramp an hour ago (some signals stay under their
     thresholds, so a miss is allowed), or full faults only 8 minutes old: never a confident
     wrong answer."""

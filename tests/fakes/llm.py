@@ -32,8 +32,9 @@ LLAMA_CPP_JSON_SCHEMA_ERROR = (
     "'json_object' [type=literal_error, input_value='json_schema', input_type=str]"
 )
 # What OpenAI answers a model without structured outputs (400 invalid_request_error).
-OPENAI_JSON_SCHEMA_ERROR = ("Invalid parameter: 'response_format' of type 'json_schema' is not supported "
-                            "with this model.")
+OPENAI_JSON_SCHEMA_ERROR = (
+    "Invalid parameter: 'response_format' of type 'json_schema' is not supported with this model."
+)
 
 
 @dataclass
@@ -50,8 +51,9 @@ class Answer:
 
 
 def error(status: int, message: str, type_: str, code: str | None = None, **headers: str) -> Answer:
-    return Answer(status=status, error={"message": message, "type": type_, "param": None, "code": code},
-                  headers=headers)
+    return Answer(
+        status=status, error={"message": message, "type": type_, "param": None, "code": code}, headers=headers
+    )
 
 
 def completion(content: str, **kw: Any) -> Answer:
@@ -75,8 +77,18 @@ class FakeLLM(LoopbackServer):
                 fake.requests.append(body)
                 fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if self.path != "/v1/chat/completions":
-                    self._send(404, {"error": {"message": f"unknown path {self.path}", "type": "invalid_request_error",
-                                               "param": None, "code": None}}, {})
+                    self._send(
+                        404,
+                        {
+                            "error": {
+                                "message": f"unknown path {self.path}",
+                                "type": "invalid_request_error",
+                                "param": None,
+                                "code": None,
+                            }
+                        },
+                        {},
+                    )
                     return
                 answer = fake.reply(body)
                 if answer.delay:
@@ -88,15 +100,30 @@ class FakeLLM(LoopbackServer):
                 completion_tokens = answer.completion_tokens
                 if completion_tokens is None:
                     completion_tokens = len(answer.content or "") // 4
-                self._send(answer.status, {
-                    "id": f"chatcmpl-{len(fake.requests)}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body["model"], "system_fingerprint": "fp_fake",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.content,
-                                                         "refusal": None},
-                                 "logprobs": None, "finish_reason": answer.finish_reason}],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "total_tokens": prompt_tokens + completion_tokens},
-                }, answer.headers)
+                self._send(
+                    answer.status,
+                    {
+                        "id": f"chatcmpl-{len(fake.requests)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body["model"],
+                        "system_fingerprint": "fp_fake",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": answer.content, "refusal": None},
+                                "logprobs": None,
+                                "finish_reason": answer.finish_reason,
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens,
+                        },
+                    },
+                    answer.headers,
+                )
 
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str]) -> None:
                 data = json.dumps(payload).encode()
@@ -124,14 +151,35 @@ class FakeLLM(LoopbackServer):
 # --------------------------------------------------------------------------- evidence
 
 
-def finding(key: str, status: str, value: float | None = None, baseline: float | None = None,
-            threshold: float | None = None, comparison: str = ">", unit: str = "count",
-            onset_minutes_ago: float | None = None) -> Finding:
+def finding(
+    key: str,
+    status: str,
+    value: float | None = None,
+    baseline: float | None = None,
+    threshold: float | None = None,
+    comparison: str = ">",
+    unit: str = "count",
+    onset_minutes_ago: float | None = None,
+) -> Finding:
     onset = datetime.now(UTC) - timedelta(minutes=onset_minutes_ago) if onset_minutes_ago else None
     detail = f"{key} is {value}" if status in ("breached", "ok") else "data unavailable: no samples"
-    return Finding(key=key, kind="signal", title=key.replace("_", " "), status=status, breached=status == "breached",
-                   value=value, baseline=baseline, threshold=threshold, comparison=comparison, unit=unit,
-                   onset=onset, query=f"vector({value})", source="test", series_labels=None, detail=detail)
+    return Finding(
+        key=key,
+        kind="signal",
+        title=key.replace("_", " "),
+        status=status,
+        breached=status == "breached",
+        value=value,
+        baseline=baseline,
+        threshold=threshold,
+        comparison=comparison,
+        unit=unit,
+        onset=onset,
+        query=f"vector({value})",
+        source="test",
+        series_labels=None,
+        detail=detail,
+    )
 
 
 def surge_findings() -> list[Finding]:
@@ -153,9 +201,14 @@ def surge_findings() -> list[Finding]:
 
 
 def surge_target() -> Target:
-    return Target(host="gpu-node-1", labels={"instance": "gpu-node-1:8000", "model_name": "llama-3-8b"},
-                  alert_start=datetime.now(UTC) - timedelta(minutes=20), alertnames=["LLMRequestQueueMedianHigh"],
-                  hosts=["gpu-node-1"], instance="gpu-node-1:8000")
+    return Target(
+        host="gpu-node-1",
+        labels={"instance": "gpu-node-1:8000", "model_name": "llama-3-8b"},
+        alert_start=datetime.now(UTC) - timedelta(minutes=20),
+        alertnames=["LLMRequestQueueMedianHigh"],
+        hosts=["gpu-node-1"],
+        instance="gpu-node-1:8000",
+    )
 
 
 def surge_rules() -> list[Any]:
@@ -167,10 +220,18 @@ def answer_json(*hypotheses: dict[str, Any]) -> str:
 
 
 def hypothesis(category: str, evidence: list[str], rank_: int = 1, confidence: float = 0.7) -> dict[str, Any]:
-    return {"rank": rank_, "category": category, "title": f"{category} title", "confidence": confidence,
-            "evidence": evidence, "explanation": "Because the queue grew with the request rate.",
-            "next_steps": ["Check the request rate per tenant."]}
+    return {
+        "rank": rank_,
+        "category": category,
+        "title": f"{category} title",
+        "confidence": confidence,
+        "evidence": evidence,
+        "explanation": "Because the queue grew with the request rate.",
+        "next_steps": ["Check the request rate per tenant."],
+    }
 
 
-SURGE_ANSWER = answer_json(hypothesis("arrival_surge", ["queue_median", "request_rate"]),
-                           hypothesis("kv_memory_pressure", ["kv_cache_usage"], rank_=2, confidence=0.2))
+SURGE_ANSWER = answer_json(
+    hypothesis("arrival_surge", ["queue_median", "request_rate"]),
+    hypothesis("kv_memory_pressure", ["kv_cache_usage"], rank_=2, confidence=0.2),
+)

@@ -34,8 +34,10 @@ class StubPrometheus(LoopbackServer):
                     step = float(params["step"][0].rstrip("s"))
                     count = int((end - start) // step) + 1
                     values = [[start + i * step, stub.VALUE] for i in range(count)]
-                    data = {"resultType": "matrix", "result": [{"metric": {"instance": "gpu-node-1:8000"},
-                                                                "values": values}]}
+                    data = {
+                        "resultType": "matrix",
+                        "result": [{"metric": {"instance": "gpu-node-1:8000"}, "values": values}],
+                    }
                 elif parts.path.endswith("/query"):
                     data = {"resultType": "vector", "result": [{"metric": {}, "value": [now, "1"]}]}
                 else:

@@ -162,8 +162,13 @@ class FakeSlack(LoopbackServer):
     # ------------------------------------------------------------------ what tests look at
 
     def calls(self, path_end: str, ok_only: bool = True) -> list[Received]:
-        return [r for r in self.received if r.path.endswith(path_end) and (r.status == 200 or not ok_only)
-                and (not ok_only or '"ok": false' not in r.answer)]
+        return [
+            r
+            for r in self.received
+            if r.path.endswith(path_end)
+            and (r.status == 200 or not ok_only)
+            and (not ok_only or '"ok": false' not in r.answer)
+        ]
 
     def posts(self) -> list[Received]:
         """Accepted chat.postMessage calls that started a message (not thread replies)."""
@@ -196,13 +201,19 @@ class FakeSlack(LoopbackServer):
                 return 429, {**(jsonh if api else plain), **extra}, body_text, payload
             return failure.status, {**plain, **extra}, failure.error, payload
         if payload is None:
-            return (200, jsonh, json.dumps({"ok": False, "error": "invalid_json"}), {}) if api else \
-                (400, plain, "invalid_payload", {})
+            return (
+                (200, jsonh, json.dumps({"ok": False, "error": "invalid_json"}), {})
+                if api
+                else (400, plain, "invalid_payload", {})
+            )
         problems = block_kit_problems(payload)
         if problems:
             self.problems += problems
-            return (200, jsonh, json.dumps({"ok": False, "error": "invalid_blocks"}), payload) if api else \
-                (400, plain, "invalid_blocks", payload)
+            return (
+                (200, jsonh, json.dumps({"ok": False, "error": "invalid_blocks"}), payload)
+                if api
+                else (400, plain, "invalid_blocks", payload)
+            )
         if not api:
             if path != WEBHOOK_PATH:
                 return 404, plain, "no_service", payload
@@ -210,8 +221,13 @@ class FakeSlack(LoopbackServer):
         if headers.get("Authorization") != f"Bearer {TOKEN}":
             return 200, jsonh, json.dumps({"ok": False, "error": "invalid_auth"}), payload
         method = path.removeprefix("/api/")
-        result = self._post(payload) if method == "chat.postMessage" else \
-            self._update(payload) if method == "chat.update" else {"ok": False, "error": "unknown_method"}
+        result = (
+            self._post(payload)
+            if method == "chat.postMessage"
+            else self._update(payload)
+            if method == "chat.update"
+            else {"ok": False, "error": "unknown_method"}
+        )
         return 200, jsonh, json.dumps(result), payload
 
     @staticmethod
@@ -242,8 +258,14 @@ class FakeSlack(LoopbackServer):
         if thread_ts and (channel, thread_ts) not in self.messages:
             return {"ok": False, "error": "thread_not_found"}
         ts = f"1700000000.{next(self._ts):06d}"
-        message = {"type": "message", "text": payload.get("text", ""), "blocks": payload.get("blocks", []),
-                   "ts": ts, "bot_id": "B0FAKE", **({"thread_ts": thread_ts} if thread_ts else {})}
+        message = {
+            "type": "message",
+            "text": payload.get("text", ""),
+            "blocks": payload.get("blocks", []),
+            "ts": ts,
+            "bot_id": "B0FAKE",
+            **({"thread_ts": thread_ts} if thread_ts else {}),
+        }
         self.messages[(channel, ts)] = message
         return {"ok": True, "channel": channel, "ts": ts, "message": message}
 
@@ -252,5 +274,10 @@ class FakeSlack(LoopbackServer):
         if key not in self.messages:  # a channel name instead of its id also lands here, as on Slack
             return {"ok": False, "error": "message_not_found"}
         self.messages[key].update(text=payload.get("text", ""), blocks=payload.get("blocks", []))
-        return {"ok": True, "channel": key[0], "ts": key[1], "text": payload.get("text", ""),
-                "message": self.messages[key]}
+        return {
+            "ok": True,
+            "channel": key[0],
+            "ts": key[1],
+            "text": payload.get("text", ""),
+            "message": self.messages[key],
+        }

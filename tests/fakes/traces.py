@@ -77,13 +77,15 @@ class Store:
 
     def matching(self, service: str, start_us: int, end_us: int, limit: int) -> list[FakeTrace]:
         """Traces with a span of `service` starting in [start, end], newest first (as Jaeger's stores)."""
-        hits = [t for t in self.traces
-                if any(s.service == service and start_us <= s.start_us <= end_us for s in t.spans)]
+        hits = [
+            t for t in self.traces if any(s.service == service and start_us <= s.start_us <= end_us for s in t.spans)
+        ]
         hits.sort(key=lambda t: -t.start_us)
         return hits[:limit]
 
 
 # ----------------------------------------------------------------------------- Jaeger
+
 
 def jaeger_trace(trace: FakeTrace) -> dict:
     processes: dict[str, str] = {}
@@ -96,13 +98,29 @@ def jaeger_trace(trace: FakeTrace) -> dict:
         if s.error:
             tags.append({"key": "error", "type": "bool", "value": True})
         tags += [{"key": k, "type": "float64", "value": v} for k, v in s.attributes.items()]
-        spans.append({"traceID": trace.trace_id, "spanID": s.span_id, "operationName": s.operation,
-                      "references": refs, "startTime": s.start_us, "duration": s.duration_us, "tags": tags,
-                      "logs": [], "processID": processes[s.service], "warnings": None})
-    return {"traceID": trace.trace_id, "spans": spans, "warnings": None,
-            "processes": {pid: {"serviceName": svc, "tags": [{"key": "hostname", "type": "string",
-                                                             "value": f"{svc}-0"}]}
-                          for svc, pid in processes.items()}}
+        spans.append(
+            {
+                "traceID": trace.trace_id,
+                "spanID": s.span_id,
+                "operationName": s.operation,
+                "references": refs,
+                "startTime": s.start_us,
+                "duration": s.duration_us,
+                "tags": tags,
+                "logs": [],
+                "processID": processes[s.service],
+                "warnings": None,
+            }
+        )
+    return {
+        "traceID": trace.trace_id,
+        "spans": spans,
+        "warnings": None,
+        "processes": {
+            pid: {"serviceName": svc, "tags": [{"key": "hostname", "type": "string", "value": f"{svc}-0"}]}
+            for svc, pid in processes.items()
+        },
+    }
 
 
 def _structured(data: object, errors: list[dict] | None = None, total: int = 0) -> dict:
@@ -110,6 +128,7 @@ def _structured(data: object, errors: list[dict] | None = None, total: int = 0) 
 
 
 # ----------------------------------------------------------------------------- Tempo
+
 
 def _b64(hex_id: str) -> str:
     return base64.b64encode(bytes.fromhex(hex_id)).decode()
@@ -122,16 +141,25 @@ def otlp_trace(trace: FakeTrace, canonical: bool) -> dict:
     for service in sorted({s.service for s in trace.spans}):
         spans = []
         for s in (x for x in trace.spans if x.service == service):
-            span = {"traceId": encode(trace.trace_id), "spanId": encode(s.span_id), "name": s.operation,
-                    "kind": "SPAN_KIND_INTERNAL", "startTimeUnixNano": str(s.start_us * 1000),
-                    "endTimeUnixNano": str((s.start_us + s.duration_us) * 1000),
-                    "attributes": [{"key": k, "value": {"doubleValue": v}} for k, v in s.attributes.items()],
-                    "status": {"code": "STATUS_CODE_ERROR", "message": "failed"} if s.error else {}}
+            span = {
+                "traceId": encode(trace.trace_id),
+                "spanId": encode(s.span_id),
+                "name": s.operation,
+                "kind": "SPAN_KIND_INTERNAL",
+                "startTimeUnixNano": str(s.start_us * 1000),
+                "endTimeUnixNano": str((s.start_us + s.duration_us) * 1000),
+                "attributes": [{"key": k, "value": {"doubleValue": v}} for k, v in s.attributes.items()],
+                "status": {"code": "STATUS_CODE_ERROR", "message": "failed"} if s.error else {},
+            }
             if s.parent_id:
                 span["parentSpanId"] = encode(s.parent_id)
             spans.append(span)
-        batches.append({"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
-                        "scopeSpans": [{"scope": {"name": "fake-instrumentation"}, "spans": spans}]})
+        batches.append(
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+                "scopeSpans": [{"scope": {"name": "fake-instrumentation"}, "spans": spans}],
+            }
+        )
     return {"resourceSpans" if canonical else "batches": batches}
 
 
@@ -139,6 +167,7 @@ TRACEQL_SERVICE = re.compile(r'^\{\s*resource\.service\.name\s*=\s*"((?:[^"\\]|\
 
 
 # ----------------------------------------------------------------------------- server
+
 
 class _QuietServer(ThreadingHTTPServer):
     """A client closing its keep-alive connection is normal, not an error to print."""
@@ -165,8 +194,12 @@ class FakeBackend(LoopbackServer):
                     backend.store.requests.append(self.path)
                 for name, value in backend.store.required_headers.items():
                     if self.headers.get(name) != value:
-                        return self._send(401, {"message": "unauthorized"} if kind == "tempo"
-                                          else _structured(None, [{"code": 401, "msg": "unauthorized"}]))
+                        return self._send(
+                            401,
+                            {"message": "unauthorized"}
+                            if kind == "tempo"
+                            else _structured(None, [{"code": 401, "msg": "unauthorized"}]),
+                        )
                 url = urlsplit(self.path)
                 params = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 status, body = (backend.jaeger if kind == "jaeger" else backend.tempo)(url.path, params)
@@ -217,11 +250,19 @@ class FakeBackend(LoopbackServer):
             service = match.group(1).replace('\\"', '"').replace("\\\\", "\\")
             start, end = int(params["start"]) * 1_000_000, int(params["end"]) * 1_000_000 + 999_999
             found = self.store.matching(service, start, end, int(params.get("limit", "20")))
-            return 200, {"traces": [{"traceID": t.trace_id.lstrip("0"), "rootServiceName": t.root.service,
-                                     "rootTraceName": t.root.operation,
-                                     "startTimeUnixNano": str(t.start_us * 1000),
-                                     "durationMs": t.root.duration_us // 1000} for t in found],
-                         "metrics": {"inspectedBytes": "1024", "completedJobs": 1, "totalJobs": 1}}
+            return 200, {
+                "traces": [
+                    {
+                        "traceID": t.trace_id.lstrip("0"),
+                        "rootServiceName": t.root.service,
+                        "rootTraceName": t.root.operation,
+                        "startTimeUnixNano": str(t.start_us * 1000),
+                        "durationMs": t.root.duration_us // 1000,
+                    }
+                    for t in found
+                ],
+                "metrics": {"inspectedBytes": "1024", "completedJobs": 1, "totalJobs": 1},
+            }
         if path.startswith("/api/traces/"):
             trace = self.store.find(path.rsplit("/", 1)[1].rjust(32, "0").lower())
             if trace is None:
@@ -304,16 +345,34 @@ class TraceFactory:
         """What vLLM itself exports: one `llm_request` SERVER span, its phases as `gen_ai.latency.*`
         attributes in seconds (vllm/tracing.py SpanAttributes; OutputProcessor.do_tracing)."""
         queue, prefill, decode = self._ms(phases.queue), self._ms(phases.prefill), self._ms(phases.decode)
-        attributes = {"gen_ai.latency.time_in_queue": queue / 1e6,
-                      "gen_ai.latency.time_in_model_prefill": prefill / 1e6,
-                      "gen_ai.latency.time_in_model_decode": decode / 1e6,
-                      "gen_ai.latency.e2e": (queue + prefill + decode + 5000) / 1e6}
-        span = FakeSpan(self._id(16), None, self.service, "llm_request", start_us, queue + prefill + decode + 5000,
-                        error, attributes)
+        attributes = {
+            "gen_ai.latency.time_in_queue": queue / 1e6,
+            "gen_ai.latency.time_in_model_prefill": prefill / 1e6,
+            "gen_ai.latency.time_in_model_decode": decode / 1e6,
+            "gen_ai.latency.e2e": (queue + prefill + decode + 5000) / 1e6,
+        }
+        span = FakeSpan(
+            self._id(16),
+            None,
+            self.service,
+            "llm_request",
+            start_us,
+            queue + prefill + decode + 5000,
+            error,
+            attributes,
+        )
         return FakeTrace(self._id(32), [span])
 
-    def window(self, start_us: int, end_us: int, onset_us: int, fault: Phases, per_minute: float = 6.0,
-               error_rate_after: float = 0.0, vllm_native: bool = False) -> list[FakeTrace]:
+    def window(
+        self,
+        start_us: int,
+        end_us: int,
+        onset_us: int,
+        fault: Phases,
+        per_minute: float = 6.0,
+        error_rate_after: float = 0.0,
+        vllm_native: bool = False,
+    ) -> list[FakeTrace]:
         """Requests every ~1/per_minute minutes over [start, end); `fault` phases from `onset`."""
         traces, t = [], start_us
         make = self.vllm_native if vllm_native else self.request

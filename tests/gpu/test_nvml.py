@@ -33,8 +33,11 @@ from tests.helpers.processes import stop_process, subprocess_env
 GIB = 1024**3
 HOST = socket.gethostname()
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-GPM_IDS = {"sm": pynvml.NVML_GPM_METRIC_SM_UTIL, "tensor": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-           "dram": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL}
+GPM_IDS = {
+    "sm": pynvml.NVML_GPM_METRIC_SM_UTIL,
+    "tensor": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+    "dram": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+}
 
 
 @dataclass
@@ -58,14 +61,40 @@ class FakeGpu:
 
 
 def hopper() -> FakeGpu:
-    return FakeGpu("NVIDIA H100 80GB HBM3", "GPU-5f1c2a3b-0d4e-4f60-8a71-9b8c7d6e5f40", 87, 41, 80 * GIB, 61 * GIB,
-                   1980, 2619, 0x4 | 0x20, 1500, 250_000, 64, 612_345,
-                   gpm={GPM_IDS["sm"]: 73.5, GPM_IDS["tensor"]: 48.25, GPM_IDS["dram"]: 35.0})
+    return FakeGpu(
+        "NVIDIA H100 80GB HBM3",
+        "GPU-5f1c2a3b-0d4e-4f60-8a71-9b8c7d6e5f40",
+        87,
+        41,
+        80 * GIB,
+        61 * GIB,
+        1980,
+        2619,
+        0x4 | 0x20,
+        1500,
+        250_000,
+        64,
+        612_345,
+        gpm={GPM_IDS["sm"]: 73.5, GPM_IDS["tensor"]: 48.25, GPM_IDS["dram"]: 35.0},
+    )
 
 
 def ampere() -> FakeGpu:
-    return FakeGpu("NVIDIA A100-SXM4-80GB", "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9", 55, 20, 80 * GIB, 12 * GIB,
-                   1410, 1593, 0x1, 800, 3000, 51, 250_000)
+    return FakeGpu(
+        "NVIDIA A100-SXM4-80GB",
+        "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+        55,
+        20,
+        80 * GIB,
+        12 * GIB,
+        1410,
+        1593,
+        0x1,
+        800,
+        3000,
+        51,
+        250_000,
+    )
 
 
 def fail(code: int) -> pynvml.NVMLError:
@@ -146,8 +175,9 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> Any:
         gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle)
-        return pynvml.c_nvmlMemory_t(total=gpu.memory_total, free=gpu.memory_total - gpu.memory_used,
-                                     used=gpu.memory_used)
+        return pynvml.c_nvmlMemory_t(
+            total=gpu.memory_total, free=gpu.memory_total - gpu.memory_used, used=gpu.memory_used
+        )
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
         gpu = self._gpu("nvmlDeviceGetClockInfo", handle)
@@ -183,8 +213,9 @@ class FakeNvml:
 
     def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
         gpu = self._gpu("nvmlGpmQueryDeviceSupport", handle)
-        return pynvml.c_nvmlGpmSupport_t(version=pynvml.NVML_GPM_SUPPORT_VERSION,
-                                         isSupportedDevice=int(gpu.gpm is not None))
+        return pynvml.c_nvmlGpmSupport_t(
+            version=pynvml.NVML_GPM_SUPPORT_VERSION, isSupportedDevice=int(gpu.gpm is not None)
+        )
 
     def nvmlGpmSampleAlloc(self) -> Any:
         self._initialised()
@@ -346,18 +377,31 @@ def test_once_prints_parseable_prometheus_text(nvml: FakeNvml, capsys: pytest.Ca
     out = capsys.readouterr().out
     families = {f.name: f for f in text_string_to_metric_families(out)}
     assert all(name.startswith("rca_gpu_") for name in families)
-    assert {"rca_gpu_utilization_percent", "rca_gpu_memory_used_bytes", "rca_gpu_sm_clock_mhz",
-            "rca_gpu_clocks_event_reasons", "rca_gpu_pcie_tx_bytes_per_second", "rca_gpu_gpm_sm_util_percent",
-            "rca_gpu_gpm_tensor_util_percent", "rca_gpu_gpm_dram_bw_util_percent"} <= set(families)
+    assert {
+        "rca_gpu_utilization_percent",
+        "rca_gpu_memory_used_bytes",
+        "rca_gpu_sm_clock_mhz",
+        "rca_gpu_clocks_event_reasons",
+        "rca_gpu_pcie_tx_bytes_per_second",
+        "rca_gpu_gpm_sm_util_percent",
+        "rca_gpu_gpm_tensor_util_percent",
+        "rca_gpu_gpm_dram_bw_util_percent",
+    } <= set(families)
     assert {s.labels["gpu"] for s in families["rca_gpu_utilization_percent"].samples} == {"0", "1"}
     assert nvml.refcount == 0 and not nvml.samples
 
 
-@pytest.mark.parametrize(("code", "reason"), [(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"),
-                                              (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded")])
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"),
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+    ],
+)
 @pytest.mark.parametrize("argv", [["gpu-probe", "--once"], ["gpu-probe", "--port", "0"]])
-def test_no_gpu_exits_3_with_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                      code: int, reason: str, argv: list[str]) -> None:
+def test_no_gpu_exits_3_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: int, reason: str, argv: list[str]
+) -> None:
     FakeNvml([], init_error=code).install(monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
@@ -367,8 +411,9 @@ def test_no_gpu_exits_3_with_one_line(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert captured.out == ""
 
 
-def test_driver_loaded_but_no_devices_exits_3(monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_driver_loaded_but_no_devices_exits_3(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     FakeNvml([]).install(monkeypatch)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["gpu-probe", "--once"])
@@ -385,8 +430,13 @@ def test_real_cli_on_this_machine() -> None:
     else:  # a GPU host: the same command must then produce real metrics
         pynvml.nvmlShutdown()
         reason = None
-    run = subprocess.run([sys.executable, "-c", "from rca.cli import main; main()", "gpu-probe", "--once"],
-                         capture_output=True, text=True, timeout=120, env=subprocess_env())
+    run = subprocess.run(
+        [sys.executable, "-c", "from rca.cli import main; main()", "gpu-probe", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=subprocess_env(),
+    )
     if reason is None:
         assert run.returncode == 0, run.stderr
         assert "rca_gpu_utilization_percent" in {f.name for f in text_string_to_metric_families(run.stdout)}
@@ -435,9 +485,14 @@ finally:
 
 def test_cli_serves_until_sigterm_then_closes_nvml() -> None:
     port = free_port()
-    child = subprocess.Popen([sys.executable, "-c", SERVE_WITH_FAKE, "gpu-probe", "--port", str(port),
-                              "--interval", "0.2"], cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SERVE_WITH_FAKE, "gpu-probe", "--port", str(port), "--interval", "0.2"],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

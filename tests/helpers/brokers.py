@@ -42,5 +42,6 @@ def claim_redis_db(pinned_offset: int = 0) -> tuple[str, redis.Redis]:
         if client.dbsize() == 0 and client.set(REDIS_CLAIM_KEY, token, nx=True, ex=900):
             return url, client
         client.close()
-    pytest.fail(f"no empty Redis database to use at {REDIS_URL} (tried {candidates}); set TEST_REDIS_URL",
-                pytrace=False)
+    pytest.fail(
+        f"no empty Redis database to use at {REDIS_URL} (tried {candidates}); set TEST_REDIS_URL", pytrace=False
+    )

@@ -24,8 +24,14 @@ TABLES = ("hypotheses", "findings", "notifications", "alerts", "investigations",
 SLACK_TABLES = ("slack_attempts", "slack_deliveries")  # emptied too, before the incidents they point at
 # Tables that hang off no incident and so survive a cascade from `incidents`.
 STANDALONE_TABLES = ("api_tokens",)
-MODELS = {"incidents": Incident, "alerts": Alert, "notifications": Notification,
-          "investigations": Investigation, "findings": Finding, "hypotheses": Hypothesis}
+MODELS = {
+    "incidents": Incident,
+    "alerts": Alert,
+    "notifications": Notification,
+    "investigations": Investigation,
+    "findings": Finding,
+    "hypotheses": Hypothesis,
+}
 
 
 def _admin_connect() -> psycopg.Connection[Any]:
@@ -33,8 +39,9 @@ def _admin_connect() -> psycopg.Connection[Any]:
         return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
         error = str(exc).strip()
-    pytest.fail(f"PostgreSQL is required for these tests and is not reachable at {PG_ADMIN_URL}: {error}",
-                pytrace=False)
+    pytest.fail(
+        f"PostgreSQL is required for these tests and is not reachable at {PG_ADMIN_URL}: {error}", pytrace=False
+    )
 
 
 def create_database() -> str:

@@ -21,7 +21,6 @@ INSTALL = {
 }
 
 
-
 def _service_series() -> dict[str, set[tuple[str, str]]]:
     """Every series name the service exposes with its label pairs, read from its real registry
     (rca.metrics: every label value is pre-created there), so the rules and dashboards are checked
@@ -71,8 +70,22 @@ _SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)?\s*\{([^}]*)\}")
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")')
 _IDENT = re.compile(r"(?<![\w.:])[a-zA-Z_:][\w:]*")
-_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool",
-             "and", "or", "unless", "inf", "nan", "atan2"}
+_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "offset",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+    "atan2",
+}
 
 
 def metric_names(expr: str) -> set[str]:
@@ -84,7 +97,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\[[^\]]*\]", "", _GROUPING.sub("", text))
     text = re.sub(r"\boffset\s+\w+", "", text)
     for m in _IDENT.finditer(text):
-        rest = text[m.end():].lstrip()
+        rest = text[m.end() :].lstrip()
         if m.group(0) not in _KEYWORDS and not rest.startswith("("):
             names.add(m.group(0))
     return names

@@ -33,8 +33,9 @@ def field_errors(client: TestClient, reply: httpx.Response) -> list[dict[str, An
     return reply.json()["detail"]
 
 
-def only_error(client: TestClient, reply: httpx.Response, loc: list[str | int], type_: str | None = None,
-               fragment: str = "") -> dict[str, Any]:
+def only_error(
+    client: TestClient, reply: httpx.Response, loc: list[str | int], type_: str | None = None, fragment: str = ""
+) -> dict[str, Any]:
     """The single field error of a 422, at `loc`, of `type_`, whose message holds `fragment`."""
     [error] = field_errors(client, reply)
     assert error["loc"] == loc, error

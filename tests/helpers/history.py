@@ -20,30 +20,67 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 def finding(key: str, onset_minute: int | None = None, breached: bool = True, title: str | None = None) -> Finding:
     onset = None if onset_minute is None else T0 + timedelta(minutes=onset_minute)
-    return Finding(key=key, kind="signal", title=title or f"{key.replace('_', ' ')} rose",
-                   status="breached" if breached else "ok", breached=breached, value=1.0, baseline=0.1,
-                   threshold=0.5, comparison=">", unit="ratio", onset=onset,
-                   query=f"{key}_query", source="prometheus", series_labels=None, detail=f"{key} went from 0.1 to 1.0")
+    return Finding(
+        key=key,
+        kind="signal",
+        title=title or f"{key.replace('_', ' ')} rose",
+        status="breached" if breached else "ok",
+        breached=breached,
+        value=1.0,
+        baseline=0.1,
+        threshold=0.5,
+        comparison=">",
+        unit="ratio",
+        onset=onset,
+        query=f"{key}_query",
+        source="prometheus",
+        series_labels=None,
+        detail=f"{key} went from 0.1 to 1.0",
+    )
 
 
-def finish_investigation(url: str, incident_id: int, breached: list[str], categories: list[str],
-                         stack: str | None = "vllm", analyst: str = "rules") -> int:
+def finish_investigation(
+    url: str,
+    incident_id: int,
+    breached: list[str],
+    categories: list[str],
+    stack: str | None = "vllm",
+    analyst: str = "rules",
+) -> int:
     """Run the incident's queued investigation to `done` with these results; returns its id.
     `breached` is in onset order (the first moved first)."""
     with session_scope(url) as session:
-        inv_id = session.scalar(select(Investigation.id).where(Investigation.incident_id == incident_id)
-                                .order_by(Investigation.id.desc()).limit(1))
+        inv_id = session.scalar(
+            select(Investigation.id)
+            .where(Investigation.incident_id == incident_id)
+            .order_by(Investigation.id.desc())
+            .limit(1)
+        )
         claim = investigations.claim(session, inv_id)
         assert claim is not None
         target = target_of(claim, TargetConfig())
-    findings = [finding(key, onset_minute=n) for n, key in enumerate(breached)] + [finding("gpu_utilization_ok",
-                                                                                         breached=False)]
-    hypotheses = [Hypothesis(rank=n + 1, category=cat, title=f"{cat.replace('_', ' ')} suspected",
-                             confidence=round(0.8 - 0.2 * n, 2), evidence=breached[:1], analyst=analyst)
-                  for n, cat in enumerate(categories)]
+    findings = [finding(key, onset_minute=n) for n, key in enumerate(breached)] + [
+        finding("gpu_utilization_ok", breached=False)
+    ]
+    hypotheses = [
+        Hypothesis(
+            rank=n + 1,
+            category=cat,
+            title=f"{cat.replace('_', ' ')} suspected",
+            confidence=round(0.8 - 0.2 * n, 2),
+            evidence=breached[:1],
+            analyst=analyst,
+        )
+        for n, cat in enumerate(categories)
+    ]
     window = Window(start=T0 - timedelta(hours=3), end=T0 + timedelta(minutes=30), step_seconds=15)
-    analysis = Analysis(target=target, collection=Collection(window=window, selectors={}, results=[], stack=stack),
-                        findings=findings, hypotheses=hypotheses, collect_seconds=0.1)
+    analysis = Analysis(
+        target=target,
+        collection=Collection(window=window, selectors={}, results=[], stack=stack),
+        findings=findings,
+        hypotheses=hypotheses,
+        collect_seconds=0.1,
+    )
     with session_scope(url) as session:
         investigations.save_result(session, inv_id, analysis.result(total_seconds=0.2))
         if analyst != "rules":  # the LLM analyst's own write path lands on another branch

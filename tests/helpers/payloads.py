@@ -15,9 +15,15 @@ def sample_payload() -> dict[str, Any]:
     return json.loads(resources.files("rca.samples").joinpath("alertmanager_queue_high.json").read_text())
 
 
-def make_alert(fingerprint: str, *, status: str = "firing", alertname: str = "LLMRequestQueueMedianHigh",
-               instance: str = "gpu-node-1:8000", starts_at: datetime | None = None,
-               **labels: str) -> dict[str, Any]:
+def make_alert(
+    fingerprint: str,
+    *,
+    status: str = "firing",
+    alertname: str = "LLMRequestQueueMedianHigh",
+    instance: str = "gpu-node-1:8000",
+    starts_at: datetime | None = None,
+    **labels: str,
+) -> dict[str, Any]:
     starts = starts_at or datetime.now(UTC) - timedelta(minutes=5)
     ends = "0001-01-01T00:00:00Z" if status == "firing" else datetime.now(UTC).isoformat()
     return {
@@ -31,8 +37,12 @@ def make_alert(fingerprint: str, *, status: str = "firing", alertname: str = "LL
     }
 
 
-def make_payload(group_key: str = "{}:{alertname=\"LLMRequestQueueMedianHigh\"}", *,
-                 alerts: list[dict[str, Any]] | None = None, status: str | None = None) -> dict[str, Any]:
+def make_payload(
+    group_key: str = '{}:{alertname="LLMRequestQueueMedianHigh"}',
+    *,
+    alerts: list[dict[str, Any]] | None = None,
+    status: str | None = None,
+) -> dict[str, Any]:
     """A version 4 notification; its status is `firing` if any alert fires, as Alertmanager does."""
     alerts = copy.deepcopy(alerts) if alerts is not None else [make_alert("fp-0001")]
     if status is None:

@@ -61,10 +61,14 @@ def running_worker(home: Path, env: dict[str, str], app: Celery, broker: str, na
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [str(VENV_BIN / "rca"), "worker", "--no-beat", "--concurrency", "1", "--hostname", hostname],
-            cwd=home, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            cwd=home,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
         )
     worker = Worker(process, app, log, broker)
     try:
+
         def ready() -> bool:
             if process.poll() is not None:
                 raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")

@@ -29,34 +29,88 @@ def store_incident(url: str, *, annotations: dict[str, str] | None = None, sever
     now = datetime.now(UTC)
     labels = {"alertname": "LLMRequestQueueMedianHigh", "instance": "gpu-node-1:8000", "severity": severity}
     with session_scope(url) as session:
-        incident = Incident(group_key=f"g-{now.timestamp()}", status="firing", title="queue high",
-                            alertname=labels["alertname"], receiver="llm-rca", group_labels={}, common_labels=labels,
-                            common_annotations={}, external_url="http://alertmanager:9093", notification_count=1)
+        incident = Incident(
+            group_key=f"g-{now.timestamp()}",
+            status="firing",
+            title="queue high",
+            alertname=labels["alertname"],
+            receiver="llm-rca",
+            group_labels={},
+            common_labels=labels,
+            common_annotations={},
+            external_url="http://alertmanager:9093",
+            notification_count=1,
+        )
         session.add(incident)
         session.flush()
-        session.add(Alert(incident_id=incident.id, fingerprint="fp", alertname=labels["alertname"], status="firing",
-                          labels=labels, annotations=annotations or {"summary": "queue above 4.7"},
-                          starts_at=now - timedelta(minutes=5), generator_url="http://prometheus:9090/graph", raw={}))
+        session.add(
+            Alert(
+                incident_id=incident.id,
+                fingerprint="fp",
+                alertname=labels["alertname"],
+                status="firing",
+                labels=labels,
+                annotations=annotations or {"summary": "queue above 4.7"},
+                starts_at=now - timedelta(minutes=5),
+                generator_url="http://prometheus:9090/graph",
+                raw={},
+            )
+        )
         return incident.id
 
 
-def store_investigation(url: str, incident_id: int, breached: list[str], categories: list[str],
-                        wording: str = "because the evidence says so") -> int:
+def store_investigation(
+    url: str,
+    incident_id: int,
+    breached: list[str],
+    categories: list[str],
+    wording: str = "because the evidence says so",
+) -> int:
     """A finished investigation with these breached findings and this ranking."""
     now = datetime.now(UTC)
     with session_scope(url) as session:
-        inv = Investigation(incident_id=incident_id, status="done", reason="new_incident", attempts=1,
-                            queued_at=now, finished_at=now, total_seconds=2.5, analyst="rules",
-                            target={"host": "gpu-node-1", "instance": "gpu-node-1:8000"})
+        inv = Investigation(
+            incident_id=incident_id,
+            status="done",
+            reason="new_incident",
+            attempts=1,
+            queued_at=now,
+            finished_at=now,
+            total_seconds=2.5,
+            analyst="rules",
+            target={"host": "gpu-node-1", "instance": "gpu-node-1:8000"},
+        )
         for key in ("queue_median", "cpu_bound_ratio", "prefix_cache_hit_rate"):
             hit = key in breached
-            inv.findings.append(Finding(key=key, kind="signal", title=key.replace("_", " "),
-                                        status="breached" if hit else "ok", breached=hit, value=9.0 if hit else 1.0,
-                                        baseline=1.0, threshold=4.7, comparison=">", unit="requests", detail=""))
+            inv.findings.append(
+                Finding(
+                    key=key,
+                    kind="signal",
+                    title=key.replace("_", " "),
+                    status="breached" if hit else "ok",
+                    breached=hit,
+                    value=9.0 if hit else 1.0,
+                    baseline=1.0,
+                    threshold=4.7,
+                    comparison=">",
+                    unit="requests",
+                    detail="",
+                )
+            )
         for rank, category in enumerate(categories, start=1):
-            inv.hypotheses.append(Hypothesis(rank=rank, category=category, title=f"{category}: {wording}",
-                                             confidence=round(0.8 - rank / 10, 2), evidence=[], contradicting=[],
-                                             next_steps=[], explanation=wording, analyst="rules"))
+            inv.hypotheses.append(
+                Hypothesis(
+                    rank=rank,
+                    category=category,
+                    title=f"{category}: {wording}",
+                    confidence=round(0.8 - rank / 10, 2),
+                    evidence=[],
+                    contradicting=[],
+                    next_steps=[],
+                    explanation=wording,
+                    analyst="rules",
+                )
+            )
         session.add(inv)
         session.flush()
         digests.refresh(session, incident_id)  # as every production write path does

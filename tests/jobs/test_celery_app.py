@@ -31,17 +31,26 @@ from tests.helpers.waiting import wait_for
 
 FINDING_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals} | {SLO_KEY, TRACES_KEY}
 # Container (cAdvisor) signals: the test alert names no pod, so these have no selector.
-POD_ONLY_IDS = {spec.id for spec in load_profile(DEFAULT_PROFILE).signals
-                if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)}
+POD_ONLY_IDS = {
+    spec.id
+    for spec in load_profile(DEFAULT_PROFILE).signals
+    if spec.scope == "pod" and all(q.scope in (None, "pod") for q in spec.queries)
+}
 
 
 @pytest.fixture(scope="module")
-def worker(pg_url: str, redis_url: str, prometheus: StubPrometheus,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+def worker(
+    pg_url: str, redis_url: str, prometheus: StubPrometheus, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
     """`rca worker --no-beat --concurrency 1` as a child process, stopped by its pid afterwards."""
     home = tmp_path_factory.mktemp("worker")
-    env = subprocess_env(broker_url=redis_url, database_url=pg_url, prometheus_url=prometheus.url,
-                         data_dir=str(home / "rca-data"), log_level="INFO")
+    env = subprocess_env(
+        broker_url=redis_url,
+        database_url=pg_url,
+        prometheus_url=prometheus.url,
+        data_dir=str(home / "rca-data"),
+        log_level="INFO",
+    )
     app = create_celery_app(make_settings(pg_url, home, broker_url=redis_url))
     with running_worker(home, env, app, redis_url, "rca-test") as handle:
         yield handle
@@ -54,8 +63,9 @@ def investigation(url: str, investigation_id: int) -> Any:
 
 def stored_results(url: str, investigation_id: int) -> tuple[list[Any], list[Any]]:
     findings = rows(url, select(Finding.id, Finding.key).where(Finding.investigation_id == investigation_id))
-    hypotheses = rows(url, select(Hypothesis.id, Hypothesis.rank)
-                      .where(Hypothesis.investigation_id == investigation_id))
+    hypotheses = rows(
+        url, select(Hypothesis.id, Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id)
+    )
     return findings, hypotheses
 
 
@@ -69,8 +79,9 @@ def run_one_more_through_the_queue(client: TestClient, label: str) -> None:
 
 
 @pytest.fixture
-def celery_client(pg_db: str, redis_url: str, prometheus: StubPrometheus, tmp_path: Path,
-                  worker: Worker) -> Iterator[TestClient]:
+def celery_client(
+    pg_db: str, redis_url: str, prometheus: StubPrometheus, tmp_path: Path, worker: Worker
+) -> Iterator[TestClient]:
     """The API with its real Celery dispatcher, on the worker's broker and database."""
     settings = make_settings(pg_db, tmp_path, broker_url=redis_url, prometheus_url=prometheus.url)
     with TestClient(create_app(settings)) as client:
@@ -89,16 +100,20 @@ def test_webhook_investigation_runs_on_the_celery_worker_to_done(celery_client: 
     assert inv["id"] == reply.json()["investigation_id"] and inv["attempts"] == 1
     assert inv["target"]["host"] == "gpu-node-1"
     assert {f["id"] for f in inv["findings"]} == FINDING_IDS
-    assert all(f["query"] and f["status"] in ("ok", "breached") for f in inv["findings"]
-               if f["id"] not in POD_ONLY_IDS | {TRACES_KEY})
+    assert all(
+        f["query"] and f["status"] in ("ok", "breached")
+        for f in inv["findings"]
+        if f["id"] not in POD_ONLY_IDS | {TRACES_KEY}
+    )
     assert all(f["status"] == "unavailable" for f in inv["findings"] if f["id"] in POD_ONLY_IDS)
     assert inv["hypotheses"] and inv["hypotheses"][0]["rank"] == 1
     findings, hypotheses = stored_results(pg_db, inv["id"])
     assert len(findings) == len(FINDING_IDS) and len(hypotheses) == len(inv["hypotheses"])
 
 
-def test_redelivered_finished_investigation_is_left_untouched(celery_client: TestClient, pg_db: str,
-                                                              worker: Worker) -> None:
+def test_redelivered_finished_investigation_is_left_untouched(
+    celery_client: TestClient, pg_db: str, worker: Worker
+) -> None:
     reply = post_webhook(celery_client, make_payload("redeliver", alerts=[make_alert("fp-r")]))
     investigation_id = reply.json()["investigation_id"]
     wait_for_investigation(celery_client, reply.json()["incident_id"])
@@ -116,15 +131,17 @@ def test_redelivered_finished_investigation_is_left_untouched(celery_client: Tes
 
 
 def test_investigation_delivered_twice_before_finishing_stores_its_results_once(
-        celery_client: TestClient, pg_db: str, worker: Worker) -> None:
+    celery_client: TestClient, pg_db: str, worker: Worker
+) -> None:
     reply = post_webhook(celery_client, make_payload("twice", alerts=[make_alert("fp-t")]))
     investigation_id = reply.json()["investigation_id"]
     wait_for_investigation(celery_client, reply.json()["incident_id"])
     old_findings, old_hypotheses = stored_results(pg_db, investigation_id)
     # As if the worker died after claiming it: back to queued, with the earlier results still stored.
     with get_engine(pg_db).begin() as conn:
-        conn.execute(update(Investigation).where(Investigation.id == investigation_id)
-                     .values(status="queued", finished_at=None))
+        conn.execute(
+            update(Investigation).where(Investigation.id == investigation_id).values(status="queued", finished_at=None)
+        )
 
     for _ in range(2):
         worker.app.send_task("rca.investigate", args=[investigation_id])
@@ -151,7 +168,8 @@ def store_with_broker_down(db_url: str, tmp_path: Path) -> dict[str, Any]:
 
 
 def test_broker_outage_strands_nothing_the_sweep_hands_it_to_the_worker(
-        pg_db: str, redis_url: str, prometheus: StubPrometheus, tmp_path: Path, worker: Worker) -> None:
+    pg_db: str, redis_url: str, prometheus: StubPrometheus, tmp_path: Path, worker: Worker
+) -> None:
     stranded = store_with_broker_down(pg_db, tmp_path)
     investigation_id = stranded["investigation_id"]
     settings = make_settings(pg_db, tmp_path, broker_url=redis_url, prometheus_url=prometheus.url)
@@ -172,18 +190,25 @@ def test_broker_outage_strands_nothing_the_sweep_hands_it_to_the_worker(
     assert count_for(pg_db, Hypothesis, investigation_id=investigation_id) >= 1
 
 
-def test_sweep_task_on_the_worker_reenqueues_stranded_investigations(pg_db: str, tmp_path: Path,
-                                                                      worker: Worker) -> None:
+def test_sweep_task_on_the_worker_reenqueues_stranded_investigations(
+    pg_db: str, tmp_path: Path, worker: Worker
+) -> None:
     stranded = store_with_broker_down(pg_db, tmp_path)
     investigation_id = stranded["investigation_id"]
     with get_engine(pg_db).begin() as conn:  # the worker's sweep waits sweep_after_seconds (60 s)
-        conn.execute(update(Investigation).where(Investigation.id == investigation_id)
-                     .values(queued_at=datetime.now(UTC) - timedelta(minutes=2)))
+        conn.execute(
+            update(Investigation)
+            .where(Investigation.id == investigation_id)
+            .values(queued_at=datetime.now(UTC) - timedelta(minutes=2))
+        )
 
     worker.app.send_task("rca.sweep")
 
-    wait_for(lambda: investigation(pg_db, investigation_id).status == "done", 30,
-             f"the worker's sweep to run investigation {investigation_id}\n{worker.output()}")
+    wait_for(
+        lambda: investigation(pg_db, investigation_id).status == "done",
+        30,
+        f"the worker's sweep to run investigation {investigation_id}\n{worker.output()}",
+    )
     [row] = investigation_rows(pg_db)
     assert row.attempts == 1 and row.error is None
     assert count_for(pg_db, Finding, investigation_id=investigation_id) == len(FINDING_IDS)

@@ -31,15 +31,24 @@ def fake_slack() -> Iterator[FakeSlack]:
 
 
 @pytest.fixture(scope="module")
-def slack_worker(pg_url: str, prometheus: StubPrometheus, fake_slack: FakeSlack,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+def slack_worker(
+    pg_url: str, prometheus: StubPrometheus, fake_slack: FakeSlack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
     """`rca worker` with its default queues (investigations and slack), on a Redis db of its own."""
     broker, client = claim_redis_db(pinned_offset=2)
     home = tmp_path_factory.mktemp("slack-worker")
-    env = subprocess_env(broker_url=broker, database_url=pg_url, prometheus_url=prometheus.url,
-                         data_dir=str(home / "rca-data"), log_level="DEBUG", slack_bot_token=TOKEN,
-                         slack_channel=CHANNEL, slack_api_url=fake_slack.api_url, slack_retry_backoff_seconds="0.2",
-                         public_url="https://rca.example")
+    env = subprocess_env(
+        broker_url=broker,
+        database_url=pg_url,
+        prometheus_url=prometheus.url,
+        data_dir=str(home / "rca-data"),
+        log_level="DEBUG",
+        slack_bot_token=TOKEN,
+        slack_channel=CHANNEL,
+        slack_api_url=fake_slack.api_url,
+        slack_retry_backoff_seconds="0.2",
+        public_url="https://rca.example",
+    )
     app = create_celery_app(slack_settings(pg_url, home, fake_slack, broker_url=broker))
     try:
         with running_worker(home, env, app, broker, "rca-slack") as worker:
@@ -50,18 +59,23 @@ def slack_worker(pg_url: str, prometheus: StubPrometheus, fake_slack: FakeSlack,
 
 
 @pytest.fixture
-def api(pg_db: str, prometheus: StubPrometheus, fake_slack: FakeSlack, tmp_path: Path,
-        slack_worker: Worker) -> Iterator[TestClient]:
-    settings = slack_settings(pg_db, tmp_path, fake_slack, broker_url=slack_worker.broker,
-                              prometheus_url=prometheus.url)
+def api(
+    pg_db: str, prometheus: StubPrometheus, fake_slack: FakeSlack, tmp_path: Path, slack_worker: Worker
+) -> Iterator[TestClient]:
+    settings = slack_settings(
+        pg_db, tmp_path, fake_slack, broker_url=slack_worker.broker, prometheus_url=prometheus.url
+    )
     fake_slack.reset()  # incident ids restart with the emptied database
     with TestClient(create_app(settings)) as client:
         yield client
 
 
 def of_incident(received: list, incident_id: int) -> list:
-    return [r for r in received if f"Incident #{incident_id}*" in json.dumps(r.payload)
-            or f"incident #{incident_id})" in json.dumps(r.payload)]
+    return [
+        r
+        for r in received
+        if f"Incident #{incident_id}*" in json.dumps(r.payload) or f"incident #{incident_id})" in json.dumps(r.payload)
+    ]
 
 
 def drain(client: TestClient, fake: FakeSlack, label: str) -> None:
@@ -73,20 +87,21 @@ def drain(client: TestClient, fake: FakeSlack, label: str) -> None:
 
 
 def test_redelivered_tasks_and_repeated_notifications_give_one_message_and_at_most_one_update(
-        api: TestClient, fake_slack: FakeSlack, slack_worker: Worker) -> None:
+    api: TestClient, fake_slack: FakeSlack, slack_worker: Worker
+) -> None:
     payload = make_payload("slack-once", alerts=[make_alert("fp-1", severity="critical")])
     first = post_webhook(api, payload).json()
     incident_id, investigation_id = first["incident_id"], first["investigation_id"]
     wait_for_investigation(api, incident_id)
-    wait_for(lambda: of_incident(fake_slack.posts(), incident_id), 30,
-             f"the Slack message\n{slack_worker.output()}")
+    wait_for(lambda: of_incident(fake_slack.posts(), incident_id), 30, f"the Slack message\n{slack_worker.output()}")
 
     for _ in range(2):  # redelivered investigation (it re-queues the Slack task) and Slack tasks
         slack_worker.app.send_task("rca.investigate", args=[investigation_id])
         slack_worker.app.send_task("rca.slack_notify", args=[incident_id, "investigation"])
     assert post_webhook(api, payload).json()["investigation_id"] is None  # Alertmanager repeats itself
-    second = make_payload("slack-once", alerts=[make_alert("fp-1", severity="critical"),
-                                                make_alert("fp-2", severity="critical")])
+    second = make_payload(
+        "slack-once", alerts=[make_alert("fp-1", severity="critical"), make_alert("fp-2", severity="critical")]
+    )
     assert post_webhook(api, second).json()["investigation_id"] is not None  # a new alert: re-investigated
     drain(api, fake_slack, "once")
 
@@ -99,7 +114,8 @@ def test_redelivered_tasks_and_repeated_notifications_give_one_message_and_at_mo
 
 
 def test_resolve_notice_becomes_a_thread_reply_via_the_slack_queue(
-        api: TestClient, fake_slack: FakeSlack, slack_worker: Worker) -> None:
+    api: TestClient, fake_slack: FakeSlack, slack_worker: Worker
+) -> None:
     reply = post_webhook(api, make_payload("slack-resolve", alerts=[make_alert("fp-r")]))
     incident_id = reply.json()["incident_id"]
     wait_for(lambda: of_incident(fake_slack.posts(), incident_id), 30, f"the Slack message\n{slack_worker.output()}")
@@ -108,27 +124,43 @@ def test_resolve_notice_becomes_a_thread_reply_via_the_slack_queue(
     post_webhook(api, make_payload("slack-resolve", alerts=[make_alert("fp-r", status="resolved")]))
 
     thread = json.loads(post.answer)["ts"]
-    replies = wait_for(lambda: [r for r in fake_slack.replies() if r.payload["thread_ts"] == thread],
-                       30, f"the resolved reply\n{slack_worker.output()}")
+    replies = wait_for(
+        lambda: [r for r in fake_slack.replies() if r.payload["thread_ts"] == thread],
+        30,
+        f"the resolved reply\n{slack_worker.output()}",
+    )
     assert "Resolved" in replies[0].payload["text"]
-    body = wait_for(lambda: (b := api.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json())["slack"]
-                    ["resolved_notified_at"] and b, 10, "the resolved notice to be recorded")
+    body = wait_for(
+        lambda: (
+            (b := api.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json())["slack"]["resolved_notified_at"]
+            and b
+        ),
+        10,
+        "the resolved notice to be recorded",
+    )
     assert [a["action"] for a in body["slack"]["attempts"]] == ["post", "update", "reply"]
 
 
 def test_celery_retries_honour_retry_after_then_back_off_on_server_errors(
-        api: TestClient, fake_slack: FakeSlack, slack_worker: Worker) -> None:
+    api: TestClient, fake_slack: FakeSlack, slack_worker: Worker
+) -> None:
     fake_slack.fail_next(Failure(429, retry_after=2), Failure(503))
     reply = post_webhook(api, make_payload("slack-retry", alerts=[make_alert("fp-retry")]))
     incident_id = reply.json()["incident_id"]
-    [accepted] = wait_for(lambda: of_incident(fake_slack.posts(), incident_id), 30,
-                          f"the Slack message after retries\n{slack_worker.output()}")
+    [accepted] = wait_for(
+        lambda: of_incident(fake_slack.posts(), incident_id),
+        30,
+        f"the Slack message after retries\n{slack_worker.output()}",
+    )
 
     limited, unavailable = fake_slack.received[0], fake_slack.received[1]
     assert (limited.status, unavailable.status) == (429, 503)
     assert unavailable.at - limited.at >= 2.0, "the Celery retry came before Retry-After"
     assert accepted.at - unavailable.at >= 0.4  # backoff 0.2 s * 2 ** (attempt 2 - 1)
     body = api.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()
-    assert [(a["outcome"], a["http_status"], a["retry_after"]) for a in body["slack"]["attempts"]] == \
-        [("rate_limited", 429, 2.0), ("retry", 503, None), ("ok", 200, None)]
+    assert [(a["outcome"], a["http_status"], a["retry_after"]) for a in body["slack"]["attempts"]] == [
+        ("rate_limited", 429, 2.0),
+        ("retry", 503, None),
+        ("ok", 200, None),
+    ]
     assert body["investigation"]["status"] == "done"

@@ -33,14 +33,26 @@ CONTROL_SEQUENCE = re.compile(r"<[!@#]|<https?:")
 
 def message(**overrides: object) -> IncidentMessage:
     values: dict[str, object] = dict(
-        incident_id=7, alertname="LLMRequestQueueMedianHigh", target="gpu-node-1:8000", status="firing",
-        severity="critical", summary="Median queue above 4.7",
-        hypotheses=[HypothesisLine("cpu_launch_overhead", 0.72, "CPU-bound launch loop"),
-                    HypothesisLine("arrival_surge", 0.31, "Request rate doubled")],
-        breached=[BreachedLine("queue_median", "Median waiting requests", 1.0, 9.5, "requests", ">", 4.7),
-                  BreachedLine("cpu_bound_ratio", "CPU-bound ratio", 0.4, 0.93, "ratio", ">", 0.82)],
-        incident_url="https://rca.example/api/v1/incidents/7", generator_url="http://prometheus:9090/graph?g0.expr=x",
-        external_url="http://alertmanager:9093", analyst="rules", seconds=3.25)
+        incident_id=7,
+        alertname="LLMRequestQueueMedianHigh",
+        target="gpu-node-1:8000",
+        status="firing",
+        severity="critical",
+        summary="Median queue above 4.7",
+        hypotheses=[
+            HypothesisLine("cpu_launch_overhead", 0.72, "CPU-bound launch loop"),
+            HypothesisLine("arrival_surge", 0.31, "Request rate doubled"),
+        ],
+        breached=[
+            BreachedLine("queue_median", "Median waiting requests", 1.0, 9.5, "requests", ">", 4.7),
+            BreachedLine("cpu_bound_ratio", "CPU-bound ratio", 0.4, 0.93, "ratio", ">", 0.82),
+        ],
+        incident_url="https://rca.example/api/v1/incidents/7",
+        generator_url="http://prometheus:9090/graph?g0.expr=x",
+        external_url="http://alertmanager:9093",
+        analyst="rules",
+        seconds=3.25,
+    )
     values.update(overrides)
     return IncidentMessage(**values)  # type: ignore[arg-type]
 
@@ -50,15 +62,20 @@ def all_texts(payload: dict) -> list[str]:
     for block in payload["blocks"]:
         if "text" in block:
             texts.append(block["text"]["text"])
-        texts += [e["text"] if isinstance(e.get("text"), str) else e["text"]["text"]
-                  for e in block.get("elements", [])]
+        texts += [e["text"] if isinstance(e.get("text"), str) else e["text"]["text"] for e in block.get("elements", [])]
     return texts
 
 
 def test_annotation_with_channel_ping_and_link_renders_inert() -> None:
-    payload = render(message(summary=HOSTILE, alertname="Alert <!channel>", target="<http://evil|x>",
-                             hypotheses=[HypothesisLine("arrival_surge", 0.5, HOSTILE)],
-                             breached=[BreachedLine("queue_median", HOSTILE, 1, 2, "requests", ">", 1.5)]))
+    payload = render(
+        message(
+            summary=HOSTILE,
+            alertname="Alert <!channel>",
+            target="<http://evil|x>",
+            hypotheses=[HypothesisLine("arrival_surge", 0.5, HOSTILE)],
+            breached=[BreachedLine("queue_median", HOSTILE, 1, 2, "requests", ">", 1.5)],
+        )
+    )
 
     texts = all_texts(payload)
     assert not [t for t in texts if CONTROL_SEQUENCE.search(t)], texts
@@ -83,8 +100,11 @@ def test_message_shows_causes_breached_values_links_and_cost() -> None:
     assert "1 requests → *9.5 requests* (limit > 4.7 requests)" in joined and "40% → *93%*" in joined
     assert "Written by *rules* · 3.2 s · no LLM tokens" in joined
     urls = [e["url"] for b in payload["blocks"] if b["type"] == "actions" for e in b["elements"]]
-    assert urls == ["https://rca.example/api/v1/incidents/7", "http://prometheus:9090/graph?g0.expr=x",
-                    "http://alertmanager:9093"]
+    assert urls == [
+        "https://rca.example/api/v1/incidents/7",
+        "http://prometheus:9090/graph?g0.expr=x",
+        "http://alertmanager:9093",
+    ]
     assert block_kit_problems(payload) == []
 
 
@@ -95,11 +115,16 @@ def test_model_tokens_and_cost_are_shown_when_known() -> None:
 
 def test_oversized_content_is_cut_with_a_note_and_stays_within_block_kit_limits() -> None:
     huge = "x" * 5000 + " <!channel> & more"
-    payload = render(message(
-        alertname="A" * 400, target="t" * 100, summary=huge,
-        hypotheses=[HypothesisLine(f"cat_{i}", 0.5, huge) for i in range(5)],
-        breached=[BreachedLine(f"k{i}", "&" * 700, 1.0, 2.0, "requests", ">", 1.5) for i in range(400)],
-        generator_url="http://p/" + "g" * 4000))
+    payload = render(
+        message(
+            alertname="A" * 400,
+            target="t" * 100,
+            summary=huge,
+            hypotheses=[HypothesisLine(f"cat_{i}", 0.5, huge) for i in range(5)],
+            breached=[BreachedLine(f"k{i}", "&" * 700, 1.0, 2.0, "requests", ">", 1.5) for i in range(400)],
+            generator_url="http://p/" + "g" * 4000,
+        )
+    )
 
     assert block_kit_problems(payload) == []
     assert len(payload["blocks"]) <= MAX_BLOCKS
@@ -130,22 +155,53 @@ def test_cut_never_splits_an_entity() -> None:
     assert cut(text, 100, "…") == "a" * 95 + "…"
 
 
-def analysis(breached: dict[str, str], categories: list[str], wording: str = "because",
-             analyst: str = "rules") -> Analysis:
+def analysis(
+    breached: dict[str, str], categories: list[str], wording: str = "because", analyst: str = "rules"
+) -> Analysis:
     """An analysis whose analyst wrote `categories` in this order and wording; the rules' ranking
     is what the findings give."""
-    findings = [DomainFinding(key=k, kind="signal", title=k, status=FindingStatus(s), breached=s == "breached",
-                              value=1.0, baseline=0.5, threshold=0.8, comparison=">", unit="ratio", onset=None,
-                              query=None, source=None, series_labels=None, detail=f"{k} is {s}")
-                for k, s in breached.items()]
-    hypotheses = [DomainHypothesis(rank=i, category=c, title=f"{c} {wording}", explanation=wording,
-                                   confidence=0.9 - i / 10, evidence=[], analyst=analyst)
-                  for i, c in enumerate(categories, start=1)]
+    findings = [
+        DomainFinding(
+            key=k,
+            kind="signal",
+            title=k,
+            status=FindingStatus(s),
+            breached=s == "breached",
+            value=1.0,
+            baseline=0.5,
+            threshold=0.8,
+            comparison=">",
+            unit="ratio",
+            onset=None,
+            query=None,
+            source=None,
+            series_labels=None,
+            detail=f"{k} is {s}",
+        )
+        for k, s in breached.items()
+    ]
+    hypotheses = [
+        DomainHypothesis(
+            rank=i,
+            category=c,
+            title=f"{c} {wording}",
+            explanation=wording,
+            confidence=0.9 - i / 10,
+            evidence=[],
+            analyst=analyst,
+        )
+        for i, c in enumerate(categories, start=1)
+    ]
     start = datetime(2026, 12, 1, tzinfo=UTC)
     window = Window(start=start, end=start + timedelta(hours=3), step_seconds=15)
-    return Analysis(target=Target(host="gpu-node-1", labels={}, alert_start=start),
-                    collection=Collection(window=window, selectors={}, results=[]), findings=findings,
-                    hypotheses=hypotheses, collect_seconds=0.0, rules=rank(findings))
+    return Analysis(
+        target=Target(host="gpu-node-1", labels={}, alert_start=start),
+        collection=Collection(window=window, selectors={}, results=[]),
+        findings=findings,
+        hypotheses=hypotheses,
+        collect_seconds=0.0,
+        rules=rank(findings),
+    )
 
 
 def change_key(analysis: Analysis) -> str:
@@ -154,12 +210,17 @@ def change_key(analysis: Analysis) -> str:
 
 def test_change_key_follows_the_evidence_not_the_wording_or_order() -> None:
     base = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["arrival_surge", "no_clear_cause"])
-    reworded = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"},
-                        ["arrival_surge", "no_clear_cause"], wording="since the LLM said so")
-    reordered_by_llm = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"},
-                                ["no_clear_cause", "arrival_surge"], analyst="llm")
-    new_breach = analysis({"queue_median": "breached", "cpu_bound_ratio": "breached"},
-                          ["arrival_surge", "no_clear_cause"])
+    reworded = analysis(
+        {"queue_median": "breached", "cpu_bound_ratio": "ok"},
+        ["arrival_surge", "no_clear_cause"],
+        wording="since the LLM said so",
+    )
+    reordered_by_llm = analysis(
+        {"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["no_clear_cause", "arrival_surge"], analyst="llm"
+    )
+    new_breach = analysis(
+        {"queue_median": "breached", "cpu_bound_ratio": "breached"}, ["arrival_surge", "no_clear_cause"]
+    )
     assert change_key(base) == change_key(reworded) == change_key(reordered_by_llm)
     assert change_key(base) != change_key(new_breach)
 
@@ -169,37 +230,53 @@ def test_an_investigation_from_before_the_change_key_is_keyed_from_its_stored_ro
     and hypotheses, as it computed it then."""
     fresh = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["arrival_surge", "no_clear_cause"])
     rules = fresh.rules
-    stored = Investigation(findings=[Finding(key=f.key, breached=f.breached, baseline=f.baseline, onset=f.onset)
-                                     for f in fresh.findings],
-                           hypotheses=[Hypothesis(rank=h.rank, category=h.category) for h in rules])
+    stored = Investigation(
+        findings=[Finding(key=f.key, breached=f.breached, baseline=f.baseline, onset=f.onset) for f in fresh.findings],
+        hypotheses=[Hypothesis(rank=h.rank, category=h.category) for h in rules],
+    )
     assert change_key_of(stored) == change_key(fresh)
     stored.change_key = "stored-key"
     assert change_key_of(stored) == "stored-key"
 
 
 def test_routing_by_labels_first_match_then_default() -> None:
-    config = SlackFileConfig.model_validate({
-        "routes": [{"match": {"severity": "critical"}, "channel": "#sev1"},
-                   {"match": {"team": "inference", "env": "prod"}, "channel": "#inference"}],
-        "default_channel": "#llm-alerts"})
+    config = SlackFileConfig.model_validate(
+        {
+            "routes": [
+                {"match": {"severity": "critical"}, "channel": "#sev1"},
+                {"match": {"team": "inference", "env": "prod"}, "channel": "#inference"},
+            ],
+            "default_channel": "#llm-alerts",
+        }
+    )
     assert route({"severity": "critical", "team": "inference"}, config, None) == "#sev1"
     assert route({"team": "inference", "env": "prod"}, config, None) == "#inference"
     assert route({"team": "inference", "env": "staging"}, config, None) == "#llm-alerts"
     assert route({}, SlackFileConfig(), "#fallback") == "#fallback"
 
 
-@pytest.mark.parametrize(("overrides", "message_start"), [
-    ({"slack_webhook_url": "http://hooks.slack.com/services/T/B/secretvalue"}, "RCA_SLACK_WEBHOOK_URL: "),
-    ({"slack_webhook_url": "ftp://x/secretvalue"}, "RCA_SLACK_WEBHOOK_URL: "),
-    ({"slack_bot_token": "xoxp-user-secretvalue", "slack_channel": "#a"}, "RCA_SLACK_BOT_TOKEN: "),
-    ({"slack_bot_token": "xoxb-secretvalue"}, "RCA_SLACK_CHANNEL: not set"),
-    ({"slack_bot_token": "xoxb-secretvalue", "slack_channel": "#a",
-      "slack_webhook_url": "https://hooks.slack.com/services/T/B/secretvalue"}, "RCA_SLACK_BOT_TOKEN: set either"),
-    ({"slack_api_url": "http://slack.example.com/api/"}, "RCA_SLACK_API_URL: "),
-    ({"slack_max_attempts": 0}, "RCA_SLACK_MAX_ATTEMPTS: "),
-])
-def test_bad_slack_settings_stop_start_up_without_showing_secrets(overrides: dict, message_start: str,
-                                                                 tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("overrides", "message_start"),
+    [
+        ({"slack_webhook_url": "http://hooks.slack.com/services/T/B/secretvalue"}, "RCA_SLACK_WEBHOOK_URL: "),
+        ({"slack_webhook_url": "ftp://x/secretvalue"}, "RCA_SLACK_WEBHOOK_URL: "),
+        ({"slack_bot_token": "xoxp-user-secretvalue", "slack_channel": "#a"}, "RCA_SLACK_BOT_TOKEN: "),
+        ({"slack_bot_token": "xoxb-secretvalue"}, "RCA_SLACK_CHANNEL: not set"),
+        (
+            {
+                "slack_bot_token": "xoxb-secretvalue",
+                "slack_channel": "#a",
+                "slack_webhook_url": "https://hooks.slack.com/services/T/B/secretvalue",
+            },
+            "RCA_SLACK_BOT_TOKEN: set either",
+        ),
+        ({"slack_api_url": "http://slack.example.com/api/"}, "RCA_SLACK_API_URL: "),
+        ({"slack_max_attempts": 0}, "RCA_SLACK_MAX_ATTEMPTS: "),
+    ],
+)
+def test_bad_slack_settings_stop_start_up_without_showing_secrets(
+    overrides: dict, message_start: str, tmp_path: Path
+) -> None:
     with pytest.raises(ConfigError) as err:
         checked_settings(data_dir=tmp_path, **overrides)
     assert str(err.value).startswith(message_start), str(err.value)
@@ -209,8 +286,9 @@ def test_bad_slack_settings_stop_start_up_without_showing_secrets(overrides: dic
 def test_good_slack_settings_are_accepted(tmp_path: Path) -> None:
     hook = load_settings(data_dir=tmp_path, slack_webhook_url="https://hooks.slack.com/services/T/B/x")
     assert hook.slack_enabled and "hooks.slack.com" not in repr(hook)
-    bot = load_settings(data_dir=tmp_path, slack_bot_token="xoxb-1", slack_channel="#a",
-                        slack_api_url="http://127.0.0.1:9/api")
+    bot = load_settings(
+        data_dir=tmp_path, slack_bot_token="xoxb-1", slack_channel="#a", slack_api_url="http://127.0.0.1:9/api"
+    )
     assert bot.slack_api_url == "http://127.0.0.1:9/api/" and "xoxb-1" not in repr(bot)
     assert not load_settings(data_dir=tmp_path).slack_enabled
 
@@ -218,13 +296,22 @@ def test_good_slack_settings_are_accepted(tmp_path: Path) -> None:
 def test_last_time_line_names_the_precedent_its_cause_and_whether_it_was_confirmed() -> None:
     when = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
     confirmed = Precedent(41, "queue high", when, "cpu_quota_throttling", True, 0.92)
-    [line] = [t for t in all_texts(render(message(precedent=confirmed,
-                                                  precedent_url="https://rca.example/api/v1/incidents/41")))
-              if "Last time" in t]
-    assert line == (":repeat: *Last time* (<https://rca.example/api/v1/incidents/41|#41>, 2026-11-30, 92% alike): "
-                    "`cpu_quota_throttling`, confirmed by an engineer")
+    [line] = [
+        t
+        for t in all_texts(
+            render(message(precedent=confirmed, precedent_url="https://rca.example/api/v1/incidents/41"))
+        )
+        if "Last time" in t
+    ]
+    assert line == (
+        ":repeat: *Last time* (<https://rca.example/api/v1/incidents/41|#41>, 2026-11-30, 92% alike): "
+        "`cpu_quota_throttling`, confirmed by an engineer"
+    )
     guessed = Precedent(40, "queue high", when, "arrival_surge", False, 0.7)
-    [line] = [t for t in all_texts(render(message(precedent=guessed, precedent_url="javascript:alert(1)")))
-              if "Last time" in t]
+    [line] = [
+        t
+        for t in all_texts(render(message(precedent=guessed, precedent_url="javascript:alert(1)")))
+        if "Last time" in t
+    ]
     assert line.startswith(":repeat: *Last time* (#40,") and line.endswith("ranked first then, not confirmed")
     assert not [t for t in all_texts(render(message())) if "Last time" in t]

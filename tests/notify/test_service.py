@@ -38,8 +38,12 @@ def slack() -> Iterator[FakeSlack]:
 
 
 def attempts(url: str, incident_id: int) -> list[tuple[str, str, int | None, float | None]]:
-    query = (select(SlackAttempt.action, SlackAttempt.outcome, SlackAttempt.http_status, SlackAttempt.retry_after)
-             .join(SlackDelivery).where(SlackDelivery.incident_id == incident_id).order_by(SlackAttempt.id))
+    query = (
+        select(SlackAttempt.action, SlackAttempt.outcome, SlackAttempt.http_status, SlackAttempt.retry_after)
+        .join(SlackDelivery)
+        .where(SlackDelivery.incident_id == incident_id)
+        .order_by(SlackAttempt.id)
+    )
     return [tuple(row) for row in rows(url, query)]
 
 
@@ -55,13 +59,19 @@ def test_bot_posts_once_and_updates_only_on_material_change(db_url: str, tmp_pat
 
     assert deliver(settings, incident_id, "investigation").status == "delivered"
     assert deliver(settings, incident_id, "investigation").status == "unchanged"  # a redelivered task
-    store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge", "batching_misconfig"],
-                        wording="an LLM put it differently")
+    store_investigation(
+        db_url,
+        incident_id,
+        ["queue_median"],
+        ["arrival_surge", "batching_misconfig"],
+        wording="an LLM put it differently",
+    )
     assert deliver(settings, incident_id, "investigation").status == "unchanged"  # same evidence, new words
     assert (len(slack.posts()), len(slack.updates()), len(slack.replies())) == (1, 0, 0)
 
-    changed = store_investigation(db_url, incident_id, ["queue_median", "cpu_bound_ratio"],
-                                  ["cpu_launch_overhead", "arrival_surge"])
+    changed = store_investigation(
+        db_url, incident_id, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"]
+    )
     assert deliver(settings, incident_id, "investigation").status == "delivered"
     assert deliver(settings, incident_id, "investigation").status == "unchanged"
 
@@ -72,12 +82,18 @@ def test_bot_posts_once_and_updates_only_on_material_change(db_url: str, tmp_pat
     assert reply.payload["thread_ts"] == posted["ts"] and f"Re-investigation #{changed}" in reply.payload["text"]
     assert "cpu_launch_overhead" in json.dumps(update.payload["blocks"])
     row = delivery(db_url, incident_id)
-    assert (row.status, row.channel, row.ts, row.messages, row.updates) == ("delivered", posted["channel"],
-                                                                          posted["ts"], 2, 1)
+    assert (row.status, row.channel, row.ts, row.messages, row.updates) == (
+        "delivered",
+        posted["channel"],
+        posted["ts"],
+        2,
+        1,
+    )
 
 
 def test_resolved_incident_gets_one_thread_reply_and_the_message_says_resolved(
-        db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
     settings = slack_settings(db_url, tmp_path, slack)
     incident_id = store_incident(db_url)
     store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge"])
@@ -119,8 +135,9 @@ def test_rate_limit_honours_retry_after(pg_db: str, tmp_path: Path, slack: FakeS
     assert len(slack.posts()) == 1
 
 
-def test_server_errors_and_network_errors_retry_with_backoff_then_give_up(pg_db: str, tmp_path: Path,
-                                                                          slack: FakeSlack) -> None:
+def test_server_errors_and_network_errors_retry_with_backoff_then_give_up(
+    pg_db: str, tmp_path: Path, slack: FakeSlack
+) -> None:
     settings = slack_settings(pg_db, tmp_path, slack, slack_max_attempts=3, slack_retry_backoff_seconds=2)
     incident_id = store_incident(pg_db)
     store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
@@ -138,8 +155,11 @@ def test_server_errors_and_network_errors_retry_with_backoff_then_give_up(pg_db:
     assert final.status == "failed" and final.retry_in is None
     assert attempts(pg_db, other) == [("post", "retry", None, None)] * 2
     assert delivery(pg_db, other).last_error.startswith("network error")
-    assert attempts(pg_db, incident_id) == [("post", "retry", 503, None), ("post", "retry", 500, None),
-                                            ("post", "ok", 200, None)]
+    assert attempts(pg_db, incident_id) == [
+        ("post", "retry", 503, None),
+        ("post", "retry", 500, None),
+        ("post", "ok", 200, None),
+    ]
 
 
 def test_client_errors_are_final_at_once(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
@@ -149,8 +169,13 @@ def test_client_errors_are_final_at_once(pg_db: str, tmp_path: Path, slack: Fake
     outcome = deliver(bad_token, incident_id, "investigation", attempt=1)
     assert (outcome.status, outcome.detail) == ("failed", "invalid_auth")
 
-    hook = slack_settings(pg_db, tmp_path, slack, mode="webhook",
-                          slack_webhook_url=slack.webhook_url.replace(WEBHOOK_PATH, "/services/T/B/revoked"))
+    hook = slack_settings(
+        pg_db,
+        tmp_path,
+        slack,
+        mode="webhook",
+        slack_webhook_url=slack.webhook_url.replace(WEBHOOK_PATH, "/services/T/B/revoked"),
+    )
     other = store_incident(pg_db)
     store_investigation(pg_db, other, ["queue_median"], ["arrival_surge"])
     assert deliver(hook, other, "investigation", attempt=1).status == "failed"
@@ -158,8 +183,9 @@ def test_client_errors_are_final_at_once(pg_db: str, tmp_path: Path, slack: Fake
     assert delivery(pg_db, other).last_error == "no_service"
 
 
-def test_webhook_mode_posts_once_then_a_new_message_only_on_change(db_url: str, tmp_path: Path,
-                                                                   slack: FakeSlack) -> None:
+def test_webhook_mode_posts_once_then_a_new_message_only_on_change(
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
     settings = slack_settings(db_url, tmp_path, slack, mode="webhook")
     incident_id = store_incident(db_url)
     store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge"])
@@ -185,8 +211,10 @@ def test_concurrent_deliveries_of_one_incident_post_once(pg_db: str, tmp_path: P
     store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
     slack.delay = 0.5
     outcomes: list[str] = []
-    threads = [threading.Thread(target=lambda: outcomes.append(deliver(settings, incident_id, "investigation").status))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: outcomes.append(deliver(settings, incident_id, "investigation").status))
+        for _ in range(3)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -200,7 +228,8 @@ def embedded_client(settings: object) -> TestClient:
 
 
 def test_embedded_mode_posts_after_the_investigation_and_shows_every_attempt(
-        db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
     settings = slack_settings(db_url, tmp_path, slack)
     slack.fail_next(Failure(429, retry_after=1))
     with embedded_client(settings) as client:
@@ -215,16 +244,22 @@ def test_embedded_mode_posts_after_the_investigation_and_shows_every_attempt(
     limited, accepted = slack.received[0], slack.posts()[0]
     assert limited.status == 429 and accepted.at - limited.at >= 1.0, "Retry-After: 1 was not honoured"
     outcomes = [(a["action"], a["outcome"], a["http_status"], a["retry_after"]) for a in body["slack"]["attempts"]]
-    assert outcomes == [("post", "rate_limited", 429, 1.0), ("post", "ok", 200, None), ("update", "ok", 200, None),
-                        ("reply", "ok", 200, None)]
+    assert outcomes == [
+        ("post", "rate_limited", 429, 1.0),
+        ("post", "ok", 200, None),
+        ("update", "ok", 200, None),
+        ("reply", "ok", 200, None),
+    ]
     assert body["slack"]["status"] == "delivered" and body["slack"]["ts"] == json.loads(accepted.answer)["ts"]
     assert f"https://rca.example/api/v1/incidents/{incident_id}" in json.dumps(accepted.payload)
 
 
-def test_slack_outage_never_affects_the_investigation(db_url: str, tmp_path: Path, slack: FakeSlack,
-                                                     prometheus: StubPrometheus) -> None:
-    settings = slack_settings(db_url, tmp_path, slack, slack_max_attempts=2, slack_retry_backoff_seconds=0.1,
-                              prometheus_url=prometheus.url)
+def test_slack_outage_never_affects_the_investigation(
+    db_url: str, tmp_path: Path, slack: FakeSlack, prometheus: StubPrometheus
+) -> None:
+    settings = slack_settings(
+        db_url, tmp_path, slack, slack_max_attempts=2, slack_retry_backoff_seconds=0.1, prometheus_url=prometheus.url
+    )
     slack.down = True
     with embedded_client(settings) as client:
         reply = post_webhook(client, make_payload("outage", alerts=[make_alert("fp-o")]))
@@ -238,12 +273,14 @@ def test_slack_outage_never_affects_the_investigation(db_url: str, tmp_path: Pat
     assert incident["investigation"]["status"] == "done" and incident["investigation"]["error"] is None
     assert body["investigation"] == incident["investigation"]  # Slack changed nothing about it
     assert incident["investigation"]["findings"] and incident["investigation"]["hypotheses"]
-    assert [(a["outcome"], a["http_status"], a["error"]) for a in body["slack"]["attempts"]] == \
-        [("retry", 503, "HTTP 503")] * 2
+    assert [(a["outcome"], a["http_status"], a["error"]) for a in body["slack"]["attempts"]] == [
+        ("retry", 503, "HTTP 503")
+    ] * 2
 
 
-def test_secrets_never_reach_logs_or_the_api(pg_db: str, tmp_path: Path, slack: FakeSlack,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_secrets_never_reach_logs_or_the_api(
+    pg_db: str, tmp_path: Path, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     secret_part = WEBHOOK_PATH.rsplit("/", 1)[1]
     for mode in ("bot", "webhook"):
@@ -281,10 +318,13 @@ def test_database_down_for_slack_does_not_raise_into_the_investigation_path(tmp_
     assert time.monotonic() - started < 30
 
 
-def test_resolve_notice_queues_a_slack_notice_only_when_slack_is_on(db_url: str, tmp_path: Path,
-                                                                    slack: FakeSlack) -> None:
-    for settings, expected in ((slack_settings(db_url, tmp_path, slack), "resolved"),
-                               (make_settings(db_url, tmp_path), None)):
+def test_resolve_notice_queues_a_slack_notice_only_when_slack_is_on(
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
+    for settings, expected in (
+        (slack_settings(db_url, tmp_path, slack), "resolved"),
+        (make_settings(db_url, tmp_path), None),
+    ):
         truncate(db_url)
         recorder = RecordingDispatcher()
         with TestClient(create_app(settings, dispatcher=recorder)) as client:
@@ -296,15 +336,17 @@ def test_resolve_notice_queues_a_slack_notice_only_when_slack_is_on(db_url: str,
 
 
 def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_confirmed_cause(
-        db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
     settings = slack_settings(db_url, tmp_path, slack)
     past = store_incident(db_url)
     store_investigation(db_url, past, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"])
     unrelated = store_incident(db_url)
     store_investigation(db_url, unrelated, ["prefix_cache_hit_rate"], ["prefix_cache_miss"])
     with session_scope(db_url) as session:
-        feedback_store.record(session, past, category="cpu_quota_throttling", note="cgroup quota", verdicts=[],
-                              author="oncall")
+        feedback_store.record(
+            session, past, category="cpu_quota_throttling", note="cgroup quota", verdicts=[], author="oncall"
+        )
     now = store_incident(db_url)
     store_investigation(db_url, now, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"])
 

@@ -36,15 +36,35 @@ def series(value: Callable[[int], float], first: int = 180, last: int = 0) -> li
     return [(at(m).timestamp(), value(m)) for m in range(first, last - 1, -1)]
 
 
-def spec(comparison: str = ">", threshold: float | None = None, change: float | None = None,
-         min_delta: float = 0.0, unit: str = "", **extra) -> SignalSpec:
-    return SignalSpec(id="s", title="Test signal", kind="signal", scope="serving", comparison=comparison,
-                      threshold=threshold, change=change, min_delta=min_delta, unit=unit,
-                      queries=[QueryAlternative(source="test", promql="x")], **extra)
+def spec(
+    comparison: str = ">",
+    threshold: float | None = None,
+    change: float | None = None,
+    min_delta: float = 0.0,
+    unit: str = "",
+    **extra,
+) -> SignalSpec:
+    return SignalSpec(
+        id="s",
+        title="Test signal",
+        kind="signal",
+        scope="serving",
+        comparison=comparison,
+        threshold=threshold,
+        change=change,
+        min_delta=min_delta,
+        unit=unit,
+        queries=[QueryAlternative(source="test", promql="x")],
+        **extra,
+    )
 
 
-def judged(signal: SignalSpec, *samples: list[tuple[float, float]], alert: datetime = ALERT,
-           labels: list[dict[str, str]] | None = None) -> Finding:
+def judged(
+    signal: SignalSpec,
+    *samples: list[tuple[float, float]],
+    alert: datetime = ALERT,
+    labels: list[dict[str, str]] | None = None,
+) -> Finding:
     labels = labels or [{"series": str(i)} for i in range(len(samples))]
     result = SeriesResult(spec=signal, promql="x", source="test", series=list(zip(labels, samples, strict=True)))
     return judge(result, END, alert)
@@ -55,6 +75,7 @@ def step(before: float, after: float, onset_minutes: int) -> Callable[[int], flo
 
 
 # ---- absolute thresholds ----
+
 
 def test_value_above_a_greater_than_threshold_is_breached() -> None:
     finding = judged(spec(">", threshold=0.82), series(step(0.5, 0.9, 30)))
@@ -115,6 +136,7 @@ def test_short_spike_in_the_recent_window_is_not_a_breach() -> None:
 
 # ---- onset ----
 
+
 def healthy_at(minutes: set[int], onset: int = 30) -> Callable[[int], float]:
     return lambda m: 0.9 if m <= onset and m not in minutes else 0.5
 
@@ -140,6 +162,7 @@ def test_onset_tolerates_healthy_samples_at_the_very_end() -> None:
 
 
 # ---- baselines ----
+
 
 def test_threshold_baseline_is_the_median_before_onset_not_before_the_guard() -> None:
     # alert 100 min before END: guard at 130 min; 0.2 before it, 0.6 from there until the onset at 30
@@ -169,6 +192,7 @@ def test_healthy_threshold_series_reports_the_pre_guard_baseline() -> None:
 
 
 # ---- change-based rules ----
+
 
 @pytest.mark.parametrize(
     ("comparison", "baseline", "change", "min_delta", "current", "breached"),
@@ -220,6 +244,7 @@ def test_change_signal_without_baseline_is_not_breached_and_says_so() -> None:
 
 # ---- unavailable data ----
 
+
 def test_series_without_samples_in_the_last_ten_minutes_is_unavailable() -> None:
     finding = judged(spec(">", threshold=0.82), series(lambda m: 0.99, last=CURRENT_MINUTES + 1))
     assert finding.status == "unavailable" and not finding.breached
@@ -245,6 +270,7 @@ def test_stale_series_is_ignored_next_to_a_fresh_one() -> None:
 
 
 # ---- several series ----
+
 
 @pytest.mark.parametrize("degraded_first", [True, False])
 def test_worst_series_decides(degraded_first: bool) -> None:
@@ -283,6 +309,7 @@ def test_finding_serialises_onset_as_iso_text() -> None:
 
 # ---- collection-level helpers ----
 
+
 def test_judge_all_judges_every_result_at_the_window_end() -> None:
     breach = SeriesResult(spec=spec(">", threshold=0.82), series=[({}, series(step(0.5, 0.9, 30)))])
     missing = SeriesResult(spec=spec(">", threshold=0.82), error="no data from: test")
@@ -300,6 +327,7 @@ def test_onset_order_lists_breached_findings_by_onset() -> None:
 
 
 # ---- prometheus._samples: NaN/Inf never reach the judge ----
+
 
 def test_samples_drop_nan_and_infinities_and_parse_numbers() -> None:
     raw = [[1, "1.5"], [2, "NaN"], [3, "+Inf"], [4, "-Inf"], [5.5, "2e3"]]

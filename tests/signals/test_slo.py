@@ -38,8 +38,9 @@ def timestamps(count: int = SAMPLES, offset: float = 0.0) -> list[float]:
     return [END.timestamp() - (count - 1 - i) * STEP + offset for i in range(count)]
 
 
-def collection(depths: list[float], ttfts: list[float], depth_offset: float = 0.0,
-               ttft_offset: float = 0.0) -> Collection:
+def collection(
+    depths: list[float], ttfts: list[float], depth_offset: float = 0.0, ttft_offset: float = 0.0
+) -> Collection:
     depth: Samples = list(zip(timestamps(len(depths), depth_offset), depths, strict=True))
     ttft: Samples = list(zip(timestamps(len(ttfts), ttft_offset), ttfts, strict=True))
     results = [
@@ -50,14 +51,16 @@ def collection(depths: list[float], ttfts: list[float], depth_offset: float = 0.
     return Collection(window=window, selectors={"serving": 'instance="x"'}, results=results)
 
 
-def weibull_window(violations: int = 420, current: float | None = None,
-                   seed: int = 20240501) -> tuple[list[float], list[float]]:
+def weibull_window(
+    violations: int = 420, current: float | None = None, seed: int = 20240501
+) -> tuple[list[float], list[float]]:
     """Healthy shallow queue first, then `violations` samples at Weibull(SHAPE, SCALE) depths with
     TTFT over the SLO; the last ten minutes sit at `current` if given."""
     rng = np.random.default_rng(seed)
     healthy = SAMPLES - violations
-    depths = list(rng.uniform(0.0, 1.0, healthy)) + list(weibull_min.rvs(SHAPE, scale=SCALE, size=violations,
-                                                                           random_state=rng))
+    depths = list(rng.uniform(0.0, 1.0, healthy)) + list(
+        weibull_min.rvs(SHAPE, scale=SCALE, size=violations, random_state=rng)
+    )
     ttfts = [0.4] * healthy + [3.0] * violations
     if current is not None:
         recent = CURRENT_MINUTES * 60 // STEP + 1
@@ -66,6 +69,7 @@ def weibull_window(violations: int = 420, current: float | None = None,
 
 
 # ---- the fit ----
+
 
 def test_fit_recovers_a_known_shape_and_scale() -> None:
     depths = weibull_min.rvs(SHAPE, scale=SCALE, size=500, random_state=np.random.default_rng(7))
@@ -110,6 +114,7 @@ def test_probability_matches_the_weibull_cdf_at_the_current_depth() -> None:
 
 # ---- verdict ----
 
+
 def test_deep_current_queue_is_breached_with_an_onset_and_a_low_baseline() -> None:
     finding = slo_finding(collection(*weibull_window(current=14.0)), ALERT)
     assert finding.status == "breached" and finding.breached
@@ -136,6 +141,7 @@ def test_the_slo_target_decides_what_counts_as_a_violation() -> None:
 
 
 # ---- too little to fit ----
+
 
 def test_no_violation_in_the_window_is_ok_and_says_so() -> None:
     finding = slo_finding(collection([3.0] * SAMPLES, [0.5] * SAMPLES), ALERT)
@@ -175,6 +181,7 @@ def test_violations_with_an_empty_queue_are_left_out_of_the_fit() -> None:
 
 # ---- alignment and robustness ----
 
+
 def test_timestamps_off_the_grid_still_pair_with_the_nearest_sample() -> None:
     depths, ttfts = weibull_window(current=8.0)
     aligned = slo_finding(collection(depths, ttfts), ALERT)
@@ -208,6 +215,7 @@ def test_nan_and_inf_samples_never_reach_the_result() -> None:
 
 # ---- missing inputs ----
 
+
 def test_unavailable_inputs_make_an_unavailable_finding_naming_the_reason() -> None:
     window = collection(*weibull_window())
     window.results[1] = SeriesResult(spec=SPECS[TTFT_SIGNAL], promql="ttft_q", error="query failed: boom")
@@ -219,8 +227,11 @@ def test_unavailable_inputs_make_an_unavailable_finding_naming_the_reason() -> N
 
 def test_an_input_not_measurable_on_the_stack_propagates() -> None:
     window = collection(*weibull_window())
-    window.results[0] = SeriesResult(spec=SPECS[DEPTH_SIGNAL], not_measurable=True,
-                                     error="not measurable on this stack (x): it exports no source for this signal")
+    window.results[0] = SeriesResult(
+        spec=SPECS[DEPTH_SIGNAL],
+        not_measurable=True,
+        error="not measurable on this stack (x): it exports no source for this signal",
+    )
     finding = slo_finding(window, ALERT)
     assert finding.status == "not_measurable" and "queue_median: not measurable" in finding.detail
 
@@ -234,6 +245,7 @@ def test_a_profile_without_the_inputs_is_unavailable() -> None:
 
 # ---- config ----
 
+
 def test_config_file_sets_the_slo_and_rejects_a_non_positive_one(tmp_path: Path) -> None:
     path = tmp_path / "rca.yaml"
     assert load_file_config(None).slo_ttft_seconds == 2.0
@@ -241,8 +253,12 @@ def test_config_file_sets_the_slo_and_rejects_a_non_positive_one(tmp_path: Path)
     path.write_text("slo_ttft_seconds: 1.5\nslo_probability_threshold: 0.7\n")
     config = load_file_config(path)
     assert (config.slo_ttft_seconds, config.slo_probability_threshold) == (1.5, 0.7)
-    for bad in ("slo_ttft_seconds: 0", "slo_ttft_seconds: -1", "slo_ttft_seconds: .nan",
-                "slo_probability_threshold: 1.5"):
+    for bad in (
+        "slo_ttft_seconds: 0",
+        "slo_ttft_seconds: -1",
+        "slo_ttft_seconds: .nan",
+        "slo_probability_threshold: 1.5",
+    ):
         path.write_text(bad + "\n")
         with pytest.raises(ConfigError, match=bad.split(":")[0]):
             load_file_config(path)

@@ -23,8 +23,19 @@ from tests.helpers.databases import create_database, drop_database
 from tests.helpers.paths import VENV_BIN
 from tests.helpers.processes import subprocess_env
 
-APP_TABLES = {"incidents", "alerts", "notifications", "investigations", "findings", "hypotheses",
-              "slack_deliveries", "slack_attempts", "incident_digests", "feedback", "api_tokens"}
+APP_TABLES = {
+    "incidents",
+    "alerts",
+    "notifications",
+    "investigations",
+    "findings",
+    "hypotheses",
+    "slack_deliveries",
+    "slack_attempts",
+    "incident_digests",
+    "feedback",
+    "api_tokens",
+}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
@@ -54,8 +65,9 @@ def schema_diff(url: str) -> list[object]:
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True,
-                                                                 "include_name": include_name})
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "compare_server_default": True, "include_name": include_name}
+            )
             return compare_metadata(context, Base.metadata)
     finally:
         engine.dispose()
@@ -101,8 +113,17 @@ def test_unmigrated_schema_differs_from_the_models(fresh_url: str) -> None:
 def test_migrated_schema_allows_one_open_incident_per_group(fresh_url: str) -> None:
     migrate(fresh_url)
     now = datetime.now(UTC)
-    row = {"group_key": "g", "title": "t", "receiver": "r", "group_labels": {}, "common_labels": {},
-           "common_annotations": {}, "notification_count": 1, "created_at": now, "updated_at": now}
+    row = {
+        "group_key": "g",
+        "title": "t",
+        "receiver": "r",
+        "group_labels": {},
+        "common_labels": {},
+        "common_annotations": {},
+        "notification_count": 1,
+        "created_at": now,
+        "updated_at": now,
+    }
     engine = create_engine(fresh_url, poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
@@ -117,8 +138,9 @@ def test_migrated_schema_allows_one_open_incident_per_group(fresh_url: str) -> N
 
 def test_rca_migrate_command_brings_a_fresh_database_to_head(fresh_url: str, tmp_path: Path) -> None:
     env = subprocess_env(database_url=fresh_url, data_dir=str(tmp_path / "rca-data"))
-    result = subprocess.run([str(VENV_BIN / "rca"), "migrate"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [str(VENV_BIN / "rca"), "migrate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "database migrated to head"
     assert inspect_db(fresh_url) == (APP_TABLES | {"alembic_version"}, head())

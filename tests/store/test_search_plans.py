@@ -32,14 +32,34 @@ def _load(url: str) -> None:
             kv = n % 3 == 0
             words = [node, model, "preemption kv cache" if kv else "queue surge", "xid" if n % 50 == 0 else ""]
             created = T0 + timedelta(minutes=n)
-            session.add(Incident(id=n, group_key=f"g{n}", status="firing" if n % 7 == 0 else "resolved",
-                                 title=f"incident {n}", alertname="A", receiver="r", group_labels={},
-                                 common_labels={}, common_annotations={}, created_at=created, updated_at=created))
-            session.add(IncidentDigest(
-                incident_id=n, created_at=created, status="firing" if n % 7 == 0 else "resolved",
-                document=" ".join(words), labels=[f"instance={node}:8000", f"model_name={model}"],
-                breached=["kv_cache_usage"] if kv else ["request_rate"], onset_order=[], categories=[],
-                top_category="kv_memory_pressure" if kv else "arrival_surge"))
+            session.add(
+                Incident(
+                    id=n,
+                    group_key=f"g{n}",
+                    status="firing" if n % 7 == 0 else "resolved",
+                    title=f"incident {n}",
+                    alertname="A",
+                    receiver="r",
+                    group_labels={},
+                    common_labels={},
+                    common_annotations={},
+                    created_at=created,
+                    updated_at=created,
+                )
+            )
+            session.add(
+                IncidentDigest(
+                    incident_id=n,
+                    created_at=created,
+                    status="firing" if n % 7 == 0 else "resolved",
+                    document=" ".join(words),
+                    labels=[f"instance={node}:8000", f"model_name={model}"],
+                    breached=["kv_cache_usage"] if kv else ["request_rate"],
+                    onset_order=[],
+                    categories=[],
+                    top_category="kv_memory_pressure" if kv else "arrival_surge",
+                )
+            )
     with get_engine(url).connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE incident_digests"))
 
@@ -66,8 +86,14 @@ def _reference(url: str, filters: IncidentFilter, n: int, before: Position | Non
         d = IncidentDigest
         if before is not None:
             ordered.append(d.created_at < before.created_at)
-        return list(session.scalars(select(d.incident_id).where(*ordered, *checked)
-                                    .order_by(d.created_at.desc(), d.incident_id.desc()).limit(n)))
+        return list(
+            session.scalars(
+                select(d.incident_id)
+                .where(*ordered, *checked)
+                .order_by(d.created_at.desc(), d.incident_id.desc())
+                .limit(n)
+            )
+        )
 
 
 SEARCHES = {
@@ -84,8 +110,9 @@ SEARCHES = {
 
 @pytest.mark.parametrize("strategy", ["staged", "walk only", "bitmap only"])
 @pytest.mark.parametrize("name", list(SEARCHES))
-def test_every_path_gives_the_plain_query_answer(loaded: str, monkeypatch: pytest.MonkeyPatch,
-                                                 strategy: str, name: str) -> None:
+def test_every_path_gives_the_plain_query_answer(
+    loaded: str, monkeypatch: pytest.MonkeyPatch, strategy: str, name: str
+) -> None:
     monkeypatch.setattr(incident_store, "FIRST_STAGE", 7)  # several stages even on this small set
     if strategy != "staged":
         monkeypatch.setattr(incident_store, "_walk_pays", lambda *_: strategy == "walk only")
@@ -100,13 +127,15 @@ def test_every_path_gives_the_plain_query_answer(loaded: str, monkeypatch: pytes
     assert got == _reference(loaded, filters, 25, before)
 
 
-def test_a_bitmap_phase_restores_the_planner_for_the_rest_of_the_request(loaded: str,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bitmap_phase_restores_the_planner_for_the_rest_of_the_request(
+    loaded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(incident_store, "_walk_pays", lambda *_: False)
     with session_scope(loaded) as session:
         incident_store._newest(session, IncidentFilter(q="xid"), 5)
-        settings = session.execute(text("SELECT current_setting('enable_indexscan'), "
-                                        "current_setting('enable_seqscan')")).one()
+        settings = session.execute(
+            text("SELECT current_setting('enable_indexscan'), current_setting('enable_seqscan')")
+        ).one()
     assert tuple(settings) == ("on", "on")
 
 

@@ -40,10 +40,18 @@ GROUPS = compile_groups(TracesConfig().operations)
 T0 = 1_760_000_000_000_000  # microseconds
 
 
-def fake_span(sid: int, parent: int | None, op: str, start_ms: float, dur_ms: float, service: str = "engine",
-              error: bool = False) -> FakeSpan:
-    return FakeSpan(f"{sid:016x}", f"{parent:016x}" if parent is not None else None, service, op,
-                    T0 + int(start_ms * 1000), int(dur_ms * 1000), error)
+def fake_span(
+    sid: int, parent: int | None, op: str, start_ms: float, dur_ms: float, service: str = "engine", error: bool = False
+) -> FakeSpan:
+    return FakeSpan(
+        f"{sid:016x}",
+        f"{parent:016x}" if parent is not None else None,
+        service,
+        op,
+        T0 + int(start_ms * 1000),
+        int(dur_ms * 1000),
+        error,
+    )
 
 
 def fetch_one(kind: str, trace: FakeTrace, max_spans: int = 2000, canonical: bool = False) -> Trace:
@@ -67,13 +75,17 @@ def read_back(backend: str, trace: FakeTrace, max_spans: int = 2000) -> Trace:
 
 # ---- wire formats ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_spans_parents_services_and_errors_survive_the_wire(backend: str) -> None:
-    trace = FakeTrace("00" + "ab" * 15, [
-        fake_span(1, None, "POST /v1/chat/completions", 0, 100, service="gateway"),
-        fake_span(2, 1, "llm_request", 5, 90),
-        fake_span(3, 2, "decode", 40, 50, error=True),
-    ])
+    trace = FakeTrace(
+        "00" + "ab" * 15,
+        [
+            fake_span(1, None, "POST /v1/chat/completions", 0, 100, service="gateway"),
+            fake_span(2, 1, "llm_request", 5, 90),
+            fake_span(3, 2, "decode", 40, 50, error=True),
+        ],
+    )
     got = read_back(backend, trace)
     assert got.trace_id == trace.trace_id  # Tempo search drops leading zeros; ids are read back as 32 hex
     spans = {s.span_id: s for s in got.spans}
@@ -155,20 +167,29 @@ def test_an_oversized_answer_fails_clearly() -> None:
 
 # ---- attribution -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nested_spans_are_counted_once_as_self_time(backend: str) -> None:
-    trace = FakeTrace("1" * 32, [
-        fake_span(1, None, "request", 0, 100),
-        fake_span(2, 1, "lora_adapter.load", 10, 60),
-        fake_span(3, 2, "lora_adapter.read_weights", 15, 30),
-        fake_span(4, 2, "lora_adapter.compile_kernels", 30, 20),  # overlaps read_weights by 15 ms
-        fake_span(5, 1, "decode", 70, 30),
-    ])
+    trace = FakeTrace(
+        "1" * 32,
+        [
+            fake_span(1, None, "request", 0, 100),
+            fake_span(2, 1, "lora_adapter.load", 10, 60),
+            fake_span(3, 2, "lora_adapter.read_weights", 15, 30),
+            fake_span(4, 2, "lora_adapter.compile_kernels", 30, 20),  # overlaps read_weights by 15 ms
+            fake_span(5, 1, "decode", 70, 30),
+        ],
+    )
     timing = time_trace(read_back(backend, trace), GROUPS)
     own = {op: round(us / 1000, 3) for (_, op), us in timing.self_us.items()}
     # read_weights and compile_kernels overlap: they cover 35 ms of the load together, shared 30:20.
-    assert own == {"request": 10, "lora_adapter.load": 25, "lora_adapter.read_weights": 21,
-                   "lora_adapter.compile_kernels": 14, "decode": 30}
+    assert own == {
+        "request": 10,
+        "lora_adapter.load": 25,
+        "lora_adapter.read_weights": 21,
+        "lora_adapter.compile_kernels": 14,
+        "decode": 30,
+    }
     assert timing.total_self_us == timing.request_us == 100_000
     assert timing.group_us[LORA] == pytest.approx(60_000)  # the load's own duration, nothing counted twice
     stats = summarise([timing])
@@ -178,12 +199,15 @@ def test_nested_spans_are_counted_once_as_self_time(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_clock_skew_moves_a_child_inside_its_parent(backend: str) -> None:
-    trace = FakeTrace("2" * 32, [
-        fake_span(1, None, "POST /v1/completions", 0, 100, service="gateway"),
-        fake_span(2, 1, "llm_request", -40, 80, service="engine"),  # engine clock 45 ms behind
-        fake_span(3, 2, "prefill", -35, 30, service="engine"),
-        fake_span(4, 1, "postprocess", 90, 30, service="gateway"),  # runs past its parent's end
-    ])
+    trace = FakeTrace(
+        "2" * 32,
+        [
+            fake_span(1, None, "POST /v1/completions", 0, 100, service="gateway"),
+            fake_span(2, 1, "llm_request", -40, 80, service="engine"),  # engine clock 45 ms behind
+            fake_span(3, 2, "prefill", -35, 30, service="engine"),
+            fake_span(4, 1, "postprocess", 90, 30, service="gateway"),  # runs past its parent's end
+        ],
+    )
     timing = time_trace(read_back(backend, trace), GROUPS)
     own = {op: us / 1000 for (_, op), us in timing.self_us.items()}
     assert timing.skew_adjusted == 3  # llm_request and prefill moved forward, postprocess back
@@ -203,11 +227,14 @@ def test_a_child_longer_than_its_parent_is_clipped_to_it() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_spans_whose_parent_is_missing_become_roots(backend: str) -> None:
-    trace = FakeTrace("4" * 32, [
-        fake_span(1, None, "request", 0, 100),
-        fake_span(3, 99, "lora_adapter.load", 20, 40),  # parent 99 was never received
-        fake_span(4, 3, "lora_adapter.read_weights", 25, 10),
-    ])
+    trace = FakeTrace(
+        "4" * 32,
+        [
+            fake_span(1, None, "request", 0, 100),
+            fake_span(3, 99, "lora_adapter.load", 20, 40),  # parent 99 was never received
+            fake_span(4, 3, "lora_adapter.read_weights", 25, 10),
+        ],
+    )
     timing = time_trace(read_back(backend, trace), GROUPS)
     assert timing.orphans == 1
     assert timing.request_us == 100_000  # the longest root is the request
@@ -238,6 +265,7 @@ def test_a_huge_trace_is_capped_to_its_longest_spans(backend: str) -> None:
 
 # ---- sampling -----------------------------------------------------------------------------------
 
+
 def test_plan_covers_the_window_in_equal_slices_with_equal_shares() -> None:
     plan = plan_sample(0, 195 * 60 * 1_000_000, 300)
     assert len(plan.slices) == 20 and plan.per_slice == 15
@@ -246,8 +274,9 @@ def test_plan_covers_the_window_in_equal_slices_with_equal_shares() -> None:
     assert visiting_order(5) == [4, 0, 3, 1, 2]
 
 
-def window_store(fault: Phases, minutes: int = 195, onset_ago: int = 25,
-                 **kw: object) -> tuple[Store, datetime, datetime]:
+def window_store(
+    fault: Phases, minutes: int = 195, onset_ago: int = 25, **kw: object
+) -> tuple[Store, datetime, datetime]:
     now = datetime.now(UTC)
     start = now - timedelta(minutes=minutes)
     us = lambda d: int(d.timestamp() * 1e6)  # noqa: E731
@@ -290,6 +319,7 @@ def test_an_exhausted_budget_cuts_the_sample_short_but_keeps_both_ends() -> None
 
 # ---- findings ------------------------------------------------------------------------------------
 
+
 def settings_for(kind: str, url: str, **kw: object) -> Settings:
     return load_settings(traces_backend=kind, traces_url=url, **kw)
 
@@ -303,8 +333,9 @@ def test_lora_loads_since_the_onset_become_a_breached_finding_with_examples(kind
     store, start, now = window_store(LORA_FAULT)
     alert_start = now - timedelta(minutes=5)
     with FakeBackend(kind, store) as fake:
-        found = by_key(trace_findings(settings_for(kind, fake.url), TracesConfig(), [{"job": SERVICE}],
-                                      alert_start, start, now))
+        found = by_key(
+            trace_findings(settings_for(kind, fake.url), TracesConfig(), [{"job": SERVICE}], alert_start, start, now)
+        )
     lora = found[LORA]
     assert lora.status == "breached" and lora.kind == "trace"
     assert lora.value > 0.3 and lora.baseline < 0.02
@@ -326,8 +357,16 @@ def test_lora_loads_since_the_onset_become_a_breached_finding_with_examples(kind
 def test_prefill_growth_breaches_the_prefill_finding_only() -> None:
     store, start, now = window_store(PREFILL_FAULT)
     with FakeBackend("jaeger", store) as fake:
-        found = by_key(trace_findings(settings_for("jaeger", fake.url), TracesConfig(), [{"job": SERVICE}],
-                                      now - timedelta(minutes=5), start, now))
+        found = by_key(
+            trace_findings(
+                settings_for("jaeger", fake.url),
+                TracesConfig(),
+                [{"job": SERVICE}],
+                now - timedelta(minutes=5),
+                start,
+                now,
+            )
+        )
     assert found[PREFILL].breached and not found[LORA].breached
 
 
@@ -335,8 +374,9 @@ def test_prefill_growth_breaches_the_prefill_finding_only() -> None:
 def test_traces_that_did_not_change_breach_nothing(phases: Phases) -> None:
     store, start, now = window_store(phases, onset_ago=10_000)  # the same phases over the whole window
     with FakeBackend("tempo", store) as fake:
-        found = trace_findings(settings_for("tempo", fake.url), TracesConfig(), [{"job": SERVICE}],
-                               now - timedelta(minutes=5), start, now)
+        found = trace_findings(
+            settings_for("tempo", fake.url), TracesConfig(), [{"job": SERVICE}], now - timedelta(minutes=5), start, now
+        )
     assert [f.key for f in found if f.breached] == []
     assert by_key(found)[LORA].value == pytest.approx(by_key(found)[LORA].baseline, abs=0.08)
 
@@ -346,8 +386,11 @@ def test_vllm_phase_attributes_become_phases_and_show_prefill_growth(kind: str) 
     store, start, now = window_store(PREFILL_FAULT, vllm_native=True)
     assert all(len(t.spans) == 1 for t in store.traces)  # vLLM exports one span per request
     with FakeBackend(kind, store) as fake:
-        found = by_key(trace_findings(settings_for(kind, fake.url), TracesConfig(), [{"job": SERVICE}],
-                                      now - timedelta(minutes=5), start, now))
+        found = by_key(
+            trace_findings(
+                settings_for(kind, fake.url), TracesConfig(), [{"job": SERVICE}], now - timedelta(minutes=5), start, now
+            )
+        )
     prefill = found[PREFILL]
     assert prefill.breached and prefill.detail.startswith("`llm_request:prefill`")
     assert prefill.value > 0.4 and prefill.baseline < 0.2
@@ -358,16 +401,32 @@ def test_vllm_phase_attributes_become_phases_and_show_prefill_growth(kind: str) 
 def test_phase_attributes_are_ignored_when_not_configured() -> None:
     store, start, now = window_store(PREFILL_FAULT, vllm_native=True)
     with FakeBackend("jaeger", store) as fake:
-        found = by_key(trace_findings(settings_for("jaeger", fake.url), TracesConfig(phase_attributes={}),
-                                      [{"job": SERVICE}], now - timedelta(minutes=5), start, now))
+        found = by_key(
+            trace_findings(
+                settings_for("jaeger", fake.url),
+                TracesConfig(phase_attributes={}),
+                [{"job": SERVICE}],
+                now - timedelta(minutes=5),
+                start,
+                now,
+            )
+        )
     assert found[PREFILL].value == 0 and not found[PREFILL].breached
 
 
 def test_error_spans_since_the_onset_are_counted_by_operation() -> None:
     store, start, now = window_store(LORA_FAULT, error_rate_after=0.5)
     with FakeBackend("jaeger", store) as fake:
-        errors = by_key(trace_findings(settings_for("jaeger", fake.url), TracesConfig(), [{"job": SERVICE}],
-                                       now - timedelta(minutes=5), start, now))[ERRORS_KEY]
+        errors = by_key(
+            trace_findings(
+                settings_for("jaeger", fake.url),
+                TracesConfig(),
+                [{"job": SERVICE}],
+                now - timedelta(minutes=5),
+                start,
+                now,
+            )
+        )[ERRORS_KEY]
     assert errors.breached and errors.value > 0.2 and errors.baseline == 0
     assert "decode" in errors.series_labels["operations"] and "llm_request" in errors.series_labels["operations"]
 
@@ -396,8 +455,14 @@ def test_a_backend_that_is_down_gives_an_unavailable_finding_quickly() -> None:
         closed = sock.getsockname()[1]
     now = datetime.now(UTC)
     started = time.monotonic()
-    [down] = trace_findings(settings_for("tempo", f"http://127.0.0.1:{closed}", traces_timeout_seconds=2),
-                            TracesConfig(), [{"job": SERVICE}], now, now - timedelta(hours=3), now)
+    [down] = trace_findings(
+        settings_for("tempo", f"http://127.0.0.1:{closed}", traces_timeout_seconds=2),
+        TracesConfig(),
+        [{"job": SERVICE}],
+        now,
+        now - timedelta(hours=3),
+        now,
+    )
     assert time.monotonic() - started < 5
     assert down.status == "unavailable" and "tempo" in down.detail and "ConnectError" in down.detail
 
@@ -414,18 +479,36 @@ def test_a_custom_operation_mapping_creates_its_finding() -> None:
     store, start, now = window_store(LORA_FAULT)
     config = TracesConfig(operations={"trace_adapter_io": ["*read_weights*"]})
     with FakeBackend("jaeger", store) as fake:
-        found = by_key(trace_findings(settings_for("jaeger", fake.url), config, [{"job": SERVICE}],
-                                      now - timedelta(minutes=5), start, now))
+        found = by_key(
+            trace_findings(
+                settings_for("jaeger", fake.url), config, [{"job": SERVICE}], now - timedelta(minutes=5), start, now
+            )
+        )
     assert LORA not in found and found["trace_adapter_io"].breached
     assert found["trace_adapter_io"].title == "Share of request time in adapter io (traces)"
 
 
 # ---- ranking and settings -------------------------------------------------------------------------
 
+
 def finding(key: str, breached: bool, kind: str = "supporting") -> Finding:
-    return Finding(key=key, kind=kind, title=key, status="breached" if breached else "ok", breached=breached,
-                   value=1.0, baseline=None, threshold=None, comparison=">", unit="", onset=None, query=None,
-                   source=None, series_labels=None, detail=key)
+    return Finding(
+        key=key,
+        kind=kind,
+        title=key,
+        status="breached" if breached else "ok",
+        breached=breached,
+        value=1.0,
+        baseline=None,
+        threshold=None,
+        comparison=">",
+        unit="",
+        onset=None,
+        query=None,
+        source=None,
+        series_labels=None,
+        detail=key,
+    )
 
 
 def test_a_lora_trace_finding_turns_an_ambiguous_queue_into_lora_adapter_loading() -> None:
@@ -444,8 +527,9 @@ def test_trace_settings_are_checked_at_start_up_without_echoing_secrets() -> Non
     with pytest.raises(ConfigError) as err:
         load_settings(traces_headers="Authorization: Bearer topsecret")
     assert "RCA_TRACES_HEADERS" in str(err.value) and "topsecret" not in str(err.value)
-    settings = load_settings(traces_backend="tempo", traces_url="http://t:3200/",
-                             traces_headers='{"X-Scope-OrgID": "team-a"}')
+    settings = load_settings(
+        traces_backend="tempo", traces_url="http://t:3200/", traces_headers='{"X-Scope-OrgID": "team-a"}'
+    )
     assert settings.traces_url == "http://t:3200"
     assert settings.traces_headers["X-Scope-OrgID"].get_secret_value() == "team-a"
     assert "team-a" not in repr(settings)
