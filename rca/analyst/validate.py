@@ -139,11 +139,11 @@ def check(text: str, findings: list[Finding], rules: list[Hypothesis]) -> Verdic
     dropped: list[dict[str, Any]] = []
     for h in sorted(answer.hypotheses, key=lambda h: h.rank):
         invented = [e for e in h.evidence if e not in known]
-        anchors = taxonomy()[h.category].anchors
+        category = taxonomy()[h.category]
         if invented:
             reason = f"cites evidence that does not exist: {', '.join(invented)}"
-        elif h.category != NO_CLEAR_CAUSE and not breached.intersection(anchors):
-            reason = f"none of its anchor findings ({', '.join(anchors)}) is breached"
+        elif h.category != NO_CLEAR_CAUSE and not category.held_anchors(breached):
+            reason = f"none of its anchor findings ({category.describe_anchors()}) is breached"
         elif any(k.category == h.category for k in kept):
             reason = "repeats a category ranked higher"
         else:

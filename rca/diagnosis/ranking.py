@@ -1,7 +1,7 @@
 """Deterministic ranking of root causes from findings (the rules analyst).
 
 Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules):
-  - it is a candidate only if one of its anchor findings is breached;
+  - it is a candidate only if one of its anchors holds (a finding, or a set that breaches together);
   - score = sum of weights of breached supporting findings - sum of breached contradicting ones
     (half weight for a finding breached for the whole window: it did not just change), plus a
     lead bonus when its anchor clearly moved before every other candidate's (causes come before
@@ -40,11 +40,17 @@ CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no ba
 UNEXPLAINED_CONFIDENCE = 0.4  # no_clear_cause when findings are breached but none anchors a cause
 
 
+Anchor = str | list[str]  # a finding id, or findings that must all be breached together
+
+
 class Category(BaseModel):
     model_config = {"extra": "forbid"}
 
     title: str
-    anchors: list[str]
+    # A cause is a candidate only when one of its anchors holds: a finding that this cause (or few
+    # others) moves, or a set that must breach together, e.g. requests held in the queue *while* the
+    # GPU idles. A symptom that every cause moves (`symptoms:`) may be part of a set, never alone.
+    anchors: list[Anchor]
     supports: dict[str, float]
     contradicts: dict[str, float]
     next_steps: list[str]
@@ -54,6 +60,22 @@ class Category(BaseModel):
 
     def full_score(self) -> float:
         return self.full_at or sum(self.supports.values())
+
+    def anchor_sets(self) -> list[frozenset[str]]:
+        """Each anchor as the set of findings that must all be breached."""
+        return [frozenset([a]) if isinstance(a, str) else frozenset(a) for a in self.anchors]
+
+    def anchor_keys(self) -> frozenset[str]:
+        """Every finding named in an anchor."""
+        return frozenset().union(*self.anchor_sets())
+
+    def held_anchors(self, breached: set[str]) -> list[frozenset[str]]:
+        """The anchors that the breached findings satisfy."""
+        return [anchor for anchor in self.anchor_sets() if anchor <= breached]
+
+    def describe_anchors(self) -> str:
+        """`a, b, c + d` for messages: alternatives by commas, sets joined by `+`."""
+        return ", ".join(anchor if isinstance(anchor, str) else " + ".join(anchor) for anchor in self.anchors)
 
 
 @lru_cache(maxsize=1)
@@ -66,7 +88,15 @@ def _taxonomy_file() -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def taxonomy() -> dict[str, Category]:
-    return {name: Category.model_validate(spec) for name, spec in _taxonomy_file()["categories"].items()}
+    categories = {name: Category.model_validate(spec) for name, spec in _taxonomy_file()["categories"].items()}
+    for name, cat in categories.items():
+        for anchor in cat.anchor_sets():
+            if anchor <= symptoms():
+                raise ConfigError(
+                    f"taxonomy: {name}: the anchor {' + '.join(sorted(anchor))} is only symptoms, which every "
+                    "cause moves; pair it with a finding of this cause's own"
+                )
+    return categories
 
 
 def symptoms() -> frozenset[str]:
@@ -109,9 +139,10 @@ def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) 
     """The candidate whose earliest breached anchor leads every other candidate's by LEAD_MINUTES.
     Symptom anchors are left out: TTFT rises after any cause, so it must not mask who led; so are
     chronic breaches, whose onset is only the start of the window."""
+    breached = {key for key, finding in findings.items() if finding.breached}
     leads: dict[str, datetime] = {}
     for name, cat in candidates.items():
-        causal = [findings[k] for k in cat.anchors if k not in symptoms() and k in findings]
+        causal = [findings[k] for anchor in cat.held_anchors(breached) for k in anchor if k not in symptoms()]
         onsets = [f.onset for f in causal if f.breached and not is_chronic(f)]
         dated = [onset for onset in onsets if onset is not None]
         if dated:
@@ -126,9 +157,7 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
     """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
     by_key = {f.key: f for f in findings}
     breached = {f.key for f in findings if f.breached}
-    anchored = {
-        name: cat for name, cat in taxonomy().items() if name != NO_CLEAR_CAUSE and breached.intersection(cat.anchors)
-    }
+    anchored = {name: cat for name, cat in taxonomy().items() if name != NO_CLEAR_CAUSE and cat.held_anchors(breached)}
     first_mover = _first_mover(anchored, by_key)
     candidates: list[Hypothesis] = []
     for name, cat in anchored.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from rca.analyst import client as llm_client
 from rca.analyst.explain import NOT_CONFIGURED, AnalystResult, explain
 from rca.analyst.prompts import FENCE_CLOSE, FENCE_OPEN, investigation_messages, untrusted
 from rca.analyst.summary import (
+    RANKING_KEPT,
     TRIM_ORDER,
     AlertText,
     OverBudget,
@@ -24,7 +26,8 @@ from rca.analyst.summary import (
 )
 from rca.analyst.validate import check
 from rca.config import Settings, load_settings
-from rca.diagnosis.ranking import taxonomy
+from rca.diagnosis.ranking import rank, taxonomy
+from rca.domain.status import FindingStatus
 from tests.fakes.llm import (
     LLAMA_CPP_JSON_SCHEMA_ERROR,
     OPENAI_JSON_SCHEMA_ERROR,
@@ -376,7 +379,15 @@ def test_trimming_follows_the_documented_order_and_keeps_breached_findings() -> 
         for i in range(20)
     ]
     alerts = [AlertText({"alertname": "A", "team": "llm", "region": "eu"}, {"description": "d" * 3000})]
-    summary = build_summary(surge_target(), surge_findings(), surge_rules(), alerts, traces, similar)
+    # A surge seen next to a hot, throttled GPU with missed prefixes: a ranking longer than the top
+    # RANKING_KEPT, so that every step has something to trim.
+    also = {"prefix_cache_hit_rate", "gpu_temperature", "sm_clock"}
+    findings = [
+        replace(f, status=FindingStatus.BREACHED, breached=True) if f.key in also else f for f in surge_findings()
+    ]
+    rules = rank(findings)
+    assert len(rules) > RANKING_KEPT
+    summary = build_summary(surge_target(), findings, rules, alerts, traces, similar)
 
     def measure(s: Any) -> int:
         return estimate_tokens(investigation_messages(s, None))

@@ -76,3 +76,39 @@ def test_empty_selector_is_never_substituted(has_pod: bool) -> None:
     fetch(fake, pod=POD if has_pod else None)
     assert all('{container!="",container!="POD",}' not in q for q in fake.asked)
     assert any("container_" in q for q in fake.asked) == has_pod
+
+
+SERVING = 'instance="gpu-node-1:8000"'
+REQUEST_RATE = next(s for s in load_profile().signals if s.id == "request_rate")
+
+
+def fetch_serving(fake: Fake, spec, stack: str):
+    return fake._fetch(spec, {"serving": SERVING, "gpu": None, "node": None, "pod": None}, WINDOW, stack)
+
+
+@pytest.mark.parametrize(
+    ("stack", "kept", "source"),
+    [
+        ("vllm_v1", "vllm:e2e_request_latency_seconds_count", "vLLM end-to-end latency histogram count"),
+        ("vllm_v1", "vllm:time_to_first_token_seconds_count", "vLLM TTFT histogram count"),
+        ("vllm_v0", "vllm:request_prompt_tokens_count", "vLLM prompt-length histogram count"),
+        ("sglang", "sglang:queue_time_seconds_count", "SGLang queue-time histogram count"),
+        ("tgi", "tgi_request_duration_count", "TGI request-duration histogram count"),
+        ("triton", "nv_inference_first_response_histogram_ms_count", "Triton first-response histogram count"),
+    ],
+)
+def test_request_rate_falls_back_to_a_latency_histogram_count_when_a_keep_list_drops_the_counter(
+    stack: str, kept: str, source: str
+) -> None:
+    """Operators' keep-lists (`metric_relabel_configs`) drop series; each per-request histogram's
+    `_count` counts the same requests, so the rate is measured, and the finding says from what."""
+    result = fetch_serving(Fake({kept: True}), REQUEST_RATE, stack)
+    assert result.error is None and result.source.startswith(source)
+    assert kept in result.promql
+
+
+def test_every_serving_stack_has_request_rate_fallbacks() -> None:
+    stacks = load_profile().stacks
+    for stack in stacks:
+        alternatives = [q for q in REQUEST_RATE.queries if q.stacks is None or stack in q.stacks]
+        assert len(alternatives) >= 2, f"{stack}: one missing series would leave the request rate unavailable"
