@@ -83,13 +83,15 @@ def analyse(
     alerts: list[AlertText] | None = None,
     cache: AnswerCache | None = None,
     history: History | None = None,
+    source: PrometheusSource | None = None,
 ) -> Analysis:
     """Collect the window around the alert, judge every signal, rank the causes and have the
     analyst (the LLM when configured, else the rules) write the hypotheses.
 
     `alerts` (as they arrived) name the traced service and give the LLM their text; without them
     the target's scope labels are used. `history` finds past incidents with the same evidence
-    (findings, rules ranking, stack) for the LLM to weigh."""
+    (findings, rules ranking, stack) for the LLM to weigh. `source` replaces the Prometheus that
+    the settings name (the diagnosis benches answer its queries from generated worlds)."""
     now = now or datetime.now(UTC)
     file_config = settings.file_config()
     profile = profile_for(file_config)
@@ -101,10 +103,11 @@ def analyse(
         settings.min_step_seconds,
     )
     started = time.perf_counter()
-    if settings.prometheus_url:
+    if source is None and settings.prometheus_url:
         source = PrometheusSource(
             settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency
         )
+    if source is not None:
         pod = {name: target.labels[name] for name in ("namespace", "pod") if target.labels.get(name)}
         aliases = source.aliases(profile.identities, target.host_candidates(), window, pod or None)
         target = replace(target, aliases=aliases)

@@ -97,7 +97,7 @@ def test_the_taxonomy_table_in_docs_is_the_taxonomy() -> None:
     assert set(rows) == set(taxonomy())
     for name in CAUSES:
         cat, (_, _, anchors, supports, contradicts) = taxonomy()[name], rows[name]
-        assert anchors.replace("`", "") == cat.describe_anchors(), name
+        assert anchors.replace("`", "") == cat.describe_anchors(), f"{name}: run tools/taxonomy_table.py"
         assert _weights(supports) == cat.supports, name
         assert _weights(contradicts) == cat.contradicts, name
 

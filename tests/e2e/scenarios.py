@@ -80,7 +80,24 @@ FAULTS: dict[str, dict[str, float]] = {
 # Also: "cadvisor" (with a pod), "process" (process-exporter), "dcgm_basic" (DCGM without profiling fields).
 EXPORTERS = frozenset({"serving", "dcgm", "node"})
 
-PROMPT_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+PROMPT_BUCKETS = [
+    1,
+    8,
+    16,
+    32,
+    64,
+    128,
+    256,
+    512,
+    1024,
+    2048,
+    4096,
+    8192,
+    16384,
+    32768,
+    65536,
+    131072,
+]  # to max-model-len
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
 
@@ -104,6 +121,8 @@ class Host:
     addresses: bool = False
     severity: float = 1.0  # share of the fault's change that is reached (0.5: half-way to FAULTS' values)
     ramp: float = RAMP_SECONDS  # seconds from onset to full effect
+    # Metric names (or histogram families) a keep-list in the operator's scrape config drops.
+    dropped: frozenset[str] = frozenset()
 
     def params(self, t: float) -> dict[str, float]:
         values = dict(BASELINE) | dict(self.normal)
@@ -480,9 +499,18 @@ def host_series(host: Host) -> list[Series]:
         series.append(Series("node_cpu_seconds_total", labels | {"mode": "user"}, rate=busy))
         if cpu in PINNED and host.isolcpus:
             series.append(Series("node_cpu_isolated", labels, gauge=lambda p, t: 1.0))
+    series = [s for s in series if s.name not in host.dropped and _family(s.name) not in host.dropped]
     for s in series:
         s.host = host
     return series
+
+
+def _family(name: str) -> str:
+    """A histogram's family name (`x` of `x_bucket`, `x_count`, `x_sum`); other names unchanged."""
+    for suffix in ("_bucket", "_count", "_sum"):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
 
 
 @dataclass

@@ -1,0 +1,140 @@
+"""Diagnose a generated world through the real pipeline without a Prometheus.
+
+`WorldSource` is the pipeline's Prometheus source with its two HTTP calls answered from the world:
+a probe finds data when one of its metric names is among the host's exported series
+(tests/e2e/scenarios.host_series, so missing exporters and dropped series are honoured); a range
+query is matched to the profile alternative it was rendered from, answers only when every metric
+it names is exported, and returns what that signal measures of the engine, on the window's grid,
+smoothed as a 5-minute rate (or a 10-minute median) smooths it, with the world's sample noise.
+Everything from there on is the product's: scopes, stack detection, fallbacks between
+alternatives, findings, the SLO model, the ranking. The sample of worlds that bench and e2e tests
+also run through a real Prometheus is how this shortcut is kept honest.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from rca.collect.profile import Profile, load_profile
+from rca.collect.prometheus import PrometheusSource, Window
+from rca.collect.target import target_from_alerts
+from rca.config import Settings
+from rca.pipeline import Analysis, analyse
+from tests.e2e.scenarios import ITL_BUCKETS, PROMPT_BUCKETS, TTFT_BUCKETS, host_series
+from tests.worlds.generate import World
+
+Params = dict[str, float]
+
+
+def bucket_quantile(q: float, buckets: list[float], median: float) -> float:
+    """histogram_quantile over cumulative buckets of an exponential with this median, as
+    Prometheus interpolates it (linearly inside the bucket; the top finite bound past the last)."""
+    cdf = [1 - 2 ** (-le / max(median, 1e-9)) for le in buckets]
+    rank = q
+    previous_le, previous_cdf = 0.0, 0.0
+    for le, share in zip(buckets, cdf, strict=True):
+        if share >= rank:
+            return previous_le + (le - previous_le) * (rank - previous_cdf) / max(share - previous_cdf, 1e-12)
+        previous_le, previous_cdf = le, share
+    return buckets[-1]
+
+
+VALUE: dict[str, Callable[[Params], float]] = {
+    "cpu_bound_ratio": lambda p: p["pinned_busy"],
+    "prefix_cache_hit_rate": lambda p: p["hit_rate"],
+    "queue_median": lambda p: p["waiting"],
+    "gpu_compute_to_memory": lambda p: p["tensor_active"] / p["dram_active"] if p["dram_active"] > 0.05 else math.nan,
+    "kv_cache_usage": lambda p: p["kv_usage"],
+    "preemption_rate": lambda p: p["preempt_rate"],
+    "request_rate": lambda p: p["arrival_rate"],
+    "prompt_tokens_p95": lambda p: bucket_quantile(0.95, PROMPT_BUCKETS, p["prompt_len"]),
+    "ttft_p95": lambda p: bucket_quantile(0.95, TTFT_BUCKETS, p["ttft"]),
+    "itl_p95": lambda p: bucket_quantile(0.95, ITL_BUCKETS, p["itl"]),
+    "queue_time_p95": lambda p: bucket_quantile(0.95, TTFT_BUCKETS, p["queue_time"]),
+    "running_batch": lambda p: p["running"],
+    "requests_deferred": lambda p: p["deferred"],
+    "gpu_utilization": lambda p: p["gpu_util"],
+    "dram_active": lambda p: p["dram_active"],
+    "pcie_traffic": lambda p: 2 * p["pcie_bytes"],
+    "sm_clock": lambda p: p["sm_clock"],
+    "xid_errors": lambda p: p["xid"],
+    "gpu_throttle_reasons": lambda p: p["throttle"],
+    "gpu_temperature": lambda p: p["gpu_temp"],
+    "cpu_throttling": lambda p: p["throttled"],
+    "context_switch_rate": lambda p: p["ctx_switches"],
+    "numa_miss_rate": lambda p: p["numa_miss"],
+}
+# How far back the query's own window looks: a 5-minute rate lags by half of it, a 10-minute median by five.
+LAG_SECONDS = {"queue_median": 300.0}
+DEFAULT_LAG = 150.0
+GAUGES = {"xid_errors", "gpu_throttle_reasons", "gpu_temperature", "sm_clock", "running_batch", "kv_cache_usage"}
+
+_NAME = re.compile(
+    r"(?<![\w:\"])((?:vllm|sglang):[\w:]+|(?:DCGM_|node_|nv_|tgi_|container_|namedprocess_|rca_gpu_)\w+)"
+)
+_NAME_REGEX = re.compile(r'__name__=~"([^"]+)"')
+_PLACEHOLDER = re.compile(r"\\\$[a-z_]+")
+
+
+class WorldSource(PrometheusSource):
+    def __init__(self, world: World, profile: Profile) -> None:  # no HTTP: `_instant` and `_range` answer
+        self.url = "world://" + world.host.name
+        self.concurrency = 1
+        self.world = world
+        self.exported = {s.name for s in host_series(world.host)}
+        self.noise = random.Random(world.seed).uniform(0.01, 0.05)
+        self.alternatives: list[tuple[re.Pattern[str], str, list[str]]] = []
+        for spec in profile.signals:
+            for alternative in spec.queries:
+                pattern = _PLACEHOLDER.sub(".*?", re.escape(alternative.promql))
+                names = _NAME.findall(alternative.promql) + _NAME_REGEX.findall(alternative.promql)
+                self.alternatives.append((re.compile(pattern, re.S), spec.id, names))
+
+    def _has(self, name: str) -> bool:
+        if any(ch in name for ch in "()|?*+"):
+            return any(re.fullmatch(name, exported) for exported in self.exported)
+        return name in self.exported
+
+    def _instant(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+        names = _NAME_REGEX.findall(promql)
+        if names and any(self._has(n) for n in names[0].split("|")):
+            return [{"metric": {}, "value": [at.timestamp(), "1"]}]
+        return []  # identity (alias) lookups: one host, nothing to join
+
+    def _range(self, promql: str, window: Window) -> list[dict[str, Any]]:
+        for pattern, signal, names in self.alternatives:
+            if pattern.fullmatch(promql):
+                if not all(self._has(n) for n in names):
+                    return []
+                return [{"metric": {}, "values": self._values(signal, window)}]
+        raise AssertionError(f"a query no profile alternative renders: {promql}")
+
+    def _values(self, signal: str, window: Window) -> list[list[float | str]]:
+        host, value = self.world.host, VALUE[signal]
+        lag = 0.0 if signal in GAUGES else LAG_SECONDS.get(signal, DEFAULT_LAG)
+        jitter = random.Random(f"{self.world.seed}:{signal}")
+        out: list[list[float | str]] = []
+        t = window.start.timestamp()
+        end = window.end.timestamp()
+        while t <= end + 1e-6:
+            v = value(host.params(t - lag))
+            if math.isfinite(v):
+                exact = signal in ("xid_errors", "gpu_throttle_reasons")
+                noisy = v if exact else v * (1 + jitter.gauss(0, self.noise))
+                out.append([t, repr(max(0.0, noisy))])
+            t += window.step_seconds
+        return out
+
+
+def diagnose(world: World, settings: Settings) -> Analysis:
+    """The pipeline's analysis of the world's alert, at the world's `now`."""
+    profile = load_profile()
+    target = target_from_alerts(
+        [world.alert], [datetime.fromtimestamp(world.alert_start, UTC)], settings.file_config().target
+    )
+    return analyse(settings, target, datetime.fromtimestamp(world.now, UTC), source=WorldSource(world, profile))

@@ -1,0 +1,301 @@
+"""Generated worlds: one serving host with a known root cause (or none), drawn from a seed.
+
+Each world draws what a fleet nobody tuned the ranking to would show: the serving stack, the
+host's own healthy levels and load, the cause and how hard it hits (severity), how fast it ramps,
+when it began and how long before the investigation the alert fired, sample noise, red herrings
+(values that move at onset without being a cause), a chronic background breach, exporters that are
+missing and series an operator's keep-list dropped. Causes change what the engine is given
+(`tests.worlds.engine`); what the exporters then show follows from the engine's relations, so a
+surge fills the KV cache and KV pressure preempts and evicts prefixes without being told to.
+
+Seeds are the split: `TUNING_SEEDS` may be looked at while changing the taxonomy or the signals;
+`HELD_OUT_SEEDS` are only ever reported (bench/diagnosis_worlds.py, docs/diagnosis.md).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tests.e2e.scenarios import EXPORTERS, NAMESPACE, Host
+from tests.worlds.engine import Given, Timeline, blend, simulate
+
+TUNING_SEEDS = range(0, 100_000)
+HELD_OUT_SEEDS = range(1_000_000, 1_100_000)
+HEALTHY = "no_clear_cause"
+WINDOW_SECONDS = 3 * 3600
+GRID_SECONDS = 15.0
+STACKS = ("vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi", "triton", "triton_trtllm")
+
+Draw = Callable[[random.Random, Given, float], Given]  # (rng, healthy, severity 0..1) -> given once it hit
+
+
+def _lerp(low: float, high: float, severity: float) -> float:
+    """A magnitude between the mildest that still presents the cause and the hardest."""
+    return low + (high - low) * severity
+
+
+def _surge(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, arrival_rate=g.arrival_rate * _lerp(1.6, 4.0, s))
+
+
+def _kv(r: random.Random, g: Given, s: float) -> Given:
+    healthy = simulate([g] * 40, 0.0, GRID_SECONDS).values[-1]
+    if r.random() < 0.5:  # less memory for the cache (gpu-memory-utilization, a larger model)
+        return replace(g, kv_capacity=g.kv_capacity * healthy["kv_usage"] / _lerp(1.05, 1.5, s))
+    return replace(g, output_len=g.output_len * _lerp(2.0, 4.0, s) / max(0.3, healthy["kv_usage"]) * 0.5)
+
+
+def _prefix(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, hit_rate=_lerp(0.45, 0.05, s))
+
+
+def _prefill(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, prompt_len=g.prompt_len * _lerp(2.5, 6.0, s), hit_rate=g.hit_rate * _lerp(0.8, 0.4, s))
+
+
+def _batching(r: random.Random, g: Given, s: float) -> Given:
+    if r.random() < 0.5:  # max-num-seqs / preferred batch far below what the load needs
+        running = simulate([g] * 40, 0.0, GRID_SECONDS).values[-1]["running"]
+        return replace(g, max_batch=max(2.0, running * _lerp(0.5, 0.12, s)))
+    return replace(g, batch_delay=_lerp(0.1, 0.6, s))  # a queue delay that holds requests for a batch
+
+
+def _launch(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, cpu_overhead=g.cpu_overhead * _lerp(3.0, 6.0, s))
+
+
+def _numa(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, unpinned=_lerp(0.5, 1.0, s))
+
+
+def _quota(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, cpu_throttled=_lerp(0.3, 0.8, s))
+
+
+def _sync(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, host_copies=_lerp(3.0, 8.0, s), cpu_overhead=g.cpu_overhead * 1.3)
+
+
+def _lora(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, deferred=_lerp(2.0, 10.0, s), adapter_load_seconds=_lerp(0.2, 1.0, s))
+
+
+def _bandwidth(r: random.Random, g: Given, s: float) -> Given:
+    return replace(g, bandwidth_stall=_lerp(0.4, 1.2, s))
+
+
+def _gpu(r: random.Random, g: Given, s: float) -> Given:
+    kind = r.choice(["thermal", "xid", "clock"])
+    if kind == "thermal":
+        return replace(g, gpu_temp=_lerp(88, 96, s), throttle_reasons=r.choice([0x20, 0x40]), speed=_lerp(0.8, 0.55, s))
+    if kind == "xid":
+        return replace(g, xid=r.choice([48.0, 63.0, 79.0]), speed=_lerp(0.9, 0.7, s))
+    return replace(g, speed=_lerp(0.8, 0.5, s), throttle_reasons=0x8)
+
+
+CAUSES: dict[str, Draw] = {
+    "arrival_surge": _surge,
+    "kv_memory_pressure": _kv,
+    "prefix_cache_miss": _prefix,
+    "prefill_blocking": _prefill,
+    "batching_misconfig": _batching,
+    "cpu_launch_overhead": _launch,
+    "cpu_affinity_numa": _numa,
+    "cpu_quota_throttling": _quota,
+    "host_device_sync": _sync,
+    "lora_adapter_loading": _lora,
+    "memory_bandwidth_bound": _bandwidth,
+    "gpu_degraded": _gpu,
+}
+# What a cause needs to be seen at all: the exporters (and stacks) its own evidence comes from.
+NEEDS: dict[str, dict[str, Any]] = {
+    "cpu_quota_throttling": {"exporters": {"cadvisor"}},
+    "cpu_affinity_numa": {"exporters": {"node"}},
+    "cpu_launch_overhead": {"exporters": {"node"}},
+    "host_device_sync": {"exporters": {"dcgm"}},
+    "memory_bandwidth_bound": {"exporters": {"dcgm"}},
+    "gpu_degraded": {"exporters": {"dcgm"}},
+    "lora_adapter_loading": {"stacks": {"vllm_v1"}},
+    "prefix_cache_miss": {"stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang"}},
+    "kv_memory_pressure": {"stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang", "triton", "triton_trtllm"}},
+}
+# Serving series a keep-list may drop, per stack: only ones a signal has another source for.
+DROPPABLE: dict[str, list[str]] = {
+    "vllm_v1": ["vllm:request_success_total", "vllm:num_requests_waiting", "vllm:prefix_cache_hits_total"],
+    "vllm_v0": ["vllm:request_success_total", "vllm:time_per_output_token_seconds"],
+    "vllm_v08": ["vllm:request_success_total"],
+    "sglang": ["sglang:e2e_request_latency_seconds", "sglang:prefill_effective_tokens_total"],
+    "tgi": ["tgi_request_count_total"],
+    "triton": ["nv_inference_request_success"],
+    "triton_trtllm": [],
+}
+
+
+@dataclass(frozen=True)
+class GeneratedHost(Host):
+    """A host whose exporters follow a simulated engine rather than scenarios' fixed FAULTS."""
+
+    faulty: Timeline | None = None
+    healthy: Timeline | None = None
+    herrings: tuple[tuple[str, float], ...] = ()  # observed values multiplied by this factor after onset
+
+    def params(self, t: float) -> dict[str, float]:
+        timeline = self.faulty if self.fault is not None and self.faulty is not None else self.healthy
+        assert timeline is not None
+        values = timeline.at(t)
+        if self.herrings and t > self.onset:
+            share = min(1.0, (t - self.onset) / self.ramp)
+            values = dict(values)
+            for key, factor in self.herrings:
+                values[key] *= 1 + (factor - 1) * share
+        return values
+
+
+@dataclass
+class World:
+    seed: int
+    cause: str  # the expected answer; HEALTHY for the controls
+    host: GeneratedHost
+    now: float
+    alert_start: float
+    severity: float  # where in its magnitude range the cause hit (0 mildest, 1 hardest)
+    busy: bool  # a healthy but busy host (controls only)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def minutes_since_onset(self) -> float:
+        return (self.now - self.host.onset) / 60
+
+    @property
+    def alert(self) -> dict[str, str]:
+        """The labels of the SLA alert that fired for this host."""
+        labels = {"alertname": "LLMTimeToFirstTokenHigh", "instance": f"{self.host.name}:{_port(self.host.stack)}"}
+        if self.host.pod:  # the serving series, and so the alert, carry the engine's pod
+            labels |= {"namespace": NAMESPACE, "pod": self.host.pod}
+        return labels
+
+
+def _port(stack: str) -> int:
+    return {"sglang": 30000, "tgi": 9000, "triton": 8002, "triton_trtllm": 8002}.get(stack, 8000)
+
+
+def _healthy_given(r: random.Random, busy: bool) -> Given:
+    """The host's own healthy levels: load, prompt and output lengths, cache, memory."""
+    prompt = r.uniform(300, 2500)
+    output = r.uniform(120, 400)
+    hit = r.uniform(0.62, 0.92)
+    base = Given(arrival_rate=1.0, prompt_len=prompt, output_len=output, hit_rate=hit)
+    kv_share = r.uniform(0.3, 0.7)  # how full the healthy cache runs
+    base = replace(base, kv_capacity=r.uniform(40_000, 160_000))
+    # Scale the demand to a target load, then size the cache to run `kv_share` full.
+    target = r.uniform(0.86, 0.93) if busy else r.uniform(0.3, 0.75)
+    rate = _rate_for_load(base, target)
+    given = replace(base, arrival_rate=rate)
+    running = simulate([given] * 40, 0.0, GRID_SECONDS).values[-1]["running"]
+    tokens = given.prompt_len * (1 - 0.5 * given.hit_rate) + given.output_len / 2
+    return replace(given, kv_capacity=max(running * tokens / kv_share, tokens * 8))
+
+
+def _rate_for_load(given: Given, load: float) -> float:
+    """The arrival rate at which the engine runs at `load` of its capacity (bisection)."""
+    low, high = 0.05, 500.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        observed = simulate([replace(given, arrival_rate=mid)] * 40, 0.0, GRID_SECONDS).values[-1]
+        if observed["waiting"] > 0.3 + load**4 / (1 - load) + 0.05 or observed["arrival_rate"] < mid * 0.999:
+            high = mid
+        else:
+            low = mid
+    return low
+
+
+def _timeline(given_at: Callable[[float], Given], start: float, end: float) -> Timeline:
+    times = [start + i * GRID_SECONDS for i in range(int((end - start) // GRID_SECONDS) + 2)]
+    return simulate([given_at(t) for t in times], start, GRID_SECONDS)
+
+
+def draw(seed: int, now: float, cause: str | None = None) -> World:
+    """The world of `seed`, its window ending at `now` (unix seconds). `cause` forces the cause
+    (None: drawn, with one world in eight a healthy control)."""
+    r = random.Random(seed)
+    if cause is None:
+        cause = HEALTHY if r.random() < 1 / 8 else r.choice(sorted(CAUSES))
+    needs = NEEDS.get(cause, {})
+    stack = r.choice(sorted(needs.get("stacks", STACKS)))
+    exporters = set(EXPORTERS)
+    notes: list[str] = [f"stack {stack}"]
+    if r.random() < 0.4:
+        exporters.add("cadvisor")
+    if r.random() < 0.3:
+        exporters.add("process")
+    for optional, share in (("dcgm", 0.12), ("node", 0.1)):
+        if optional not in needs.get("exporters", set()) and r.random() < share:
+            exporters.discard(optional)
+            notes.append(f"no {optional} exporter")
+    exporters |= needs.get("exporters", set())
+    if "cadvisor" in exporters:
+        notes.append("in a pod with cAdvisor")
+    busy = cause == HEALTHY and r.random() < 0.4
+    healthy = _healthy_given(r, busy)
+    severity = r.random()
+    ramp = r.uniform(30, 600)
+    minutes_since_onset = r.uniform(6, 45)
+    onset = now - minutes_since_onset * 60
+    alert_start = onset + r.uniform(1, min(6, minutes_since_onset - 2)) * 60
+    faulty_given = CAUSES[cause](r, healthy, severity) if cause != HEALTHY else healthy
+    chronic: Given | None = None
+    if r.random() < 0.15:  # something was off before the window and stays so: not this incident's cause
+        chronic = replace(healthy, cpu_overhead=healthy.cpu_overhead * 2.5)
+        notes.append("chronic CPU load")
+
+    def given_at(t: float, faulty: bool = True) -> Given:
+        base = chronic or healthy
+        if not faulty or t <= onset:
+            return base
+        target = faulty_given if chronic is None else _merge(chronic, healthy, faulty_given)
+        return blend(base, target, min(1.0, (t - onset) / ramp))
+
+    start = now - WINDOW_SECONDS - 3600
+    faulty_timeline = _timeline(given_at, start, now + 120)
+    healthy_timeline = _timeline(lambda t: given_at(t, faulty=False), start, now + 120)
+    herrings: list[tuple[str, float]] = []
+    if r.random() < 0.35:
+        key, low, high = r.choice(
+            [("gpu_temp", 1.05, 1.25), ("pcie_bytes", 1.2, 1.8), ("other_busy", 1.3, 2.5), ("ctx_switches", 1.1, 1.4)]
+        )
+        herrings.append((key, r.uniform(low, high)))
+        notes.append(f"red herring {key}")
+    dropped: set[str] = set()
+    if DROPPABLE[stack] and r.random() < 0.3:
+        dropped.add(r.choice(DROPPABLE[stack]))
+        notes.append(f"keep-list drops {', '.join(sorted(dropped))}")
+    host = GeneratedHost(
+        name=f"gen-{seed}",
+        fault=None if cause == HEALTHY else cause,
+        onset=onset,
+        stack=stack,
+        exporters=frozenset(exporters),
+        pod=f"engine-{seed}" if "cadvisor" in exporters else None,
+        ramp=ramp,
+        severity=severity,
+        dropped=frozenset(dropped),
+        faulty=faulty_timeline,
+        healthy=healthy_timeline,
+        herrings=tuple(herrings),
+    )
+    if busy:
+        notes.append("healthy but busy")
+    return World(seed, cause, host, now, alert_start, severity, busy, notes)
+
+
+def _merge(chronic: Given, healthy: Given, faulty: Given) -> Given:
+    """The fault's changes applied on top of a chronic condition."""
+    changes = {
+        name: getattr(faulty, name)
+        for name in healthy.__dataclass_fields__
+        if getattr(faulty, name) != getattr(healthy, name)
+    }
+    return replace(chronic, **changes)

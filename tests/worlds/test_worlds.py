@@ -1,0 +1,85 @@
+"""The generated worlds (tests/worlds): the engine's relations hold, worlds are reproducible from
+their seed, and the diagnosis on a sample of the tuning seeds stays above its floor. The held-out
+figures are the benchmark's (bench/diagnosis_worlds.py), never asserted here."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rca.config import load_settings
+from tests.worlds.engine import Given, simulate
+from tests.worlds.fast import bucket_quantile, diagnose
+from tests.worlds.generate import CAUSES, HEALTHY, TUNING_SEEDS, draw
+from tests.worlds.report import Outcome, summarise
+
+NOW = 1_780_000_000.0
+HEALTHY_ENGINE = Given(arrival_rate=10.0, prompt_len=800.0)
+
+
+def settled(given: Given) -> dict[str, float]:
+    return simulate([given] * 200, 0.0, 5.0).values[-1]
+
+
+def test_a_surge_fills_the_cache_and_preempts_and_evicts_prefixes() -> None:
+    before, after = settled(HEALTHY_ENGINE), settled(replace(HEALTHY_ENGINE, arrival_rate=25.0))
+    assert after["arrival_rate"] > before["arrival_rate"] and after["waiting"] > 4.7
+    assert after["kv_usage"] > 0.95 and after["preempt_rate"] > 0.05
+    assert after["hit_rate"] < before["hit_rate"]
+
+
+def test_a_small_cache_preempts_without_any_change_in_demand() -> None:
+    before, after = settled(HEALTHY_ENGINE), settled(replace(HEALTHY_ENGINE, kv_capacity=30_000.0))
+    assert after["kv_usage"] > before["kv_usage"]
+    assert after["arrival_rate"] == pytest.approx(before["arrival_rate"], rel=0.05)
+
+
+def test_a_batching_delay_holds_requests_while_the_gpu_idles() -> None:
+    before, after = settled(HEALTHY_ENGINE), settled(replace(HEALTHY_ENGINE, batch_delay=0.3))
+    assert after["queue_time"] > 5 * before["queue_time"]
+    assert after["gpu_util"] < 0.5 * before["gpu_util"]
+
+
+def test_eager_launches_saturate_the_pinned_cores_and_idle_the_gpu() -> None:
+    before, after = settled(HEALTHY_ENGINE), settled(replace(HEALTHY_ENGINE, cpu_overhead=4.0))
+    assert before["pinned_busy"] < 0.82 < after["pinned_busy"]
+    assert after["gpu_util"] < before["gpu_util"] and after["itl"] > before["itl"]
+
+
+def test_long_prompts_stall_decode() -> None:
+    before, after = settled(HEALTHY_ENGINE), settled(replace(HEALTHY_ENGINE, prompt_len=3200.0, hit_rate=0.4))
+    assert after["itl"] > 1.3 * before["itl"] and after["ttft"] > before["ttft"]
+
+
+def test_bucket_quantile_interpolates_inside_the_bucket_as_prometheus_does() -> None:
+    # An exponential with median 1 has its 95th percentile at log2(20) = 4.32, inside (2.5, 5].
+    value = bucket_quantile(0.95, [0.5, 1.0, 2.5, 5.0, 10.0], 1.0)
+    assert 2.5 < value < 5.0
+
+
+@pytest.mark.parametrize("seed", [0, 7, 123])
+def test_a_world_is_reproducible_from_its_seed(seed: int) -> None:
+    a, b = draw(seed, NOW), draw(seed, NOW)
+    assert (a.cause, a.notes, a.host.stack, a.alert_start) == (b.cause, b.notes, b.host.stack, b.alert_start)
+    assert a.host.params(NOW - 60) == b.host.params(NOW - 60)
+
+
+def test_every_cause_and_the_healthy_control_are_drawn() -> None:
+    drawn = {draw(seed, NOW).cause for seed in range(400)}
+    assert drawn == set(CAUSES) | {HEALTHY}
+
+
+def test_the_diagnosis_of_tuning_worlds_stays_above_its_floor(tmp_path: Path) -> None:
+    """A regression floor on 300 tuning seeds (about 30 s); the held-out figures are the bench's."""
+    settings = load_settings(data_dir=tmp_path)
+    outcomes = []
+    for seed in range(TUNING_SEEDS.start, TUNING_SEEDS.start + 300):
+        world = draw(seed, NOW)
+        outcomes.append(Outcome(world, diagnose(world, settings).hypotheses))
+    report = summarise(outcomes)
+    assert report["faults"]["AC@1"] >= 0.8, report["per_cause"]
+    assert report["faults"]["AC@3"] >= 0.85
+    assert report["healthy"]["top_is_no_clear_cause"] >= 0.85
+    assert report["confident_wrong"] <= 0.1
