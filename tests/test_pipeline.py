@@ -15,7 +15,6 @@ from fastapi.testclient import TestClient
 from rca.analyst import client as llm_client
 from rca.analyst.explain import NOT_CONFIGURED
 from rca.api.app import create_app
-from rca.diagnosis.ranking import taxonomy
 from tests.e2e.promstack import free_port
 from tests.fakes.llm import Answer, FakeLLM, answer_json, completion, error, hypothesis
 from tests.fakes.prometheus import StubPrometheus
@@ -82,12 +81,11 @@ def test_llm_answer_is_stored_with_accounting_and_reused_for_the_same_evidence(
     assert call["messages"] == fake.requests[0]["messages"]
     assert json.loads(call["raw_response"])["choices"][0]["message"]["content"] == CALM_ANSWER
     assert "sk-secret" not in json.dumps(first)
-    # The stub's flat series breach some thresholds, so the rules name a cause and the LLM's calm
-    # answer disagrees with it; what speaks against the LLM is that cause's breached evidence.
-    breached = {f["id"] for f in first["findings"] if f["breached"]}
-    assert first["disagreement"]["llm_top"] == "no_clear_cause"
-    assert first["disagreement"]["rules_top"] in set(taxonomy()) - {"no_clear_cause"}
-    assert first["disagreement"]["contradicting"] and set(first["disagreement"]["contradicting"]) <= breached
+    # The stub's flat series breach some thresholds for the whole window: chronic, so no sign of what
+    # just went wrong. The rules name no cause either, and the calm answer disagrees with nothing
+    # (tests/analyst/test_explain.py records a disagreement when the rules' cause has evidence).
+    assert any(f["breached"] for f in first["findings"])
+    assert first["disagreement"] is None
 
     assert second["analyst"] == "llm" and second["cached_from"] == first["id"]
     assert second["answer_key"] == first["answer_key"]

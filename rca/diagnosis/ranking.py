@@ -1,7 +1,8 @@
 """Deterministic ranking of root causes from findings (the rules analyst).
 
 Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules):
-  - it is a candidate only if one of its anchors holds (a finding, or a set that breaches together);
+  - it is a candidate only if one of its anchors holds (a finding, or a set that breaches together)
+    and moved in the window (not breached all along);
   - score = sum of weights of breached supporting findings - sum of breached contradicting ones
     (half weight for a finding breached for the whole window: it did not just change), plus a
     lead bonus when its anchor clearly moved before every other candidate's (causes come before
@@ -157,7 +158,14 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
     """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
     by_key = {f.key: f for f in findings}
     breached = {f.key for f in findings if f.breached}
-    anchored = {name: cat for name, cat in taxonomy().items() if name != NO_CLEAR_CAUSE and cat.held_anchors(breached)}
+    # An anchor that held all window (chronic) is no sign of what just went wrong: at least one of
+    # its findings must have moved in it.
+    moved = {f.key for f in findings if f.breached and not is_chronic(f)}
+    anchored = {
+        name: cat
+        for name, cat in taxonomy().items()
+        if name != NO_CLEAR_CAUSE and any(anchor & moved for anchor in cat.held_anchors(breached))
+    }
     first_mover = _first_mover(anchored, by_key)
     candidates: list[Hypothesis] = []
     for name, cat in anchored.items():

@@ -357,17 +357,28 @@ def test_full_at_lets_one_of_alternative_anchors_reach_full_strength() -> None:
     assert result["gpu_degraded"].confidence == pytest.approx(MAX_CONFIDENCE, abs=1e-3)
 
 
-def test_a_breach_that_was_there_all_along_counts_half() -> None:
-    # A busy engine whose KV cache has sat above 92 % for three hours, with nothing else breached.
-    items = findings(breached={"kv_cache_usage"})
-    fresh = by_category(rank(items))
+def _chronic(items: list[Finding], key: str) -> list[Finding]:
     for f in items:
-        if f.key == "kv_cache_usage":
+        if f.key == key:
             f.baseline = None  # no healthy sample in the window: `chronic`
             assert f.chronic
-    chronic = rank(items)
-    assert by_category(chronic)["kv_memory_pressure"].score == fresh["kv_memory_pressure"].score / 2
-    assert chronic[0].category == NO_CLEAR_CAUSE
+    return items
+
+
+def test_an_anchor_breached_all_along_makes_no_cause_a_candidate() -> None:
+    # A busy engine whose KV cache has sat above 92 % for three hours, with nothing else breached.
+    result = rank(_chronic(findings(breached={"kv_cache_usage"}), "kv_cache_usage"))
+    assert [h.category for h in result] == [NO_CLEAR_CAUSE]
+    assert "kv_cache_usage" in result[0].explanation
+
+
+def test_a_breach_that_was_there_all_along_counts_half() -> None:
+    # Preemptions just started on a cache that has run full all window: the full cache still counts, half.
+    breached = {"kv_cache_usage", "preemption_rate"}
+    fresh = by_category(rank(findings(breached=breached)))["kv_memory_pressure"]
+    chronic = by_category(rank(_chronic(findings(breached=breached), "kv_cache_usage")))["kv_memory_pressure"]
+    weights = taxonomy()["kv_memory_pressure"].supports
+    assert fresh.score - chronic.score == weights["kv_cache_usage"] / 2
 
 
 def test_a_chronic_breach_never_leads() -> None:

@@ -53,6 +53,7 @@ BASELINE: dict[str, float] = {
     "ctx_switches": 12000.0,
     "numa_miss": 50.0,
     "throttled": 0.02,  # share of CFS periods in which the container was throttled
+    "aborted": 0.0,  # requests per second the engine aborts (clients gave up waiting)
 }
 
 # What each fault changes, after onset. Values follow DOMAIN.md's descriptions of each cause.
@@ -222,6 +223,8 @@ def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         ),
         Series("vllm:num_preemptions_total", vllm, rate=lambda p, t: p["preempt_rate"]),
         Series("vllm:request_success_total", vllm | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
+        # Requests whose client gave up in the queue finish too, as `abort`.
+        Series("vllm:request_success_total", vllm | {"finished_reason": "abort"}, rate=lambda p, t: p["aborted"]),
         Series("vllm:prompt_tokens_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
         *_histogram("vllm:request_prompt_tokens", vllm, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BUCKETS, "ttft"),
@@ -268,7 +271,13 @@ def _tgi(h: str, g: Gauge, port: int = 9000) -> list[Series]:
     return [
         Series("tgi_queue_size", labels, gauge=g("waiting", 0.2)),
         Series("tgi_batch_current_size", labels, gauge=g("running", 0.05)),
-        Series("tgi_request_count_total", labels, rate=lambda p, t: p["arrival_rate"]),
+        # The running batch's token budget against the most the router will batch (its KV room).
+        Series(
+            "tgi_batch_current_max_tokens", labels, gauge=lambda p, t: 100_000.0 * g("kv_usage", 0.01, hi=1.0)(p, t)
+        ),
+        Series("tgi_batch_max_total_tokens", labels, gauge=lambda p, t: 100_000.0),
+        # Every request the router received, served or not.
+        Series("tgi_request_count_total", labels, rate=lambda p, t: p["arrival_rate"] + p["aborted"]),
         *_histogram("tgi_request_input_length", labels, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("tgi_request_queue_duration", labels, TTFT_BUCKETS, "ttft", scale=0.5),
         *_histogram("tgi_batch_forward_duration", labels | {"method": "prefill"}, TTFT_BUCKETS, "ttft", scale=0.5),
@@ -308,6 +317,7 @@ def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         Series("vllm:gpu_prefix_cache_hit_rate", labels, gauge=g("hit_rate", 0.01, hi=1.0)),
         Series("vllm:num_preemptions_total", labels, rate=lambda p, t: p["preempt_rate"]),
         Series("vllm:request_success_total", labels | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
+        Series("vllm:request_success_total", labels | {"finished_reason": "abort"}, rate=lambda p, t: p["aborted"]),
         *_histogram("vllm:request_prompt_tokens", labels, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("vllm:time_per_output_token_seconds", labels, ITL_BUCKETS, "itl"),

@@ -309,7 +309,7 @@ NOT_MEASURABLE = {
     "v0-a:8000": {"requests_deferred"},
     "v08-a:8000": {"requests_deferred"},
     "sg-a:30000": {"preemption_rate", "requests_deferred"},
-    "tgi-a:9000": {"prefix_cache_hit_rate", "kv_cache_usage", "preemption_rate", "requests_deferred"},
+    "tgi-a:9000": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
     "tri-a:8002": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
 }
 

@@ -17,6 +17,9 @@ Relations (per moment; the queue is integrated over time, everything else is qua
   excess arrivals, up to `MAX_WAITING` (clients time out). A batching delay holds arrivals for it
   (Little's law: `arrival rate * delay` more waiting), while the GPU idles for it.
 - Queue time = waiting / throughput (Little's law); TTFT = queue time + prefill + one step.
+- A queue at `MAX_WAITING` loses the excess arrivals: their clients give up, and the engine
+  finishes them as aborted (vLLM counts them in `request_success_total{finished_reason="abort"}`,
+  TGI's router counts every request it received); latency histograms see only the served ones.
 - KV usage = running requests' tokens / capacity; demand beyond `PREEMPT_AT` preempts requests and
   evicts cached prefixes (the hit rate falls with the overflow).
 - GPU utilisation = busy share of time (load, less CPU launch gaps and batching holds); tensor
@@ -80,8 +83,10 @@ def observe(given: Given, waiting_before: float, dt: float) -> dict[str, float]:
     def step(running: float) -> float:
         return STEP_SECONDS * (1 + BATCH_COST * running) * (1 + g.bandwidth_stall) / g.speed + cpu_step
 
-    service = prefill_seconds + g.output_len * step(fit) + g.adapter_load_seconds * 0.2
-    capacity = fit / service
+    def service(running: float) -> float:
+        return prefill_seconds + g.output_len * step(running) + g.adapter_load_seconds * 0.2
+
+    capacity = fit / service(fit)
     load = g.arrival_rate / capacity
     if load < 0.98 and waiting_before <= 2 * QUEUE_BASE + load**4 / (1 - load) + 1:
         waiting = QUEUE_BASE + load**4 / (1 - load)
@@ -89,19 +94,26 @@ def observe(given: Given, waiting_before: float, dt: float) -> dict[str, float]:
         waiting = min(MAX_WAITING, max(QUEUE_BASE, waiting_before + (g.arrival_rate - capacity) * dt))
     waiting += g.arrival_rate * g.batch_delay + g.deferred
     throughput = min(g.arrival_rate, capacity)
-    running = min(fit, max(0.5, throughput * service))
+    # With the queue at its limit, clients give up: those requests finish as aborted.
+    aborted = max(0.0, g.arrival_rate - capacity) if waiting >= MAX_WAITING else 0.0
+    wanted = fit  # requests that would run at once if nothing limited them (Little's law, a fixed point)
+    for _ in range(30):
+        wanted = max(0.5, g.arrival_rate * service(min(wanted, fit)))
+    running = min(fit, max(0.5, throughput * service(min(wanted, fit))))
     prefill_share = min(0.85, throughput * prefill_seconds)
     itl = step(running) / (1 - prefill_share)
     queue_time = max(0.0, waiting - g.deferred) / max(throughput, 1e-3) + g.batch_delay
+    # The cache holds the running requests; when the cache (not the batch limit) is what stops more
+    # from running, the ones that want in press on it: preemptions, evicted prefixes.
     kv_demand = running * tokens_per_request / g.kv_capacity
-    if g.arrival_rate > capacity and fit < g.max_batch:
-        kv_demand = max(kv_demand, 1.0 + 0.05 * min(1.0, waiting / 20))  # the waiting queue presses on
+    if wanted > fit and fit < g.max_batch:
+        kv_demand = min(wanted, 1.5 * fit) * tokens_per_request / g.kv_capacity
     overflow = max(0.0, kv_demand - PREEMPT_AT)
     kv_usage = min(0.995, kv_demand)
     preempt_rate = throughput * min(1.0, 8 * overflow)
     hit_rate = max(0.02, g.hit_rate * (1 - min(0.6, 10 * overflow)))
     gpu_step = step(running) - cpu_step
-    busy = min(0.99, throughput * service / max(running, 0.5)) * (gpu_step / step(running))
+    busy = min(0.99, throughput * service(running) / max(running, 0.5)) * (gpu_step / step(running))
     if g.batch_delay > 0:
         busy *= 1 / (1 + g.batch_delay * 10)
     busy *= min(1.0, 0.35 + running / 32)  # a small batch leaves SMs idle
@@ -141,6 +153,7 @@ def observe(given: Given, waiting_before: float, dt: float) -> dict[str, float]:
         "ctx_switches": 9000 * (1 + min(1.0, load)) * (1 + 2.5 * g.unpinned),
         "numa_miss": 40 * (1 + min(1.0, load)) * (1 + 40 * g.unpinned),
         "throttled": g.cpu_throttled,
+        "aborted": aborted,
     }
 
 

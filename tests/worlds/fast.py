@@ -72,6 +72,8 @@ VALUE: dict[str, Callable[[Params], float]] = {
 # How far back the query's own window looks: a 5-minute rate lags by half of it, a 10-minute median by five.
 LAG_SECONDS = {"queue_median": 300.0}
 DEFAULT_LAG = 150.0
+# Request counters that also count requests whose client gave up (the latency histograms do not).
+COUNTS_ABORTED = ("vllm:request_success_total", "tgi_request_count")
 GAUGES = {"xid_errors", "gpu_throttle_reasons", "gpu_temperature", "sm_clock", "running_batch", "kv_cache_usage"}
 
 _NAME = re.compile(
@@ -111,11 +113,13 @@ class WorldSource(PrometheusSource):
             if pattern.fullmatch(promql):
                 if not all(self._has(n) for n in names):
                     return []
-                return [{"metric": {}, "values": self._values(signal, window)}]
+                return [{"metric": {}, "values": self._values(signal, window, promql)}]
         raise AssertionError(f"a query no profile alternative renders: {promql}")
 
-    def _values(self, signal: str, window: Window) -> list[list[float | str]]:
+    def _values(self, signal: str, window: Window, promql: str) -> list[list[float | str]]:
         host, value = self.world.host, VALUE[signal]
+        if signal == "request_rate" and any(name in promql for name in COUNTS_ABORTED):
+            value = lambda p: p["arrival_rate"] + p["aborted"]  # noqa: E731
         lag = 0.0 if signal in GAUGES else LAG_SECONDS.get(signal, DEFAULT_LAG)
         jitter = random.Random(f"{self.world.seed}:{signal}")
         out: list[list[float | str]] = []

@@ -41,11 +41,27 @@ def _surge(r: random.Random, g: Given, s: float) -> Given:
     return replace(g, arrival_rate=g.arrival_rate * _lerp(1.6, 4.0, s))
 
 
+def _settled(g: Given) -> dict[str, float]:
+    return simulate([g] * 40, 0.0, GRID_SECONDS).values[-1]
+
+
 def _kv(r: random.Random, g: Given, s: float) -> Given:
-    healthy = simulate([g] * 40, 0.0, GRID_SECONDS).values[-1]
-    if r.random() < 0.5:  # less memory for the cache (gpu-memory-utilization, a larger model)
-        return replace(g, kv_capacity=g.kv_capacity * healthy["kv_usage"] / _lerp(1.05, 1.5, s))
-    return replace(g, output_len=g.output_len * _lerp(2.0, 4.0, s) / max(0.3, healthy["kv_usage"]) * 0.5)
+    """The cache overflows: less memory for it, or longer generations holding blocks longer, by
+    as much as it takes to preempt (the output variant searches the length that does)."""
+    healthy = _settled(g)
+    smaller = replace(g, kv_capacity=g.kv_capacity * healthy["kv_usage"] / _lerp(1.05, 1.5, s))
+    if r.random() < 0.5:
+        return smaller
+    wanted = _lerp(0.05, 0.5, s) * healthy["arrival_rate"]
+    low, high = 1.0, 12.0
+    if _settled(replace(g, output_len=g.output_len * high))["preempt_rate"] < wanted:
+        return smaller  # the batch limit binds before the cache: longer outputs only queue
+    for _ in range(20):
+        mid = (low + high) / 2
+        low, high = (
+            (low, mid) if _settled(replace(g, output_len=g.output_len * mid))["preempt_rate"] >= wanted else (mid, high)
+        )
+    return replace(g, output_len=g.output_len * high)
 
 
 def _prefix(r: random.Random, g: Given, s: float) -> Given:
@@ -58,7 +74,7 @@ def _prefill(r: random.Random, g: Given, s: float) -> Given:
 
 def _batching(r: random.Random, g: Given, s: float) -> Given:
     if r.random() < 0.5:  # max-num-seqs / preferred batch far below what the load needs
-        running = simulate([g] * 40, 0.0, GRID_SECONDS).values[-1]["running"]
+        running = _settled(g)["running"]
         return replace(g, max_batch=max(2.0, running * _lerp(0.5, 0.12, s)))
     return replace(g, batch_delay=_lerp(0.1, 0.6, s))  # a queue delay that holds requests for a batch
 
@@ -119,6 +135,13 @@ NEEDS: dict[str, dict[str, Any]] = {
     "memory_bandwidth_bound": {"exporters": {"dcgm"}},
     "gpu_degraded": {"exporters": {"dcgm"}},
     "lora_adapter_loading": {"stacks": {"vllm_v1"}},
+    # Prompt lengths are exported by vLLM, SGLang and TGI (the test exporters' Triton has none).
+    "prefill_blocking": {"stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi"}},
+    # Requests held while the GPU idles: GPU activity, and a queue-time or TTFT histogram.
+    "batching_misconfig": {
+        "exporters": {"dcgm"},
+        "stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi", "triton"},
+    },
     "prefix_cache_miss": {"stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang"}},
     "kv_memory_pressure": {"stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang", "triton", "triton_trtllm"}},
 }
