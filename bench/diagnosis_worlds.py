@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rca.config import load_settings  # noqa: E402
 from rca.diagnosis.ranking import taxonomy  # noqa: E402
-from tests.worlds.fast import _NAME, diagnose  # noqa: E402
+from rca.domain.status import MEASURED  # noqa: E402
+from tests.worlds.fast import METRIC_NAME, diagnose  # noqa: E402
 from tests.worlds.generate import HEALTHY, HELD_OUT_SEEDS, TUNING_SEEDS, World, draw  # noqa: E402
 from tests.worlds.report import Outcome, accuracy, summarise  # noqa: E402
 
@@ -46,20 +47,13 @@ def seeds(spec: str, count: int) -> range:
 def without_one_support(world: World, outcome: Outcome) -> World | None:
     """The world again, with the series of one measured supporting finding of its cause dropped."""
     cat = taxonomy()[world.cause]
-    measured = [f for f in outcome_findings(outcome) if f.key in cat.supports and f.query and f.status != "unavailable"]
+    measured = [f for f in outcome.findings if f.key in cat.supports and f.query and f.status in MEASURED]
     if not measured:
         return None
     chosen = random.Random(world.seed).choice(sorted(measured, key=lambda f: f.key))
-    names = frozenset(_NAME.findall(chosen.query or ""))
+    names = frozenset(METRIC_NAME.findall(chosen.query or ""))
     host = replace(world.host, dropped=world.host.dropped | names)
     return replace(world, host=host, notes=[*world.notes, f"dropped {chosen.key} ({', '.join(sorted(names))})"])
-
-
-FINDINGS: dict[int, list] = {}
-
-
-def outcome_findings(outcome: Outcome) -> list:
-    return FINDINGS[outcome.world.seed]
 
 
 def main() -> None:
@@ -77,8 +71,7 @@ def main() -> None:
         for seed in seeds(args.seeds, args.count):
             world = draw(seed, NOW)
             analysis = diagnose(world, settings)
-            FINDINGS[seed] = analysis.findings
-            outcomes.append(Outcome(world, analysis.hypotheses))
+            outcomes.append(Outcome(world, analysis.hypotheses, analysis.findings))
         seconds = time.perf_counter() - started
         report = summarise(outcomes)
         report["seconds_per_world"] = seconds / max(1, len(outcomes))
@@ -97,7 +90,7 @@ def main() -> None:
         return
     print_report(report)
     for outcome in [o for o in outcomes if not o.hit_at(1)][: args.misses]:
-        breached = sorted(f.key for f in FINDINGS[outcome.world.seed] if f.breached)
+        breached = sorted(f.key for f in outcome.findings if f.breached)
         print(
             f"  {outcome.world.seed}: {outcome.world.cause} -> {outcome.top.category} {outcome.top.confidence:.2f}"
             f" | {' '.join(breached)} | {'; '.join(outcome.world.notes)}"

@@ -9,11 +9,14 @@ tests/diagnosis/test_ranking.py fails when the table and the taxonomy differ.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rca.diagnosis.ranking import NO_CLEAR_CAUSE, taxonomy  # noqa: E402
+
 DOC = REPO / "docs" / "diagnosis.md"
 ROW = re.compile(r"\| `(\w+)` \| ([^|]*) \|")
 
@@ -28,15 +31,15 @@ def _anchors(anchors: list[str | list[str]]) -> str:
 
 
 def main() -> None:
-    categories = yaml.safe_load((REPO / "rca" / "diagnosis" / "taxonomy.yaml").read_text())["categories"]
+    categories = taxonomy()  # the taxonomy as the ranking loads and checks it
     lines = []
     for line in DOC.read_text().splitlines():
         match = ROW.match(line)
-        if match and match.group(1) in categories and match.group(1) != "no_clear_cause":
+        if match and match.group(1) in categories and match.group(1) != NO_CLEAR_CAUSE:
             cat = categories[match.group(1)]
             line = (
-                f"| `{match.group(1)}` | {match.group(2).strip()} | {_anchors(cat['anchors'])} | "
-                f"{_weights(cat['supports'])} | {_weights(cat['contradicts'])} |"
+                f"| `{match.group(1)}` | {match.group(2).strip()} | {_anchors(cat.anchors)} | "
+                f"{_weights(cat.supports)} | {_weights(cat.contradicts)} |"
             )
         lines.append(line)
     DOC.write_text("\n".join(lines) + "\n")

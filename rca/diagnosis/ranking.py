@@ -136,11 +136,10 @@ def _coverage(cat: Category, findings: dict[str, Finding]) -> float:
     return measured / sum(weights.values()) if weights else 0.0
 
 
-def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding]) -> str | None:
+def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding], breached: set[str]) -> str | None:
     """The candidate whose earliest breached anchor leads every other candidate's by LEAD_MINUTES.
     Symptom anchors are left out: TTFT rises after any cause, so it must not mask who led; so are
     chronic breaches, whose onset is only the start of the window."""
-    breached = {key for key, finding in findings.items() if finding.breached}
     leads: dict[str, datetime] = {}
     for name, cat in candidates.items():
         causal = [findings[k] for anchor in cat.held_anchors(breached) for k in anchor if k not in symptoms()]
@@ -166,7 +165,7 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
         for name, cat in taxonomy().items()
         if name != NO_CLEAR_CAUSE and any(anchor & moved for anchor in cat.held_anchors(breached))
     }
-    first_mover = _first_mover(anchored, by_key)
+    first_mover = _first_mover(anchored, by_key, breached)
     candidates: list[Hypothesis] = []
     for name, cat in anchored.items():
         evidence = [k for k in cat.supports if k in breached]

@@ -27,8 +27,7 @@ INVESTIGATE, SLACK_NOTIFY, SWEEP = "rca.investigate", "rca.slack_notify", "rca.s
 INVESTIGATIONS_QUEUE, SLACK_QUEUE = "investigations", "slack"
 
 
-def create_app(settings: Settings | None = None) -> Celery:
-    settings = settings or get_settings()
+def create_app(settings: Settings) -> Celery:
     app = Celery("rca", broker=settings.broker_url or "memory://")
     app.conf.update(
         task_acks_late=True,

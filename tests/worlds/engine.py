@@ -69,9 +69,9 @@ class Given:
     xid: float = 0.0
 
 
-def observe(given: Given, waiting_before: float, dt: float) -> dict[str, float]:
-    """The exporters' view of the engine (keys of tests/e2e/scenarios.BASELINE), given the queue a
-    moment `dt` seconds ago."""
+def observe(given: Given, queue_before: float, dt: float) -> tuple[dict[str, float], float]:
+    """The exporters' view of the engine (keys of tests/e2e/scenarios.BASELINE), given the
+    capacity queue a moment `dt` seconds ago; also returns the queue now, for the next moment."""
     g = given
     throttle = 1 + 3 * max(0.0, g.cpu_throttled - 0.05)  # throttled CPU stretches every launch
     cpu_step = CPU_STEP_SECONDS * g.cpu_overhead * throttle * (1 + 0.8 * g.unpinned)
@@ -88,11 +88,11 @@ def observe(given: Given, waiting_before: float, dt: float) -> dict[str, float]:
 
     capacity = fit / service(fit)
     load = g.arrival_rate / capacity
-    if load < 0.98 and waiting_before <= 2 * QUEUE_BASE + load**4 / (1 - load) + 1:
-        waiting = QUEUE_BASE + load**4 / (1 - load)
+    if load < 0.98 and queue_before <= 2 * QUEUE_BASE + load**4 / (1 - load) + 1:
+        queue = QUEUE_BASE + load**4 / (1 - load)
     else:  # overloaded: the queue integrates the excess, and drains at the spare capacity
-        waiting = min(MAX_WAITING, max(QUEUE_BASE, waiting_before + (g.arrival_rate - capacity) * dt))
-    waiting += g.arrival_rate * g.batch_delay + g.deferred
+        queue = min(MAX_WAITING, max(QUEUE_BASE, queue_before + (g.arrival_rate - capacity) * dt))
+    waiting = queue + g.arrival_rate * g.batch_delay + g.deferred  # held for a batch or a budget too
     throughput = min(g.arrival_rate, capacity)
     # With the queue at its limit, clients give up: those requests finish as aborted.
     aborted = max(0.0, g.arrival_rate - capacity) if waiting >= MAX_WAITING else 0.0
@@ -154,7 +154,7 @@ def observe(given: Given, waiting_before: float, dt: float) -> dict[str, float]:
         "numa_miss": 40 * (1 + min(1.0, load)) * (1 + 40 * g.unpinned),
         "throttled": g.cpu_throttled,
         "aborted": aborted,
-    }
+    }, queue
 
 
 @dataclass
@@ -173,29 +173,34 @@ class Timeline:
 def simulate(given_at: list[Given], start: float, step: float) -> Timeline:
     """Run the model over consecutive moments (one `Given` per grid point)."""
     values: list[dict[str, float]] = []
-    waiting = QUEUE_BASE
+    queue = QUEUE_BASE
     for given in given_at:
-        observed = observe(given, waiting, step)
-        waiting = observed["waiting"] - given.arrival_rate * given.batch_delay - given.deferred
+        observed, queue = observe(given, queue, step)
         values.append(observed)
     return Timeline(start, step, values)
 
 
+def changes(healthy: Given, faulty: Given) -> dict[str, float]:
+    """The fields a cause changed, with their values once it hit."""
+    return {
+        name: getattr(faulty, name)
+        for name in healthy.__dataclass_fields__
+        if getattr(faulty, name) != getattr(healthy, name)
+    }
+
+
 def blend(healthy: Given, faulty: Given, share: float) -> Given:
-    """`share` of the way from healthy to faulty, field by field (ramps and partial severity);
-    multiplicative fields move geometrically, so a 4x demand at half severity is 2x."""
+    """`share` of the way from healthy to faulty, field by field (a ramp); multiplicative fields
+    move geometrically, so half-way to a 4x demand is 2x."""
     if share <= 0:
         return healthy
-    changes = {}
-    for name in healthy.__dataclass_fields__:
-        a, b = getattr(healthy, name), getattr(faulty, name)
-        if a == b:
-            continue
-        if a > 0 and b > 0 and name in GEOMETRIC:
-            changes[name] = a * math.exp(math.log(b / a) * share)
-        else:
-            changes[name] = a + (b - a) * share
-    return replace(healthy, **changes)
+    moved = {}
+    for name, b in changes(healthy, faulty).items():
+        a = getattr(healthy, name)
+        moved[name] = (
+            a * math.exp(math.log(b / a) * share) if a > 0 and b > 0 and name in GEOMETRIC else a + (b - a) * share
+        )
+    return replace(healthy, **moved)
 
 
 GEOMETRIC = frozenset({"arrival_rate", "prompt_len", "output_len", "kv_capacity", "max_batch", "speed", "cpu_overhead"})

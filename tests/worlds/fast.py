@@ -18,9 +18,10 @@ import random
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
-from rca.collect.profile import Profile, load_profile
+from rca.collect.profile import load_profile
 from rca.collect.prometheus import PrometheusSource, Window
 from rca.collect.target import target_from_alerts
 from rca.config import Settings
@@ -76,26 +77,36 @@ DEFAULT_LAG = 150.0
 COUNTS_ABORTED = ("vllm:request_success_total", "tgi_request_count")
 GAUGES = {"xid_errors", "gpu_throttle_reasons", "gpu_temperature", "sm_clock", "running_batch", "kv_cache_usage"}
 
-_NAME = re.compile(
+METRIC_NAME = re.compile(
     r"(?<![\w:\"])((?:vllm|sglang):[\w:]+|(?:DCGM_|node_|nv_|tgi_|container_|namedprocess_|rca_gpu_)\w+)"
 )
 _NAME_REGEX = re.compile(r'__name__=~"([^"]+)"')
 _PLACEHOLDER = re.compile(r"\\\$[a-z_]+")
 
 
+Alternative = tuple[re.Pattern[str], str, list[str]]  # what its rendered PromQL looks like, signal id, metric names
+
+
+@lru_cache(maxsize=1)
+def _alternatives() -> list[Alternative]:
+    """Every query alternative of the bundled profile, compiled once for all worlds."""
+    out: list[Alternative] = []
+    for spec in load_profile().signals:
+        for alternative in spec.queries:
+            pattern = _PLACEHOLDER.sub(".*?", re.escape(alternative.promql))
+            names = METRIC_NAME.findall(alternative.promql) + _NAME_REGEX.findall(alternative.promql)
+            out.append((re.compile(pattern, re.S), spec.id, names))
+    return out
+
+
 class WorldSource(PrometheusSource):
-    def __init__(self, world: World, profile: Profile) -> None:  # no HTTP: `_instant` and `_range` answer
+    def __init__(self, world: World) -> None:  # no HTTP: `_instant` and `_range` answer
         self.url = "world://" + world.host.name
         self.concurrency = 1
         self.world = world
         self.exported = {s.name for s in host_series(world.host)}
         self.noise = random.Random(world.seed).uniform(0.01, 0.05)
-        self.alternatives: list[tuple[re.Pattern[str], str, list[str]]] = []
-        for spec in profile.signals:
-            for alternative in spec.queries:
-                pattern = _PLACEHOLDER.sub(".*?", re.escape(alternative.promql))
-                names = _NAME.findall(alternative.promql) + _NAME_REGEX.findall(alternative.promql)
-                self.alternatives.append((re.compile(pattern, re.S), spec.id, names))
+        self.alternatives = _alternatives()
 
     def _has(self, name: str) -> bool:
         if any(ch in name for ch in "()|?*+"):
@@ -125,10 +136,10 @@ class WorldSource(PrometheusSource):
         out: list[list[float | str]] = []
         t = window.start.timestamp()
         end = window.end.timestamp()
+        exact = signal in ("xid_errors", "gpu_throttle_reasons")  # codes, not measurements: no noise
         while t <= end + 1e-6:
             v = value(host.params(t - lag))
             if math.isfinite(v):
-                exact = signal in ("xid_errors", "gpu_throttle_reasons")
                 noisy = v if exact else v * (1 + jitter.gauss(0, self.noise))
                 out.append([t, repr(max(0.0, noisy))])
             t += window.step_seconds
@@ -137,8 +148,7 @@ class WorldSource(PrometheusSource):
 
 def diagnose(world: World, settings: Settings) -> Analysis:
     """The pipeline's analysis of the world's alert, at the world's `now`."""
-    profile = load_profile()
     target = target_from_alerts(
         [world.alert], [datetime.fromtimestamp(world.alert_start, UTC)], settings.file_config().target
     )
-    return analyse(settings, target, datetime.fromtimestamp(world.now, UTC), source=WorldSource(world, profile))
+    return analyse(settings, target, datetime.fromtimestamp(world.now, UTC), source=WorldSource(world))

@@ -19,14 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.e2e.scenarios import EXPORTERS, NAMESPACE, Host
-from tests.worlds.engine import Given, Timeline, blend, simulate
+from tests.e2e.scenarios import EXPORTERS, Host, host_series
+from tests.worlds.engine import Given, Timeline, blend, changes, simulate
 
 TUNING_SEEDS = range(0, 100_000)
 HELD_OUT_SEEDS = range(1_000_000, 1_100_000)
 HEALTHY = "no_clear_cause"
 WINDOW_SECONDS = 3 * 3600
 GRID_SECONDS = 15.0
+SERVING_JOBS = frozenset({"vllm", "sglang", "tgi", "triton"})  # the engines' own exporters
 STACKS = ("vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi", "triton", "triton_trtllm")
 
 Draw = Callable[[random.Random, Given, float], Given]  # (rng, healthy, severity 0..1) -> given once it hit
@@ -195,14 +196,10 @@ class World:
     @property
     def alert(self) -> dict[str, str]:
         """The labels of the SLA alert that fired for this host."""
-        labels = {"alertname": "LLMTimeToFirstTokenHigh", "instance": f"{self.host.name}:{_port(self.host.stack)}"}
-        if self.host.pod:  # the serving series, and so the alert, carry the engine's pod
-            labels |= {"namespace": NAMESPACE, "pod": self.host.pod}
-        return labels
-
-
-def _port(stack: str) -> int:
-    return {"sglang": 30000, "tgi": 9000, "triton": 8002, "triton_trtllm": 8002}.get(stack, 8000)
+        # The alert's labels are the serving series' own: their instance, and their pod when it runs in one.
+        serving = next(s for s in host_series(self.host) if s.labels.get("job") in SERVING_JOBS)
+        scope = {k: v for k, v in serving.labels.items() if k in ("instance", "namespace", "pod")}
+        return {"alertname": "LLMTimeToFirstTokenHigh", **scope}
 
 
 def _healthy_given(r: random.Random, busy: bool) -> Given:
@@ -316,9 +313,4 @@ def draw(seed: int, now: float, cause: str | None = None) -> World:
 
 def _merge(chronic: Given, healthy: Given, faulty: Given) -> Given:
     """The fault's changes applied on top of a chronic condition."""
-    changes = {
-        name: getattr(faulty, name)
-        for name in healthy.__dataclass_fields__
-        if getattr(faulty, name) != getattr(healthy, name)
-    }
-    return replace(chronic, **changes)
+    return replace(chronic, **changes(healthy, faulty))

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from rca.domain.evidence import Hypothesis
+from rca.domain.evidence import Finding, Hypothesis
 from tests.worlds.generate import HEALTHY, World
 
 CONFIDENT = 0.5
@@ -21,6 +21,7 @@ BINS = 10
 class Outcome:
     world: World
     ranked: list[Hypothesis]
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def top(self) -> Hypothesis:
