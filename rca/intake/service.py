@@ -20,6 +20,7 @@ from rca.store import digests
 from rca.store.models import Alert, Incident, Investigation, Notification
 
 ACTIVE_INVESTIGATION = (InvestigationStatus.QUEUED, InvestigationStatus.RUNNING)
+BATCH = 500  # fingerprints per SELECT: well under any backend's limit on bound parameters
 
 
 @dataclass(frozen=True)
@@ -40,36 +41,48 @@ def _latest_incident(session: Session, group_key: str) -> Incident | None:
     return session.scalar(select(Incident).where(Incident.group_key == group_key).order_by(Incident.id.desc()).limit(1))
 
 
-def _upsert_alert(session: Session, incident: Incident, alert: WebhookAlert, raw: dict[str, Any]) -> bool:
-    """Insert or refresh one alert; True when it is newly firing in this incident."""
+def _existing_alerts(session: Session, incident: Incident, fingerprints: list[str]) -> dict[str, Alert]:
+    """The incident's alerts with these fingerprints, in one SELECT per `BATCH` fingerprints rather
+    than one per alert (a storm's notification carries up to RCA_WEBHOOK_MAX_ALERTS of them)."""
+    unique = list(dict.fromkeys(fingerprints))
+    found: dict[str, Alert] = {}
+    for start in range(0, len(unique), BATCH):
+        chunk = unique[start : start + BATCH]
+        query = select(Alert).where(Alert.incident_id == incident.id, Alert.fingerprint.in_(chunk))
+        found.update((row.fingerprint, row) for row in session.scalars(query))
+    return found
+
+
+def _upsert_alerts(
+    session: Session, incident: Incident, alerts: list[WebhookAlert], raw_alerts: list[dict[str, Any]]
+) -> bool:
+    """Insert or refresh the notification's alerts; True when any is newly firing in this incident.
+    A fingerprint repeated within one notification is one alert: the later copy wins."""
     now = utcnow()
-    row = session.scalar(select(Alert).where(Alert.incident_id == incident.id, Alert.fingerprint == alert.fingerprint))
-    if row is None:
-        session.add(
-            Alert(
+    rows = _existing_alerts(session, incident, [alert.fingerprint for alert in alerts])
+    newly_firing = False
+    for alert, raw in zip(alerts, raw_alerts, strict=True):
+        row = rows.get(alert.fingerprint)
+        if row is None:
+            row = rows[alert.fingerprint] = Alert(
                 incident_id=incident.id,
                 fingerprint=alert.fingerprint,
                 alertname=alert.alertname,
                 status=alert.status,
                 labels=alert.labels,
-                annotations=alert.annotations,
-                starts_at=alert.startsAt,
-                ends_at=alert.endsAt,
-                generator_url=alert.generatorURL or None,
-                raw=raw,
                 first_seen_at=now,
-                last_seen_at=now,
             )
-        )
-        return alert.status == AlertStatus.FIRING
-    newly_firing = row.status == AlertStatus.RESOLVED and alert.status == AlertStatus.FIRING
-    row.status = alert.status
-    row.annotations = alert.annotations
-    row.starts_at = alert.startsAt
-    row.ends_at = alert.endsAt
-    row.generator_url = alert.generatorURL or None
-    row.raw = raw
-    row.last_seen_at = now
+            session.add(row)
+            newly_firing |= alert.status == AlertStatus.FIRING
+        else:
+            newly_firing |= row.status == AlertStatus.RESOLVED and alert.status == AlertStatus.FIRING
+        row.status = alert.status
+        row.annotations = alert.annotations
+        row.starts_at = alert.startsAt
+        row.ends_at = alert.endsAt
+        row.generator_url = alert.generatorURL or None
+        row.raw = raw
+        row.last_seen_at = now
     return newly_firing
 
 
@@ -105,10 +118,7 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
         incident = _new_incident(session, payload)
 
     session.add(Notification(incident_id=incident.id, status=payload.status, payload=raw))
-    newly_firing = [
-        _upsert_alert(session, incident, alert, raw_alert)
-        for alert, raw_alert in zip(payload.alerts, raw["alerts"], strict=True)
-    ]
+    newly_firing = _upsert_alerts(session, incident, payload.alerts, raw["alerts"])
 
     now = utcnow()
     incident.notification_count += 1
@@ -121,7 +131,7 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
         incident.resolved_at = now
 
     investigation_id = None
-    if incident.status == AlertStatus.FIRING and (created or any(newly_firing)):
+    if incident.status == AlertStatus.FIRING and (created or newly_firing):
         session.flush()
         investigation_id = _request_investigation(session, incident, reason="new_incident" if created else "new_alerts")
     digests.refresh(session, incident.id)

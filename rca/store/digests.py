@@ -22,6 +22,11 @@ from rca.store import fts
 from rca.store.models import Alert, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
 
 TOP_CATEGORIES = 3
+# The search document of one incident holds at most this many characters. Postgres refuses a
+# tsvector over 1 MB, and one built from distinct short words (or CJK text) takes up to about six
+# bytes per character; an incident's alerts accumulate over every notification, so without a cap a
+# long alert storm would one day make its own digest unwritable (and the notification with it).
+DOCUMENT_CHARS = 100_000
 
 
 def breached_key(breached: list[str]) -> str | None:
@@ -35,6 +40,17 @@ def _label_text(labels: dict[str, Any]) -> list[str]:
     return [f"{name}={value}" for name, value in sorted(labels.items())]
 
 
+def _cut(parts: list[str], budget: int) -> list[str]:
+    """The leading parts that fit in `budget` characters (one separator each), the last one cut."""
+    kept: list[str] = []
+    for part in parts:
+        if budget <= 0:
+            break
+        kept.append(part[:budget])
+        budget -= len(part) + 1
+    return kept
+
+
 def build_document(
     incident: Incident,
     alerts: list[Alert],
@@ -43,19 +59,25 @@ def build_document(
     feedback: Feedback | None,
 ) -> str:
     """Everything one may search for, as plain text: titles, alert names, labels, annotations,
-    findings and hypotheses (and the engineer's note)."""
-    parts: list[str] = [incident.title, incident.alertname or ""]
-    parts += _label_text(incident.common_labels) + list(incident.common_annotations.values())
+    findings and hypotheses (and the engineer's note), in at most `DOCUMENT_CHARS` characters. The
+    alerts' text gives way first: the incident's own text and its evidence are always searchable."""
+    head: list[str] = [incident.title, incident.alertname or ""]
+    head += _label_text(incident.common_labels) + [str(v) for v in incident.common_annotations.values()]
+    per_alert: list[str] = []
     for alert in alerts:
-        parts += [alert.alertname or ""] + _label_text(alert.labels) + [str(v) for v in alert.annotations.values()]
+        per_alert += [alert.alertname or ""] + _label_text(alert.labels) + [str(v) for v in alert.annotations.values()]
+    tail: list[str] = []
     for finding in findings:
         if finding.breached:
-            parts += [finding.key, finding.title, finding.detail]
+            tail += [finding.key, finding.title, finding.detail]
     for hypothesis in hypotheses:
-        parts += [hypothesis.category, hypothesis.title]
+        tail += [hypothesis.category, hypothesis.title]
     if feedback is not None:
-        parts += [feedback.category, feedback.note]
-    return "\n".join(dict.fromkeys(p for p in parts if p))
+        tail += [feedback.category, feedback.note]
+    head, per_alert, tail = ([p for p in dict.fromkeys(part) if p] for part in (head, per_alert, tail))
+    room = DOCUMENT_CHARS - len("\n".join(head + tail)) - 1
+    parts = head + _cut([p for p in per_alert if p not in head], room) + tail
+    return "\n".join(dict.fromkeys(parts))[:DOCUMENT_CHARS]
 
 
 def refresh(session: Session, incident_id: int) -> IncidentDigest:

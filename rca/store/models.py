@@ -14,6 +14,10 @@ from sqlalchemy.types import TypeDecorator
 from rca.domain.clock import in_utc, utcnow
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
+# Column sizes that intake checks before it writes (rca/intake/schema.py), so that a longer value
+# is a 422 naming the field rather than a database error.
+NAME_CHARS = 255  # alert names and receivers
+FINGERPRINT_CHARS = 64
 
 
 class UTCDateTime(TypeDecorator):
@@ -48,8 +52,8 @@ class Incident(Base):
     group_key: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))  # firing | resolved
     title: Mapped[str] = mapped_column(Text)
-    alertname: Mapped[str | None] = mapped_column(String(255), index=True)
-    receiver: Mapped[str] = mapped_column(String(255))
+    alertname: Mapped[str | None] = mapped_column(String(NAME_CHARS), index=True)
+    receiver: Mapped[str] = mapped_column(String(NAME_CHARS))
     group_labels: Mapped[dict[str, str]] = mapped_column(JSONType)
     common_labels: Mapped[dict[str, str]] = mapped_column(JSONType)
     common_annotations: Mapped[dict[str, str]] = mapped_column(JSONType)
@@ -94,8 +98,8 @@ class Alert(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
-    fingerprint: Mapped[str] = mapped_column(String(64))
-    alertname: Mapped[str | None] = mapped_column(String(255))
+    fingerprint: Mapped[str] = mapped_column(String(FINGERPRINT_CHARS))
+    alertname: Mapped[str | None] = mapped_column(String(NAME_CHARS))
     status: Mapped[str] = mapped_column(String(16))
     labels: Mapped[dict[str, str]] = mapped_column(JSONType)
     annotations: Mapped[dict[str, str]] = mapped_column(JSONType)
