@@ -44,6 +44,7 @@ WEBHOOK_OUTCOMES = {
     200: "stored",
     400: "not_json",
     401: "unauthorized",
+    408: "body_timeout",
     413: "too_large",
     422: "invalid",
     503: "database_unavailable",

@@ -9,14 +9,18 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import choose_encoder
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from rca import metrics
-from rca.api import incidents, stats, webhook
+from rca.api import access_log, incidents, stats, webhook
 from rca.api.auth import require_read
+from rca.api.body import BodyLimits
+from rca.api.database import database_error
 from rca.api.docs import install_docs
+from rca.api.errors import validation_failed
 from rca.api.schemas import ReadinessOut
 from rca.config import Settings
 from rca.jobs.dispatch import Dispatcher, create_dispatcher
@@ -75,12 +79,12 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     # assigning to a method.
     app.openapi = openapi_with_webhook_models  # type: ignore[method-assign]
 
-    @app.exception_handler(OperationalError)
-    async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
-        log.error("database unavailable: %s", exc.orig)
-        return JSONResponse(
-            {"detail": "database unavailable, retry later"}, status_code=503, headers={"Retry-After": "10"}
-        )
+    app.add_exception_handler(DBAPIError, database_error)
+    app.add_exception_handler(RequestValidationError, validation_failed)  # type: ignore[arg-type]
+    app.add_middleware(
+        BodyLimits, max_bytes=settings.webhook_max_body_bytes, timeout_seconds=settings.request_body_timeout_seconds
+    )
+    access_log.install()
 
     @app.get("/healthz", tags=["health"], summary="The process is up")
     def healthz() -> dict[str, str]:
@@ -94,7 +98,8 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         responses={
             503: {
                 "model": ReadinessOut,
-                "description": "the database or the broker is unreachable; `checks` says which and why",
+                "description": "the database or the broker is unreachable; `checks` says which (the reason is "
+                "in the service's log, not in this unauthenticated answer)",
             }
         },
     )
@@ -108,7 +113,9 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
                 await run_in_threadpool(check)
                 checks[name] = "ok"
             except Exception as exc:
-                checks[name] = f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+                # Unauthenticated: the error's text names hosts, ports and users. Only the log has it.
+                log.warning("readiness: %s unavailable: %s: %s", name, type(exc).__name__, str(exc)[:300])
+                checks[name] = "unavailable"
         checks["queue"] = "embedded (in-process)" if settings.embedded_queue else "celery"
         ready = all(v == "ok" for k, v in checks.items() if k != "queue")
         return JSONResponse(

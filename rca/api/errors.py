@@ -4,10 +4,14 @@ and the OpenAPI document see one error format wherever a request is refused as u
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+from fastapi import Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
@@ -27,7 +31,7 @@ class FieldError(BaseModel):
     msg: str = Field(description="what is wrong, for a person")
     type: str = Field(
         description="what kind of error, for a program (pydantic's error types, or the service's own "
-        "such as invalid_cursor, unstorable_text, invalid_label_filter)"
+        "such as invalid_cursor, unstorable_text, invalid_label_filter, limit_exceeded, json_too_deep)"
     )
     input: Any = Field(None, description="the value refused (FastAPI's own parameter and body checks)")
     ctx: dict[str, Any] | None = Field(None, description='details of the constraint, e.g. {"le": 200}')
@@ -60,3 +64,28 @@ VALIDATION_ERROR: dict[int | str, dict[str, Any]] = {
         "description": "a parameter or the body is invalid: each field at fault in `detail`",
     },
 }
+
+
+def _encodable(value: Any) -> Any:
+    """`value` as strict JSON can carry it: a string with a lone surrogate (JSON's \\ud800, which
+    the refused input or a field name may hold) is written as the escape it came as, and NaN or an
+    infinity (which json.loads accepts and a response may not hold) as its name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(item) for item in value]
+    return value
+
+
+async def validation_failed(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's own 422 answer, except that it cannot fail to encode: its default handler echoes
+    the refused input, and a lone surrogate or a NaN in it made the 422 itself a 500."""
+    return JSONResponse({"detail": _encodable(jsonable_encoder(exc.errors()))}, status_code=422)

@@ -230,7 +230,11 @@ def _feedback_out(row: Feedback) -> FeedbackOut:
     dependencies=[Depends(require_write)],
     description="Needs a token with the write scope. The newest feedback of an incident is its confirmed "
     "cause; earlier ones stay as history.",
-    responses={404: {"model": ErrorOut, "description": "no such incident"}},
+    responses={
+        404: {"model": ErrorOut, "description": "no such incident"},
+        408: {"model": ErrorOut, "description": "the body did not arrive within RCA_REQUEST_BODY_TIMEOUT_SECONDS"},
+        413: {"model": ErrorOut, "description": "body over RCA_WEBHOOK_MAX_BODY_BYTES, or over a database limit"},
+    },
 )
 def post_feedback(
     session: DatabaseSession,

@@ -273,7 +273,8 @@ class ReadinessOut(BaseModel):
 
     status: Literal["ready", "not ready"]
     checks: dict[str, str] = Field(
-        description='"database" and "broker": "ok" or "unavailable: <why>"; "queue": embedded (in-process) or celery'
+        description='"database" and "broker": "ok" or "unavailable" (why is logged); "queue": embedded (in-process) '
+        "or celery"
     )
 
 

@@ -1,30 +1,35 @@
 """`POST /api/v1/alertmanager`: validate, store durably, then enqueue, then answer.
 
-Answers: 200 stored; 400 not JSON; 401 no or wrong token; 413 body over the limit; 422 not an
-Alertmanager v4 payload; 503 database unavailable (Alertmanager retries 5xx). Nothing is stored
-from a refused request.
+Answers: 200 stored; 400 not JSON; 401 no or wrong token; 408 body too slow; 413 body over the
+limit (or over a database limit); 422 not an Alertmanager v4 payload, or over a webhook limit, or
+JSON the database cannot store; 503 database unavailable (Alertmanager retries 5xx, and only that
+is worth retrying). Nothing is stored from a refused request. Every size is checked before the
+work that grows with it: the body's (rca/api/body.py) before it is read, the JSON's depth and
+numbers while it is decoded (rca/api/jsonbody.py), counts and lengths before the alerts are
+validated (rca/intake/schema.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rca import metrics
+from rca.api import jsonbody
 from rca.api.auth import require_webhook_token
+from rca.api.database import refusal
 from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
-from rca.api.storable import UNSTORABLE, problem
+from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
 from rca.intake.service import IntakeResult, record_notification
 from rca.store.db import session_scope
@@ -48,8 +53,8 @@ class CountedRoute(APIRoute):
             except RequestValidationError:  # FastAPI's handler answers it 422 (rca.api.errors)
                 metrics.webhook_answered(422)
                 raise
-            except Exception as exc:
-                metrics.webhook_answered(503 if isinstance(exc, OperationalError) else 500)  # see app.py's handler
+            except Exception:
+                metrics.webhook_answered(500)  # database errors are answered in the handler (rca/api/database.py)
                 raise
             metrics.webhook_answered(response.status_code)
             return response
@@ -58,20 +63,6 @@ class CountedRoute(APIRoute):
 
 
 router = APIRouter(route_class=CountedRoute)
-
-
-async def _read_limited(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(
-            status.HTTP_413_CONTENT_TOO_LARGE, detail=f"body of {declared} bytes exceeds the limit of {limit} bytes"
-        )
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, detail=f"body exceeds the limit of {limit} bytes")
-    return bytes(body)
 
 
 def _store(url: str, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResult:
@@ -84,6 +75,11 @@ def _store(url: str, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResu
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+def _shown(group_key: str, width: int = 120) -> str:
+    """A group key for the log: a refused one can be 100 KB."""
+    return group_key if len(group_key) <= width else f"{group_key[:width]}… ({len(group_key)} characters)"
 
 
 # The body is read and validated by hand (size limit first, then JSON, then the schema), so FastAPI
@@ -102,37 +98,38 @@ _ERROR = {"model": ErrorOut}
     responses={
         400: _ERROR | {"description": "body is not JSON"},
         401: _ERROR | {"description": "missing or invalid webhook token"},
-        413: _ERROR | {"description": "body over RCA_WEBHOOK_MAX_BODY_BYTES"},
+        408: _ERROR | {"description": "the body did not arrive within RCA_REQUEST_BODY_TIMEOUT_SECONDS"},
+        413: _ERROR
+        | {"description": "body over RCA_WEBHOOK_MAX_BODY_BYTES, or a value over a database limit; nothing stored"},
         422: VALIDATION_ERROR[422]
-        | {"description": "not an Alertmanager version 4 payload: each field at fault in `detail`"},
+        | {
+            "description": "not an Alertmanager version 4 payload, over a webhook limit (RCA_WEBHOOK_MAX_*), or JSON "
+            "the database cannot store (NaN, 1e999, nesting over 32 levels, NUL): each field at fault in `detail`"
+        },
         503: _ERROR | {"description": "database unavailable; nothing stored, retry later"},
     },
 )
 async def receive_alertmanager(request: Request) -> AcceptedOut:
     settings = request.app.state.settings
-    body = await _read_limited(request, settings.webhook_max_body_bytes)
-    try:
-        raw = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"body is not valid JSON: {exc}") from None
+    raw = jsonbody.decode(await request.body())  # the size and the time it may take: rca/api/body.py
     if not isinstance(raw, dict):
         raise unprocessable(("body",), "expected a JSON object: an Alertmanager version 4 payload", "dict_type")
-    unstorable = problem(raw, ("body",))
-    if unstorable:
-        raise unprocessable(*unstorable, UNSTORABLE)
     try:
-        payload = WebhookPayload.model_validate(raw)
+        payload = WebhookPayload.model_validate(raw, context=IntakeLimits.from_settings(settings).context())
     except ValidationError as exc:
         raise from_pydantic(exc, ("body",)) from None
     try:
         result = await run_in_threadpool(_store, settings.effective_database_url, payload, raw)
-    except OperationalError as exc:
-        log.error("database unavailable, refusing notification for %s: %s", payload.groupKey, exc.orig)
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            detail="database unavailable; the notification was not stored, retry later",
-            headers={"Retry-After": "10"},
-        ) from None
+    except DBAPIError as exc:
+        answer = refusal(
+            exc,
+            "the notification",
+            "database unavailable; the notification was not stored, retry later",
+            about=f"for group {_shown(payload.groupKey)}",
+        )
+        if answer is None:
+            raise
+        raise answer from None
     if result.created:
         metrics.INCIDENTS_OPENED.inc()
     enqueued = False

@@ -63,7 +63,18 @@ class Settings(BaseSettings):
     max_points_per_series: int = Field(default=1100, ge=100, le=11000)
     min_step_seconds: int = Field(default=15, ge=1)
     query_concurrency: int = Field(default=8, ge=1, le=64)
+    # What one request and one webhook notification may carry (README, "Webhook limits"): refused
+    # with a 408, 413 or 422 naming the setting, before the work grows with the payload.
     webhook_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    request_body_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    webhook_max_alerts: int = Field(default=1000, ge=1)
+    webhook_max_labels: int = Field(default=100, ge=1)
+    webhook_max_name_chars: int = Field(default=256, ge=16)
+    webhook_max_label_value_chars: int = Field(default=2048, ge=64)
+    webhook_max_annotation_value_chars: int = Field(default=65536, ge=256)
+    # Above 2,600 bytes an incompressible key no longer fits the Postgres btree index of open
+    # groups (2,704 bytes per index row), and that notification could never be stored.
+    webhook_max_group_key_bytes: int = Field(default=2048, ge=64, le=2600)
     investigation_timeout_seconds: float = Field(default=60.0, gt=0)
     sweep_after_seconds: int = Field(default=60, ge=5)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"

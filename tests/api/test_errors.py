@@ -19,6 +19,7 @@ WEBHOOK = ("POST", "/api/v1/alertmanager")
 SEARCH = ("GET", "/api/v1/incidents")
 FEEDBACK = ("POST", "/api/v1/incidents/{incident_id}/feedback")
 NO_GROUP_KEY = {k: v for k, v in make_payload("g", alerts=[make_alert("fp")]).items() if k != "groupKey"}
+YEAR_ONE = make_alert("fp") | {"startsAt": "0001-01-01T00:00:00Z"}
 FORGED_CURSOR = base64.urlsafe_b64encode(json.dumps({"o": "time"}).encode()).decode()
 
 # (operation, request, expected loc, expected type): one per place a 422 comes from.
@@ -26,7 +27,17 @@ SOURCES: list[tuple[tuple[str, str], dict[str, Any], list[str | int], str]] = [
     # the webhook's own checks, in the order it makes them
     (WEBHOOK, {"content": b"[1]"}, ["body"], "dict_type"),
     (WEBHOOK, {"content": b'{"receiver": "a\\u0000"}'}, ["body", "receiver"], "unstorable_text"),
+    (WEBHOOK, {"content": b'{"receiver": NaN}'}, ["body", "receiver"], "not_a_json_number"),
+    (WEBHOOK, {"content": b'{"receiver": [1e999]}'}, ["body", "receiver", 0], "number_out_of_range"),
+    (WEBHOOK, {"content": b'{"a": ' + b"[" * 40 + b"]" * 40 + b"}"}, ["body", "a", *[0] * 31], "json_too_deep"),
     (WEBHOOK, {"json": NO_GROUP_KEY}, ["body", "groupKey"], "missing"),
+    (WEBHOOK, {"json": make_payload("g" * 2049, alerts=[make_alert("fp")])}, ["body", "groupKey"], "limit_exceeded"),
+    (
+        WEBHOOK,
+        {"json": make_payload("g", alerts=[YEAR_ONE])},
+        ["body", "alerts", 0, "startsAt"],
+        "datetime_out_of_range",
+    ),
     # search: FastAPI's parameter checks, then the service's
     (SEARCH, {"params": {"limit": "0"}}, ["query", "limit"], "greater_than_equal"),
     (SEARCH, {"params": {"since": "2026-12-03T10:00:00"}}, ["query", "since"], "timezone_aware"),
@@ -63,6 +74,12 @@ SOURCES: list[tuple[tuple[str, str], dict[str, Any], list[str | int], str]] = [
     ),
     (FEEDBACK, {"content": b"{"}, ["body", 1], "json_invalid"),
     (FEEDBACK, {"json": {"category": "kv_memory_pressure", "note": "\x00"}}, ["body", "note"], "value_error"),
+    (
+        FEEDBACK,
+        {"content": b'{"category": "kv_memory_pressure", "note": "\\ud800"}'},
+        ["body", "note"],
+        "string_unicode",
+    ),
     (FEEDBACK, {"json": {"category": "cosmic_rays"}}, ["body", "category"], "unknown_category"),
     (
         FEEDBACK,

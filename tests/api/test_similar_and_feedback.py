@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.orm import Session
 
-from tests.helpers.errors import only_error
+from tests.helpers.errors import field_errors, only_error
 from tests.helpers.history import finish_investigation
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH
@@ -132,6 +133,40 @@ def test_bad_feedback_is_refused_and_stores_nothing(intake_client: TestClient) -
     assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
 
 
+@pytest.mark.parametrize(
+    ("body", "loc", "echoed"),
+    [
+        (b'{"category": "kv_memory_pressure", "note": "\\ud800"}', ["body", "note"], "\\ud800"),
+        (b'{"category": "\\udfff"}', ["body", "category"], "\\udfff"),
+        (b'{"category": "kv_memory_pressure", "\\ud800": 1}', ["body"], "\\ud800"),
+        (
+            b'{"category": "kv_memory_pressure", "hypotheses": [{"rank": NaN, "correct": true}]}',
+            ["body", "hypotheses", 0, "rank"],
+            "nan",
+        ),
+        (
+            b'{"category": "kv_memory_pressure", "hypotheses": [{"rank": 1e999, "correct": true}]}',
+            ["body", "hypotheses", 0, "rank"],
+            "inf",
+        ),
+    ],
+    ids=["surrogate-note", "surrogate-category", "surrogate-field-name", "NaN-rank", "1e999-rank"],
+)
+def test_feedback_whose_refused_input_json_cannot_carry_is_422_not_a_500_from_the_error_handler(
+    intake_client: TestClient, body: bytes, loc: list[str | int], echoed: str
+) -> None:
+    """The 422 echoes the refused input; FastAPI's own handler could encode neither a lone surrogate
+    nor a NaN (which json.loads accepts), and answered 500."""
+    inc = open_incident(intake_client, "unencodable")
+    reply = intake_client.post(
+        f"/api/v1/incidents/{inc}/feedback", content=body, headers=API_AUTH | {"Content-Type": "application/json"}
+    )
+    [error] = field_errors(intake_client, reply)
+    assert error["loc"] == loc, error
+    assert error["input"] == echoed, error  # as text: the escape it came as, or the number's name
+    assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
+
+
 def test_feedback_the_database_refuses_to_commit_is_answered_503_not_201(
     intake_client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -146,6 +181,38 @@ def test_feedback_the_database_refuses_to_commit_is_answered_503_not_201(
     reply = confirm(intake_client, inc, category="kv_memory_pressure")
     monkeypatch.undo()
     assert reply.status_code == 503, reply.text
+    assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "fragment"),
+    [
+        (psycopg.errors.ProgramLimitExceeded("index row size 9000 exceeds maximum 2704"), 413, "database limit"),
+        (
+            psycopg.errors.StringDataRightTruncation("value too long for type character varying(64)"),
+            422,
+            "cannot store",
+        ),
+    ],
+    ids=["program-limit", "data-exception"],
+)
+def test_feedback_the_database_refuses_for_good_is_a_4xx_not_a_503_to_retry(
+    intake_client: TestClient, monkeypatch: pytest.MonkeyPatch, error: Exception, status: int, fragment: str
+) -> None:
+    """psycopg raises a program limit (SQLSTATE 54) as an OperationalError, like a lost connection:
+    the SQLSTATE, not the class, says that a retry can never succeed."""
+    inc = diagnosed(intake_client, "kv", ["kv_cache_usage"], ["kv_memory_pressure"])
+    wrapper = OperationalError if isinstance(error, psycopg.OperationalError) else DataError
+
+    def refuse(self: Session) -> None:
+        raise wrapper("COMMIT", {}, error)
+
+    monkeypatch.setattr(Session, "commit", refuse)
+    reply = confirm(intake_client, inc, category="kv_memory_pressure")
+    monkeypatch.undo()
+    assert reply.status_code == status, reply.text
+    assert "retry-after" not in reply.headers
+    assert fragment in reply.text
     assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,16 @@ from sqlalchemy import select, update
 from rca.api.app import create_app
 from rca.store.models import Alert, Incident, Investigation, Notification
 from tests.helpers.databases import CLOSED_PORT_DATABASE_URL, count_for, count_rows, investigation_rows, rows
-from tests.helpers.errors import only_error
+from tests.helpers.errors import field_errors, only_error
 from tests.helpers.payloads import make_alert, make_payload, post_webhook, sample_payload
-from tests.helpers.service import WEBHOOK_AUTH, WEBHOOK_TOKEN, LiveServer, RecordingDispatcher, make_settings
+from tests.helpers.service import (
+    API_AUTH,
+    WEBHOOK_AUTH,
+    WEBHOOK_TOKEN,
+    LiveServer,
+    RecordingDispatcher,
+    make_settings,
+)
 
 NOTHING = {"hypotheses": 0, "findings": 0, "notifications": 0, "alerts": 0, "investigations": 0, "incidents": 0}
 
@@ -444,3 +452,254 @@ def test_database_down_answers_503_with_retry_after_and_stores_nothing(tmp_path:
     assert_refused(reply, 503, "database unavailable", "not stored")
     assert int(reply.headers["retry-after"]) > 0
     assert recorder.enqueued == []
+
+
+# --------------------------------------------------------------------------- what can never be stored or investigated
+
+
+def with_extra(payload: dict[str, Any], fragment: str) -> bytes:
+    """The payload with a top-level field `extra` whose JSON text is `fragment` (which json.dumps
+    cannot write: NaN, 4,400-digit integers, nesting deeper than Python's stack)."""
+    text = json.dumps(payload)
+    return (text[:-1] + ', "extra": ' + fragment + "}").encode()
+
+
+def post_raw(client: TestClient, body: bytes) -> httpx.Response:
+    return client.post(
+        "/api/v1/alertmanager", content=body, headers=WEBHOOK_AUTH | {"Content-Type": "application/json"}
+    )
+
+
+def distinct_words(chars: int, seed: int = 0) -> str:
+    """Text of distinct random words: the worst case for a tsvector's size, and incompressible."""
+    import random
+    import string
+
+    rnd = random.Random(seed)
+    words = (" " + "".join(rnd.choices(string.ascii_lowercase, k=7)) for _ in range(chars // 8 + 1))
+    return "".join(words)[:chars]
+
+
+def alert_with(**changes: Any) -> dict[str, Any]:
+    alert = make_alert("fp-limits")
+    for key, value in changes.items():
+        if key in ("labels", "annotations"):
+            alert[key] = {**alert[key], **value}
+        else:
+            alert[key] = value
+    return alert
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "type_", "fragment"),
+    [
+        (  # JSON that Python decodes but no backend stores: each was a 500
+            with_extra(sample_payload(), "[" * 1000 + "]" * 1000),
+            ["body"],
+            "json_too_deep",
+            "deeper than 32 levels",
+        ),
+        (
+            with_extra(sample_payload(), "1" * 4400),
+            ["body", "extra"],
+            "number_out_of_range",
+            "4400 digits",
+        ),
+        (with_extra(sample_payload(), "NaN"), ["body", "extra"], "not_a_json_number", "NaN is not a JSON number"),
+        (
+            with_extra(sample_payload(), "-Infinity"),
+            ["body", "extra"],
+            "not_a_json_number",
+            "-Infinity is not a JSON number",
+        ),
+        (with_extra(sample_payload(), "[1e999]"), ["body", "extra", 0], "number_out_of_range", "1e999 is out of range"),
+        (  # stored, then unreadable: the row's JSON nested deeper than the decoder's stack
+            with_extra(make_payload(alerts=[make_alert("fp")]), "[" * 950 + "]" * 950),
+            ["body", "extra", *[0] * 31],
+            "json_too_deep",
+            "deeper than 32 levels",
+        ),
+        (  # longer than the columns: a 500 from the database
+            json.dumps(make_payload(alerts=[alert_with(labels={"alertname": "A" * 256})])).encode(),
+            ["body", "groupLabels"],
+            "string_too_long",
+            "the alertname label has 256 characters; at most 255",
+        ),
+        (
+            json.dumps(make_payload() | {"receiver": "r" * 256}).encode(),
+            ["body", "receiver"],
+            "string_too_long",
+            "at most 255 characters",
+        ),
+        (  # accepted, then the investigation's window overflowed
+            json.dumps(make_payload(alerts=[alert_with(startsAt="0001-01-01T00:00:00Z")])).encode(),
+            ["body", "alerts", 0, "startsAt"],
+            "datetime_out_of_range",
+            "from 2000-01-01 up to 2200-01-01",
+        ),
+        (  # over the database's own limits: a 503 "retry later", forever
+            json.dumps(make_payload(distinct_words(2700))).encode(),
+            ["body", "groupKey"],
+            "limit_exceeded",
+            "groupKey has 2700 bytes, over RCA_WEBHOOK_MAX_GROUP_KEY_BYTES=2048",
+        ),
+        (
+            json.dumps(
+                make_payload(alerts=[alert_with(annotations={"description": distinct_words(900_000)})])
+            ).encode(),
+            ["body", "alerts", 0, "annotations"],
+            "limit_exceeded",
+            "annotation 'description' has 900000 characters, over RCA_WEBHOOK_MAX_ANNOTATION_VALUE_CHARS=65536",
+        ),
+        (  # the other limits, each named in the answer
+            json.dumps(make_payload(alerts=[make_alert(f"fp-{n}") for n in range(1001)])).encode(),
+            ["body", "alerts"],
+            "limit_exceeded",
+            "1001 alerts, over RCA_WEBHOOK_MAX_ALERTS=1000; set max_alerts: 1000",
+        ),
+        (
+            json.dumps(make_payload(alerts=[alert_with(labels={f"l{n}": "v" for n in range(100)})])).encode(),
+            ["body", "alerts", 0, "labels"],
+            "limit_exceeded",
+            "103 labels, over RCA_WEBHOOK_MAX_LABELS=100",
+        ),
+        (
+            json.dumps(make_payload(alerts=[alert_with(labels={"n" * 257: "v"})])).encode(),
+            ["body", "alerts", 0, "labels"],
+            "limit_exceeded",
+            "has 257 characters, over RCA_WEBHOOK_MAX_NAME_CHARS=256",
+        ),
+        (
+            json.dumps(make_payload(alerts=[alert_with(labels={"pod": "p" * 2049})])).encode(),
+            ["body", "alerts", 0, "labels"],
+            "limit_exceeded",
+            "label 'pod' has 2049 characters, over RCA_WEBHOOK_MAX_LABEL_VALUE_CHARS=2048",
+        ),
+    ],
+    ids=[
+        "nested-1000-deep",
+        "integer-of-4400-digits",
+        "NaN",
+        "-Infinity",
+        "1e999",
+        "extra-field-nested-950-deep",
+        "alertname-over-255",
+        "receiver-over-255",
+        "startsAt-year-1-UTC",
+        "groupKey-of-2700-incompressible-bytes",
+        "annotation-of-900KB-distinct-words",
+        "too-many-alerts",
+        "too-many-labels",
+        "label-name-too-long",
+        "label-value-too-long",
+    ],
+)
+def test_payload_that_could_never_be_stored_or_investigated_is_refused_with_422_naming_the_problem(
+    intake_client: TestClient,
+    db_url: str,
+    recorder: RecordingDispatcher,
+    body: bytes,
+    loc: list[str | int],
+    type_: str,
+    fragment: str,
+) -> None:
+    reply = post_raw(intake_client, body)
+    errors = field_errors(intake_client, reply)
+    [error] = [e for e in errors if e["loc"] == loc] or [errors]  # e.g. labels also at fault in commonLabels
+    assert error["type"] == type_, errors
+    assert fragment in error["msg"], errors
+    assert all(len(e["msg"]) < 300 and "input" not in e for e in errors)  # nothing refused is echoed back
+    assert_nothing_stored(db_url, recorder)
+
+
+@pytest.mark.parametrize(
+    ("limits", "payload", "fragment"),
+    [
+        (
+            {"max_group_key_bytes": 200_000},
+            make_payload(distinct_words(100_000)),
+            "index row",
+        ),
+        (
+            {"max_annotation_value_chars": 1_000_000},
+            make_payload(alerts=[alert_with(annotations={"description": distinct_words(900_000)})]),
+            "too long for tsvector",
+        ),
+    ],
+    ids=["groupKey-over-the-index-row-limit", "search-document-over-the-tsvector-limit"],
+)
+def test_a_notification_over_a_database_limit_is_413_not_503_and_its_key_is_not_logged_whole(
+    pg_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    limits: dict[str, int],
+    payload: dict[str, Any],
+    fragment: str,
+) -> None:
+    """The database's own refusal (SQLSTATE class 54), should the webhook limits let it through (here
+    they are raised past it): a 503 would have Alertmanager retry a notification that can never be
+    stored."""
+    from rca.api import webhook
+    from rca.intake.limits import IntakeLimits
+    from rca.store import digests
+
+    given = IntakeLimits.from_settings(make_settings(pg_db, tmp_path))
+    monkeypatch.setattr(webhook.IntakeLimits, "from_settings", lambda _settings: replace(given, **limits))
+    monkeypatch.setattr(digests, "DOCUMENT_CHARS", 10_000_000)
+    recorder = RecordingDispatcher()
+    with TestClient(create_app(make_settings(pg_db, tmp_path), dispatcher=recorder)) as client:
+        reply = post_webhook(client, payload)
+    detail = assert_refused(reply, 413, "exceeds a database limit", fragment, "nothing was stored")
+    assert "retry-after" not in reply.headers and len(detail) < 500
+    assert_nothing_stored(pg_db, recorder)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(fragment in line for line in logged), logged
+    assert all(len(line) < 1000 for line in logged), [line[:200] for line in logged]
+
+
+def test_an_alert_storm_of_long_annotations_is_stored_and_stays_searchable(
+    intake_client: TestClient, db_url: str, recorder: RecordingDispatcher
+) -> None:
+    """Each annotation is within its limit, but together they are 1.9 MB of distinct words over two
+    notifications: the incident's search document keeps its first 100,000 characters, so its
+    tsvector stays under Postgres' 1 MB (it was a 503 for ever after)."""
+    group = '{}:{alertname="Storm"}'
+    for part in range(2):
+        alerts = [
+            alert_with(annotations={"description": distinct_words(60_000, seed=16 * part + n)})
+            | {"fingerprint": f"fp-{part}-{n}"}
+            for n in range(16)
+        ]
+        reply = post_webhook(intake_client, make_payload(group, alerts=alerts))
+        assert reply.status_code == 200, reply.text
+    assert count_for(db_url, Alert, incident_id=reply.json()["incident_id"]) == 32
+    found = intake_client.get("/api/v1/incidents", params={"q": "LLMRequestQueueMedianHigh"}, headers=API_AUTH)
+    assert [item["id"] for item in found.json()["items"]] == [reply.json()["incident_id"]]
+
+
+def test_many_alerts_of_one_notification_are_read_in_one_query_not_one_each(pg_db: str, tmp_path: Path) -> None:
+    """A storm's notification re-sends every alert of its group: one SELECT finds the stored ones."""
+    from sqlalchemy import event
+
+    from rca.store.db import get_engine
+
+    group = '{}:{alertname="Storm"}'
+    alerts = [make_alert(f"fp-{n}") for n in range(300)]
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    with TestClient(create_app(make_settings(pg_db, tmp_path), dispatcher=RecordingDispatcher())) as client:
+        assert post_webhook(client, make_payload(group, alerts=alerts[:200])).status_code == 200
+        engine = get_engine(pg_db)
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            reply = post_webhook(client, make_payload(group, alerts=alerts))
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+    assert reply.status_code == 200, reply.text
+    alert_selects = [s for s in statements if s.lstrip().startswith("SELECT") and "FROM alerts" in s]
+    assert len(alert_selects) <= 2, len(alert_selects)  # the notification's alerts, then the digest's
+    assert count_for(pg_db, Alert, incident_id=reply.json()["incident_id"]) == 300

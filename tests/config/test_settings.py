@@ -29,6 +29,9 @@ from tests.helpers.processes import subprocess_env
         ("RCA_PROMETHEUS_URL", "ftp://x", "http://"),
         ("RCA_LOOKBACK_MINUTES", "1", "greater than or equal to 10"),
         ("RCA_WEBHOOK_MAX_BODY_BYTES", "10", "greater than or equal to 1024"),
+        # a longer key could not fit the open-group index (2,704 bytes a row): never storable
+        ("RCA_WEBHOOK_MAX_GROUP_KEY_BYTES", "3000", "less than or equal to 2600"),
+        ("RCA_REQUEST_BODY_TIMEOUT_SECONDS", "0", "greater than 0"),
         ("RCA_LOG_LEVEL", "verbose", "'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL'"),
     ],
 )

@@ -1,0 +1,83 @@
+"""Request bodies (rca/api/body.py): one that arrives too slowly is answered 408 and its connection
+closed, whatever length or chunk size it declared, so no client can hold a connection and its
+handler forever; one over the limit is answered 413 as soon as that is known. Through a real
+uvicorn and a raw socket, since an HTTP client library sends its body at once."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from rca.api.app import create_app
+from tests.helpers.databases import count_rows
+from tests.helpers.service import WEBHOOK_TOKEN, LiveServer, RecordingDispatcher, make_settings
+
+TIMEOUT = 1.0
+
+
+def request_head(port: int, framing: str) -> bytes:
+    return (
+        f"POST /api/v1/alertmanager HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer {WEBHOOK_TOKEN}\r\nContent-Type: application/json\r\n{framing}\r\n"
+    ).encode()
+
+
+def answer_of(sock: socket.socket, within: float) -> tuple[bytes, float, bool]:
+    """What the server sent before it closed the connection, how long that took, and whether it closed."""
+    sock.settimeout(within)
+    started = time.monotonic()
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except TimeoutError:
+        return received, time.monotonic() - started, False
+    return received, time.monotonic() - started, True
+
+
+@pytest.mark.parametrize(
+    ("framing", "start"),
+    [
+        ("Content-Length: 1000\r\n", b'{"version": "4", '),
+        # a chunk size that declares far more than it ever sends
+        ("Transfer-Encoding: chunked\r\n", b'7fffffff\r\n{"version": "4", '),
+    ],
+    ids=["content-length", "huge-chunk-size"],
+)
+def test_a_body_that_never_finishes_is_answered_408_and_the_connection_closed(
+    pg_db: str, tmp_path: Path, framing: str, start: bytes
+) -> None:
+    recorder = RecordingDispatcher()
+    settings = make_settings(pg_db, tmp_path, request_body_timeout_seconds=TIMEOUT)
+    with (
+        LiveServer(create_app(settings, dispatcher=recorder)) as server,
+        socket.create_connection(("127.0.0.1", server.port)) as sock,
+    ):
+        sock.sendall(request_head(server.port, framing) + start)
+        time.sleep(0.3)
+        sock.sendall(b'"status"')  # still trickling: the deadline is for the whole body
+        received, waited, closed = answer_of(sock, within=TIMEOUT + 5)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), received
+    assert b"connection: close" in head.lower()
+    assert "RCA_REQUEST_BODY_TIMEOUT_SECONDS" in json.loads(body)["detail"]
+    assert closed and waited < TIMEOUT + 2
+    assert count_rows(pg_db)["notifications"] == 0 and recorder.enqueued == []
+
+
+def test_a_chunked_body_over_the_limit_is_answered_413_before_the_rest_arrives(pg_db: str, tmp_path: Path) -> None:
+    settings = make_settings(pg_db, tmp_path, webhook_max_body_bytes=2048, request_body_timeout_seconds=30)
+    with (
+        LiveServer(create_app(settings, dispatcher=RecordingDispatcher())) as server,
+        socket.create_connection(("127.0.0.1", server.port)) as sock,
+    ):
+        sock.sendall(request_head(server.port, "Transfer-Encoding: chunked\r\n") + b"7fffffff\r\n" + b" " * 4096)
+        received, waited, closed = answer_of(sock, within=10)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), received
+    assert "exceeds the limit of 2048 bytes" in json.loads(body)["detail"]
+    assert closed and waited < 5  # not the 30 s timeout: the size alone decided
