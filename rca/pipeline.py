@@ -27,6 +27,7 @@ from rca.collect.target import Target, scope_candidates, target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
+from rca.domain.coverage import NO_PROMETHEUS
 from rca.domain.evidence import Hypothesis
 from rca.domain.result import InvestigationResult, change_key
 from rca.domain.status import Analyst, InvestigationStatus
@@ -136,7 +137,7 @@ def analyse(
             params=query_params(file_config),
         )
     else:
-        error = "no Prometheus configured (set RCA_PROMETHEUS_URL)"
+        error = NO_PROMETHEUS
         collection = Collection(
             window=window,
             selectors={},
