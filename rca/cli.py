@@ -47,12 +47,23 @@ def _quiet_http_retries() -> None:
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
+# Libraries that log every request at INFO (with its full URL): the demo's polling and each trace
+# or LLM call would flood the log. The openai client sends through httpx2 (a fork of httpx with its
+# own logger names); its own "openai" logger announces retries with the URL.
+CHATTY_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2", "openai")
+
+
+def quiet_library_loggers() -> None:
+    """Libraries' per-request logs at WARNING and above only, whatever RCA_LOG_LEVEL says. Called
+    by every entry point that runs the service (`rca ...`, `celery -A workers.app`)."""
+    # Alembic announces each of its plugins at INFO on import; that noise buried our one-line errors.
+    for name in ("alembic.runtime.plugins", *CHATTY_LOGGERS):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.root.level))
+
+
 def _setup_logging(settings: Settings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Alembic announces each of its plugins at INFO on import; that noise buried our one-line errors.
-    logging.getLogger("alembic.runtime.plugins").setLevel(max(logging.WARNING, logging.root.level))
-    # httpx logs every request at INFO: the demo's polling and each trace or LLM call would flood the log.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
+    quiet_library_loggers()
 
 
 def _check_auth_settings(settings: Settings) -> None:
@@ -219,8 +230,9 @@ def parse_start(text: str) -> datetime:
 def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     from rca.analyst.summary import AlertText
     from rca.collect.target import target_from_alerts
+    from rca.domain.coverage import data_gap
     from rca.pipeline import analyse
-    from rca.report import no_data_reason, render, use_colour
+    from rca.report import no_data_reason, render, use_colour, written_by
 
     _quiet_http_retries()
     labels, starts = _alerts_from_args(args)
@@ -229,7 +241,9 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     analysis = analyse(settings, target, alerts=alerts)
     findings = [f.to_dict() | {"id": f.key} for f in analysis.findings]
     hypotheses = [h.to_dict() for h in analysis.hypotheses]
+    record = analysis.analyst
     no_data = no_data_reason(findings, analysis.collection.prometheus_error)
+    gap = data_gap({f.key: f.status for f in analysis.findings}, analysis.collection.prometheus_error)
     if args.json:  # the same document with or without data; the exit code says which
         window = analysis.collection.window
         out = {
@@ -243,14 +257,16 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
             "collect_seconds": round(analysis.collect_seconds, 3),
             "findings": findings,
             "hypotheses": hypotheses,
-            "analyst": analysis.analyst.to_dict() if analysis.analyst else None,
+            "analyst": record.to_dict() if record else None,
+            "written_by": written_by(record.analyst, record.model, record.fallback_reason) if record else None,
+            "error": analysis.collection.prometheus_error,
+            "data_gap": gap.text if gap else None,  # what was not measured: not a healthy verdict
         }
         print(json.dumps(out, indent=2, default=str))
     elif no_data is None:
         print(render(target.describe(), findings, hypotheses, colour=use_colour(sys.stdout)))
-        if analysis.analyst:
-            record = analysis.analyst
-            print(f"\nAnalyst: {record.analyst}" + (f" - {record.fallback_reason}" if record.fallback_reason else ""))
+        if record is not None:
+            print("\n" + written_by(record.analyst, record.model, record.fallback_reason))
     if no_data is not None:
         _no_data(target.describe(), no_data, settings.prometheus_url)
 
@@ -336,7 +352,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
 
     from rca.api.app import create_app
     from rca.collect.replay import Recording, ReplayServer
-    from rca.report import no_data_reason, render, use_colour
+    from rca.report import no_data_reason, render, use_colour, written_by
 
     if "RCA_LOG_LEVEL" not in os.environ:  # the demo's output is the report, not the service's log
         logging.getLogger().setLevel(logging.WARNING)
@@ -405,8 +421,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             stored = inv.get("target") or {}
             named = ({"host": stored["host"]} if stored.get("host") else {}) | stored.get("labels", {})
             target = " ".join(f"{k}={v}" for k, v in named.items()) or "-"
-            no_data = no_data_reason(inv["findings"])
+            no_data = no_data_reason(inv["findings"], inv.get("error"))
             print(render(target, inv["findings"], inv["hypotheses"], colour=use_colour(sys.stdout), no_data=no_data))
+            if no_data is None:
+                print("\n" + written_by(inv.get("analyst"), inv.get("llm_model"), inv.get("fallback_reason")))
             if replay.misses and not args.payload:
                 print(
                     f"\nNote: {len(replay.misses)} queries are not in the recording (the profile changed since it "

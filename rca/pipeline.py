@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from sqlalchemy.exc import OperationalError, StatementError
+
 from rca import metrics
 from rca.analyst.cache import AnswerCache
 from rca.analyst.explain import explain
@@ -25,9 +27,10 @@ from rca.collect.target import Target, scope_candidates, target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
+from rca.domain.coverage import NO_PROMETHEUS
 from rca.domain.evidence import Hypothesis
 from rca.domain.result import InvestigationResult, change_key
-from rca.domain.status import InvestigationStatus
+from rca.domain.status import Analyst, InvestigationStatus
 from rca.signals.findings import Finding, judge_all
 from rca.signals.slo import slo_finding
 from rca.store import investigations, similar
@@ -47,6 +50,21 @@ class Analysis:
     collect_seconds: float
     analyst: AnalystRecord | None = None  # who wrote the hypotheses (rca/analyst), with its accounting
     rules: list[Hypothesis] = field(default_factory=list)  # the rules' ranking, whoever wrote `hypotheses`
+
+    def rules_only(self, reason: str) -> Analysis:
+        """This analysis with the rules' ranking as the answer and the LLM's audit trail dropped
+        (its accounting stays), `reason` saying why the LLM's answer was not used."""
+        record = self.analyst or AnalystRecord(analyst=Analyst.RULES)
+        record = replace(
+            record,
+            analyst=Analyst.RULES,
+            fallback_reason=reason[:2000],
+            disagreement=None,
+            cached_from=None,
+            dropped=[],
+            exchange=[],
+        )
+        return replace(self, hypotheses=self.rules, analyst=record)
 
     def result(self, total_seconds: float) -> InvestigationResult:
         """What the store keeps, with Slack's change key taken from the rules' ranking: an LLM
@@ -119,7 +137,7 @@ def analyse(
             params=query_params(file_config),
         )
     else:
-        error = "no Prometheus configured (set RCA_PROMETHEUS_URL)"
+        error = NO_PROMETHEUS
         collection = Collection(
             window=window,
             selectors={},
@@ -145,6 +163,15 @@ def analyse(
         analyst=analyst.record,
         rules=rules,
     )
+
+
+STORE_REFUSED = "the database refused the LLM's answer"  # how the fallback reason starts then
+
+
+def _llm_wrote(analysis: Analysis) -> bool:
+    """Whether anything of the LLM (its answer or its audit trail) is in what is being stored."""
+    record = analysis.analyst
+    return record is not None and (record.analyst == Analyst.LLM or bool(record.exchange))
 
 
 def _precedents(
@@ -196,8 +223,20 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         history=partial(_precedents, url, claim),
     )
     total_seconds = time.perf_counter() - started
-    with session_scope(url) as session:
-        investigations.save_result(session, investigation_id, analysis.result(total_seconds))
+    try:
+        with session_scope(url) as session:
+            investigations.save_result(session, investigation_id, analysis.result(total_seconds))
+    except StatementError as exc:
+        if isinstance(exc, OperationalError) or not _llm_wrote(analysis):
+            raise  # the database blinked (the runner retries), or the rules' own answer failed: a bug
+        # The optional LLM never takes the investigation down: what the database refused of its
+        # answer or its audit trail is dropped, and the rules answer is stored in its place.
+        log.exception(
+            "investigation %s: the LLM's answer could not be stored; storing the rules answer", investigation_id
+        )
+        analysis = analysis.rules_only(f"{STORE_REFUSED}: {type(exc.orig or exc).__name__}: {exc.orig or exc}")
+        with session_scope(url) as session:
+            investigations.save_result(session, investigation_id, analysis.result(total_seconds))
     metrics.investigation_finished(InvestigationStatus.DONE, total_seconds)
     top = analysis.hypotheses[0]
     log.info(

@@ -58,6 +58,17 @@ def no_data_reason(findings: list[dict[str, Any]], prometheus_error: str | None 
     return details.most_common(1)[0][0] if details else "the investigation produced no findings"
 
 
+def written_by(analyst: str | None, model: str | None, fallback_reason: str | None) -> str:
+    """Who really wrote the hypotheses, in the words of the Slack message (`rca.notify.blocks`):
+    the model only when its answer was used; after a fallback the rules, and why not the model."""
+    if analyst == "llm":
+        return f"Written by model {model or 'unknown'}"
+    if model:
+        why = fallback_reason or "no reason recorded"
+        return f"Written by the rules fallback: the answer of model {model} was not used ({why})"
+    return "Written by the rules (no LLM configured)" if fallback_reason else "Written by the rules"
+
+
 def no_data_hint(reason: str, prometheus_url: str | None) -> str | None:
     """What to do about it, for a human; None when the reason already says."""
     if "RCA_PROMETHEUS_URL" in reason:

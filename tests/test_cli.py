@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from rca import cli
+from tests.fakes.llm import FakeLLM, completion, error
+from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.processes import stop_process, subprocess_env
 
 LABEL = ["--label", "instance=gpu-node-1:8000"]
@@ -61,6 +63,7 @@ def test_demo_prints_the_diagnosis_of_the_recorded_incident_with_its_evidence(tm
     assert findings.index("[!!]") < findings.index("[ok]") < findings.index("[--]")
     assert "data unavailable" not in findings.split("[--]")[0], "measured findings first"
     assert "Note:" not in out, "every query the collection made is in the recording"
+    assert "\nWritten by the rules (no LLM configured)\n" in out
     assert "/api/v1/incidents/1" in out and "/docs" in out and "Authorization: Bearer" in out
     assert "\033[" not in out, "no colour when stdout is not a terminal"
 
@@ -133,9 +136,53 @@ def test_json_output_keeps_its_shape_when_there_is_no_data(tmp_path: Path) -> No
     done = _rca(["investigate", *LABEL, "--json"], tmp_path)
     assert done.returncode == 3
     out = json.loads(done.stdout)
-    assert set(out) == {"target", "selectors", "window", "collect_seconds", "findings", "hypotheses", "analyst"}
+    assert set(out) == {
+        "target",
+        "selectors",
+        "window",
+        "collect_seconds",
+        "findings",
+        "hypotheses",
+        "analyst",
+        "written_by",
+        "error",
+        "data_gap",
+    }
     assert all(f["status"] in ("unavailable", "not_measurable") for f in out["findings"])
     assert out["hypotheses"][0]["category"] == "no_clear_cause"  # the ranking itself is unchanged
+    # ... but the document says it judged nothing (issue 16.8), and who wrote it
+    assert out["error"] == "no Prometheus configured (set RCA_PROMETHEUS_URL)"
+    assert out["data_gap"] == "No Prometheus configured: no metrics were read; this is not a healthy verdict"
+    assert out["written_by"] == "Written by the rules (no LLM configured)"
+
+
+def test_a_rules_fallback_is_named_as_such_on_the_terminal_and_in_json(
+    tmp_path: Path, prometheus: StubPrometheus
+) -> None:
+    """Issue 16.8: the terminal says who really wrote the answer, as the Slack message does."""
+    overloaded = error(503, "The engine is currently overloaded, please try again later", "server_error")
+    with FakeLLM(lambda request: overloaded) as llm:
+        rca = {"prometheus_url": prometheus.url, "llm_base_url": llm.base_url, "llm_model": "fake-model"}
+        text = _rca(["investigate", *LABEL], tmp_path, llm_max_retries="0", **rca)
+        as_json = _rca(["investigate", *LABEL, "--json"], tmp_path, llm_max_retries="0", **rca)
+    assert text.returncode == 0, text.stderr
+    said = "Written by the rules fallback: the answer of model fake-model was not used (LLM unavailable: HTTP 503"
+    assert said in text.stdout and "Written by model" not in text.stdout
+    out = json.loads(as_json.stdout)
+    assert out["written_by"].startswith(said) and out["analyst"]["analyst"] == "rules"
+    assert out["error"] is None
+
+
+def test_the_llm_clients_request_lines_stay_out_of_the_log_at_info(tmp_path: Path, prometheus: StubPrometheus) -> None:
+    """Issue 16.10: the openai client's HTTP library (httpx2, not httpx) logged every request's URL
+    at INFO. The service's own INFO lines still show."""
+    with FakeLLM(lambda request: completion("no idea")) as llm:
+        rca = {"prometheus_url": prometheus.url, "llm_base_url": llm.base_url, "llm_model": "fake-model"}
+        done = _rca(["investigate", *LABEL], tmp_path, log_level="INFO", **rca)
+    assert done.returncode == 0, done.stderr
+    assert len(llm.requests) == 2  # the answer and its repair were sent
+    assert "/chat/completions" not in done.stderr and "HTTP Request" not in done.stderr, done.stderr
+    assert " INFO rca." in done.stderr or " WARNING rca." in done.stderr, "the service's own log is still there"
 
 
 # --------------------------------------------------------------------------- help and version

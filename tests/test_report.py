@@ -9,7 +9,7 @@ import re
 import pytest
 
 from rca.domain.values import format_value
-from rca.report import no_data_hint, no_data_reason, render, use_colour
+from rca.report import no_data_hint, no_data_reason, render, use_colour, written_by
 
 
 def _finding(fid: str, status: str, detail: str = "", value: float | None = None) -> dict:
@@ -193,3 +193,13 @@ def test_colour_only_when_asked_and_only_on_a_terminal(monkeypatch: pytest.Monke
 )
 def test_values_print_in_their_unit(value: float | None, unit: str, shown: str) -> None:
     assert format_value(value, unit) == shown
+
+
+def test_written_by_names_the_model_only_when_its_answer_was_used() -> None:
+    assert written_by("llm", "gpt-4o-mini", None) == "Written by model gpt-4o-mini"
+    assert written_by("rules", "gpt-4o-mini", "LLM unavailable: HTTP 503") == (
+        "Written by the rules fallback: the answer of model gpt-4o-mini was not used (LLM unavailable: HTTP 503)"
+    )
+    assert written_by("rules", None, "no LLM configured (RCA_LLM_BASE_URL unset)") == (
+        "Written by the rules (no LLM configured)"
+    )

@@ -4,8 +4,10 @@ builds the same app itself."""
 
 from __future__ import annotations
 
+from rca.cli import quiet_library_loggers
 from rca.config import get_settings
 from rca.jobs.celery_app import create_app
 from rca.startup import check
 
+quiet_library_loggers()
 app = create_app(check(get_settings()))

@@ -35,6 +35,7 @@ from openai.types.chat import (
 )
 
 from rca import metrics
+from rca.domain.text import storable
 
 MODES = ("json_schema", "json_object", "prompt")
 SCHEMA_NAME = "rca_hypotheses"
@@ -214,7 +215,9 @@ class ChatClient:
         try:
             completion = raw.parse()
             choice = completion.choices[0]
-            text = choice.message.content or ""
+            # What the model wrote may hold text no store or request can carry (NUL, a lone
+            # surrogate from a `\ud800` escape): cleaned here, before validation or a repair turn.
+            text = storable(choice.message.content or "")
         except Exception as exc:  # the body is not a chat completion: the library raises many types
             metrics.LLM_REQUESTS.labels(outcome="bad_response").inc()
             call.error = f"not a chat completion: {type(exc).__name__}: {exc}"[:2000]

@@ -33,8 +33,10 @@ from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
 from rca.domain.analyst import INVALID_ANSWER, AnalystRecord
 from rca.domain.evidence import Finding, Hypothesis
+from rca.domain.status import Analyst
 
 log = logging.getLogger(__name__)
+ANALYST_ERROR = "analyst error"  # how the fallback reason starts when asking the LLM raised
 NOT_CONFIGURED = "no LLM configured (RCA_LLM_BASE_URL unset): the deterministic rules analyst wrote these hypotheses"
 
 
@@ -74,11 +76,34 @@ def explain(
     similar: list[dict[str, Any]] | None = None,
     cache: AnswerCache | None = None,
 ) -> AnalystResult:
-    """Ranked hypotheses for the findings, from the LLM when it gives a valid answer."""
+    """Ranked hypotheses for the findings, from the LLM when it gives a valid answer. Never
+    raises: the LLM is optional, so an error anywhere in asking it (a bug, text the request cannot
+    carry, the cache's database) leaves the rules answer, with the error as the reason."""
     if not settings.llm_configured:
         return AnalystResult(rules, AnalystRecord(analyst="rules", fallback_reason=NOT_CONFIGURED))
+    record = AnalystRecord(analyst="rules", model=str(settings.llm_model))
+    try:
+        return _ask(settings, record, target, findings, rules, alerts, traces, similar, cache)
+    except Exception as exc:
+        log.exception("LLM analyst failed; the rules answer stands")
+        record.analyst, record.disagreement = Analyst.RULES, None
+        record.fallback_reason = f"{ANALYST_ERROR}: {type(exc).__name__}: {exc}"[:2000]
+        return AnalystResult(rules, record)
+
+
+def _ask(
+    settings: Settings,
+    record: AnalystRecord,
+    target: Target,
+    findings: list[Finding],
+    rules: list[Hypothesis],
+    alerts: list[AlertText] | None,
+    traces: list[dict[str, Any]] | None,
+    similar: list[dict[str, Any]] | None,
+    cache: AnswerCache | None,
+) -> AnalystResult:
     base_url, model = str(settings.llm_base_url), str(settings.llm_model)
-    record = AnalystRecord(analyst="rules", model=model, answer_key=fingerprint(model, base_url, target, findings))
+    record.answer_key = fingerprint(model, base_url, target, findings)
 
     def fall_back(reason: str) -> AnalystResult:
         log.warning("LLM analyst fell back to the rules: %s", reason)

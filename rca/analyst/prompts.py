@@ -1,9 +1,14 @@
 """Render the prompts in `prompts/*.j2` (Jinja2); no prompt text lives in Python.
 
-Untrusted text (alert labels and annotations, span attributes) goes through the `untrusted`
-filter: it is JSON-encoded with `<` and `>` escaped, so it cannot close the
-`<untrusted-data>` fence it is wrapped in nor add lines of its own, and the system prompt tells
-the model to treat whatever is inside as data.
+Untrusted text goes through the `untrusted` filter: anything an alert, a span, a past incident's
+text, another system's error message or the model itself wrote (the target host, alert names,
+labels, annotations, span names and attributes, reasons data is missing, the rules' explanations,
+which quote finding details, and the errors of a refused answer). It is JSON-encoded with `<`,
+`>` and the Unicode line separators escaped, so it can neither close the `<untrusted-data>` fence
+it is wrapped in nor start a line of its own, and the system prompt tells the model to treat
+whatever is inside as data. Only what the service itself or its configuration wrote (finding ids
+and titles from the profile, taxonomy ids, numbers and times it formatted) is written bare;
+`tests/analyst/test_prompts.py` renders every template with hostile text everywhere else.
 """
 
 from __future__ import annotations
@@ -18,15 +23,21 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rca.analyst.client import ChatMessage
 from rca.analyst.summary import Summary
+from rca.domain.text import storable_data
 
 FENCE_OPEN, FENCE_CLOSE = "<untrusted-data>", "</untrusted-data>"
 
 
+# Beyond what JSON escapes (every control character below U+0020): `<` and `>`, so that no fence
+# tag can be written, and the characters other than \n and \r that end a line (NEL, LINE SEPARATOR,
+# PARAGRAPH SEPARATOR), so that fenced text cannot start a line that reads like the prompt's own.
+_ESCAPED = {ord(ch): f"\\u{ord(ch):04x}" for ch in "<>\x85\u2028\u2029"}
+
+
 def untrusted(value: Any) -> str:
     """Fence untrusted text as inert data (see the module docstring)."""
-    encoded = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    encoded = encoded.replace("<", "\\u003c").replace(">", "\\u003e")
-    return f"{FENCE_OPEN}{encoded}{FENCE_CLOSE}"
+    encoded = json.dumps(storable_data(value), ensure_ascii=False, sort_keys=True)
+    return f"{FENCE_OPEN}{encoded.translate(_ESCAPED)}{FENCE_CLOSE}"
 
 
 def prompts_dir() -> Path:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from rca.diagnosis.ranking import NO_CLEAR_CAUSE, taxonomy
 from rca.domain.evidence import Finding, Hypothesis
+from rca.domain.text import storable_data
 
 MAX_HYPOTHESES = 5
 _FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
@@ -129,7 +130,8 @@ def _pydantic_errors(exc: ValidationError) -> list[str]:
 def check(text: str, findings: list[Finding], rules: list[Hypothesis]) -> Verdict:
     """Validate a reply; see the module docstring for the rules."""
     try:
-        answer = Answer.model_validate(extract_json(text))
+        # JSON escapes (\u0000, a lone \ud800) decode to text no store keeps: cleaned before use.
+        answer = Answer.model_validate(storable_data(extract_json(text)))
     except ValueError as exc:  # ValidationError is a ValueError
         errors = _pydantic_errors(exc) if isinstance(exc, ValidationError) else [str(exc)]
         return Verdict([], errors=errors)

@@ -3,7 +3,17 @@
 Limits enforced here (Slack's Block Kit reference, https://docs.slack.dev/reference/block-kit/blocks):
 a message holds at most 50 blocks; a section's text at most 3,000 characters; a header's
 plain_text at most 150; a button's text 75 and its URL 3,000. Longer content is cut, with a note
-that says so, instead of being rejected. Every untrusted string goes through `escape.mrkdwn`.
+that says so, instead of being rejected.
+
+Escaping follows the text object's type (https://docs.slack.dev/reference/block-kit/composition-objects/text-object):
+every untrusted string in a `mrkdwn` text (sections, context, the message's `text`) goes through
+`escape.mrkdwn`; a `plain_text` one (the header) is shown as written, so it is never escaped (an
+escaped `<` would show as `&lt;`), only kept on one line.
+
+A degraded result says so: when nothing was measured (Prometheus down or unconfigured) the message
+leads with that and shows no cause, never "no signal breached"; signals without data are named;
+and the line saying who wrote the answer names the rules when the model's answer was not used,
+and why.
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from rca.domain.status import AlertStatus
+from rca.domain.status import AlertStatus, Analyst
 from rca.domain.values import format_value
 from rca.notify.escape import code, mrkdwn, single_line
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage
@@ -25,6 +35,8 @@ MAX_FALLBACK_TEXT = 300  # the notification text; Slack allows far more, a phone
 MAX_WHY = 280
 MAX_SUMMARY = 500
 SHOWN_HYPOTHESES = 3
+MAX_REASON = 300  # why the model's answer was not used; the incident in the API has all of it
+MAX_GAP = 600  # what was missing (a Prometheus error can be long)
 SHOWN_BREACHED = 25  # a page of evidence; the rest is one click away in the incident
 
 Block = dict[str, Any]
@@ -70,7 +82,9 @@ def _breached_line(f: BreachedLine) -> str:
     )
 
 
-def _breached_sections(breached: list[BreachedLine]) -> list[Block]:
+def _breached_sections(breached: list[BreachedLine], blind: bool = False) -> list[Block]:
+    if blind:
+        return [_section("*Breached signals*\nNone could be judged: no signal was measured.")]
     if not breached:
         return [_section("*Breached signals*\nNo signal breached its threshold.")]
     sections, text = [], "*Breached signals* (baseline → current)"
@@ -112,9 +126,18 @@ def _links(message: IncidentMessage) -> Block | None:
     return {"type": "actions", "elements": buttons} if buttons else None
 
 
+def _written_by(message: IncidentMessage) -> str:
+    """Who really wrote the hypotheses: the model only when its answer was used."""
+    if message.analyst == Analyst.LLM:
+        return f"Written by model {code(message.model or 'unknown')}"
+    if message.model:  # a model was asked; the rules answer stands in for its answer
+        reason = cut(mrkdwn(single_line(message.fallback_reason or "no reason recorded")), MAX_REASON)
+        return f"Written by the *rules fallback*: the answer of model {code(message.model)} was not used ({reason})"
+    return "Written by *rules*"
+
+
 def _cost(message: IncidentMessage) -> str:
-    who = f"model {code(message.model)}" if message.model else f"*{mrkdwn(message.analyst or 'rules')}*"
-    parts = [f"Written by {who}"]
+    parts = [_written_by(message)]
     parts.append(f"{message.seconds:.1f} s" if message.seconds is not None else "time n/a")
     parts.append(f"{message.tokens:,} tokens" if message.tokens is not None else "no LLM tokens")
     if message.cost_usd is not None:
@@ -136,18 +159,21 @@ def _last_time(message: IncidentMessage) -> Block | None:
 
 
 def header_text(message: IncidentMessage) -> str:
+    """The header's plain_text: not mrkdwn, so nothing is escaped (Slack would show `&lt;`)."""
     icon = ":white_check_mark:" if message.status == AlertStatus.RESOLVED else ":rotating_light:"
-    return cut(
-        f"{icon} {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}",
-        MAX_HEADER_TEXT,
-        "…",
-    )
+    return cut(f"{icon} {single_line(message.alertname)} on {single_line(message.target)}", MAX_HEADER_TEXT, "…")
+
+
+def _blind(message: IncidentMessage) -> bool:
+    return message.data_gap is not None and message.data_gap.blind
 
 
 def fallback_text(message: IncidentMessage) -> str:
     """The plain `text` Slack shows in notifications and where blocks cannot be drawn."""
     top = message.hypotheses[0] if message.hypotheses else None
     cause = f": likely {top.category} ({top.confidence:.0%})" if top else ""
+    if _blind(message):
+        cause = ": no metrics were read, not a healthy verdict"
     state = "resolved" if message.status == AlertStatus.RESOLVED else "firing"
     text = f"[{state}] {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}{cause}"
     return cut(text, MAX_FALLBACK_TEXT, "…")
@@ -163,14 +189,19 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
     ]
     if note:
         head.append(_context(note))
+    gap = message.data_gap
+    if gap is not None and gap.blind:  # first, so that nobody reads what follows as healthy
+        head.append(_section(f":warning: *{cut(mrkdwn(single_line(gap.text)), MAX_GAP)}*"))
     summary = f"\n{cut(mrkdwn(single_line(message.summary)), MAX_SUMMARY)}" if message.summary else ""
     body = [_section(" · ".join(status) + summary)]
-    if message.hypotheses:
+    if message.hypotheses and not _blind(message):  # a ranking of nothing is not a judgement
         body.append(_section("*Most likely causes*"))
         body += [_hypothesis(i, h) for i, h in enumerate(message.hypotheses[:SHOWN_HYPOTHESES], start=1)]
     if (last := _last_time(message)) is not None:
         body.append(last)
-    body += _breached_sections(message.breached)
+    body += _breached_sections(message.breached, blind=_blind(message))
+    if gap is not None and not gap.blind:
+        body.append(_context(f":grey_question: {cut(mrkdwn(single_line(gap.text)), MAX_GAP)}"))
     tail = [_context(_cost(message))]
     if (links := _links(message)) is not None:
         tail.append(links)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rca.domain.coverage import DataGap, data_gap
 from rca.domain.result import change_key
 from rca.domain.status import AlertStatus
 from rca.store.models import Incident, Investigation
@@ -46,9 +47,11 @@ class IncidentMessage:
     incident_url: str | None = None
     generator_url: str | None = None
     external_url: str | None = None
-    analyst: str | None = None  # "rules" or a model name
+    analyst: str | None = None  # who wrote the hypotheses: "llm" or "rules" (rca.domain.status.Analyst)
     seconds: float | None = None
-    model: str | None = None
+    model: str | None = None  # the LLM asked, whether or not its answer was used
+    fallback_reason: str | None = None  # why the rules answered although a model was asked
+    data_gap: DataGap | None = None  # what the investigation could not see (rca.domain.coverage)
     tokens: int | None = None  # None when unknown (the rules analyst spends none)
     cost_usd: float | None = None
     precedent: Precedent | None = None  # the past incident most like this one ("Last time")
@@ -100,11 +103,20 @@ def from_incident(
         analyst=investigation.analyst,
         seconds=investigation.total_seconds,
         model=investigation.llm_model,
+        fallback_reason=investigation.fallback_reason,
+        data_gap=_data_gap(investigation),
         tokens=_tokens(investigation),
         cost_usd=investigation.estimated_cost,
         precedent=precedent,
         precedent_url=f"{public_url}/api/v1/incidents/{precedent.incident_id}" if precedent and public_url else None,
     )
+
+
+def _data_gap(investigation: Investigation) -> DataGap | None:
+    statuses = {f.key: f.status for f in investigation.findings}
+    if not statuses and not investigation.error:
+        return None  # nothing was judged at all: not an investigation of the pipeline
+    return data_gap(statuses, investigation.error)
 
 
 def _tokens(investigation: Investigation) -> int | None:

@@ -12,8 +12,41 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 from rca.domain.clock import in_utc, utcnow
+from rca.domain.text import storable, storable_data
 
-JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+class StorableText(TypeDecorator):
+    """`Text`, with what no backend stores (NUL, lone surrogates) cleaned out of every value
+    written or compared (`rca.domain.text`): a reply or label we did not write never fails a write."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+        return storable(value) if isinstance(value, str) else value
+
+
+class StorableString(TypeDecorator):
+    """`String(length)`, cleaned as `StorableText` is."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+        return storable(value) if isinstance(value, str) else value
+
+
+class StorableJSON(TypeDecorator):
+    """JSON (JSONB on PostgreSQL), every string and key in it cleaned as `StorableText` cleans."""
+
+    impl = JSON().with_variant(JSONB(), "postgresql")
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        return storable_data(value)
+
+
+JSONType = StorableJSON()
 # Column sizes that intake checks before it writes (rca/intake/schema.py), so that a longer value
 # is a 422 naming the field rather than a database error.
 NAME_CHARS = 255  # alert names and receivers
@@ -49,15 +82,15 @@ class Incident(Base):
     __tablename__ = "incidents"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    group_key: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))  # firing | resolved
-    title: Mapped[str] = mapped_column(Text)
-    alertname: Mapped[str | None] = mapped_column(String(NAME_CHARS), index=True)
-    receiver: Mapped[str] = mapped_column(String(NAME_CHARS))
+    group_key: Mapped[str] = mapped_column(StorableText)
+    status: Mapped[str] = mapped_column(StorableString(16))  # firing | resolved
+    title: Mapped[str] = mapped_column(StorableText)
+    alertname: Mapped[str | None] = mapped_column(StorableString(NAME_CHARS), index=True)
+    receiver: Mapped[str] = mapped_column(StorableString(NAME_CHARS))
     group_labels: Mapped[dict[str, str]] = mapped_column(JSONType)
     common_labels: Mapped[dict[str, str]] = mapped_column(JSONType)
     common_annotations: Mapped[dict[str, str]] = mapped_column(JSONType)
-    external_url: Mapped[str | None] = mapped_column(Text)
+    external_url: Mapped[str | None] = mapped_column(StorableText)
     notification_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -87,7 +120,7 @@ class Notification(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(StorableString(16))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
 
 
@@ -98,14 +131,14 @@ class Alert(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
-    fingerprint: Mapped[str] = mapped_column(String(FINGERPRINT_CHARS))
-    alertname: Mapped[str | None] = mapped_column(String(NAME_CHARS))
-    status: Mapped[str] = mapped_column(String(16))
+    fingerprint: Mapped[str] = mapped_column(StorableString(FINGERPRINT_CHARS))
+    alertname: Mapped[str | None] = mapped_column(StorableString(NAME_CHARS))
+    status: Mapped[str] = mapped_column(StorableString(16))
     labels: Mapped[dict[str, str]] = mapped_column(JSONType)
     annotations: Mapped[dict[str, str]] = mapped_column(JSONType)
     starts_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    generator_url: Mapped[str | None] = mapped_column(Text)
+    generator_url: Mapped[str | None] = mapped_column(StorableText)
     raw: Mapped[dict[str, Any]] = mapped_column(JSONType)
     first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -122,32 +155,34 @@ class Investigation(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # queued | running | done | failed
-    reason: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(StorableString(16), index=True)  # queued | running | done | failed
+    reason: Mapped[str] = mapped_column(StorableString(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     collect_seconds: Mapped[float | None] = mapped_column(Float)
     total_seconds: Mapped[float | None] = mapped_column(Float)
-    error: Mapped[str | None] = mapped_column(Text)
-    analyst: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(StorableText)
+    analyst: Mapped[str | None] = mapped_column(StorableString(64))
     window_start: Mapped[datetime | None] = mapped_column(UTCDateTime)
     window_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
     step_seconds: Mapped[int | None] = mapped_column(Integer)
     target: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # The analyst's accounting (rca/analyst): who wrote the hypotheses, at what cost, and why not the LLM.
-    llm_model: Mapped[str | None] = mapped_column(String(255))
-    llm_output_mode: Mapped[str | None] = mapped_column(String(16))
+    llm_model: Mapped[str | None] = mapped_column(StorableString(255))
+    llm_output_mode: Mapped[str | None] = mapped_column(StorableString(16))
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
     prompt_tokens_estimate: Mapped[int | None] = mapped_column(Integer)
     llm_latency_seconds: Mapped[float | None] = mapped_column(Float)
     estimated_cost: Mapped[float | None] = mapped_column(Float)
-    fallback_reason: Mapped[str | None] = mapped_column(Text)
+    fallback_reason: Mapped[str | None] = mapped_column(StorableText)
     disagreement: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
-    answer_key: Mapped[str | None] = mapped_column(String(64), index=True)  # the LLM answer cache's key
-    change_key: Mapped[str | None] = mapped_column(String(64))  # what Slack shows of it (rca.pipeline.change_key)
+    answer_key: Mapped[str | None] = mapped_column(StorableString(64), index=True)  # the LLM answer cache's key
+    change_key: Mapped[str | None] = mapped_column(
+        StorableString(64)
+    )  # what Slack shows of it (rca.pipeline.change_key)
     cached_from: Mapped[int | None] = mapped_column(Integer)  # investigation whose LLM answer was reused
     prompt_trimmed: Mapped[list[str] | None] = mapped_column(JSONType)
     llm_dropped: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
@@ -169,21 +204,21 @@ class Finding(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     investigation_id: Mapped[int] = mapped_column(ForeignKey("investigations.id", ondelete="CASCADE"), index=True)
-    key: Mapped[str] = mapped_column(String(64))
-    kind: Mapped[str] = mapped_column(String(16))  # signal | supporting | trace
-    title: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))  # breached | ok | unavailable | not_measurable
+    key: Mapped[str] = mapped_column(StorableString(64))
+    kind: Mapped[str] = mapped_column(StorableString(16))  # signal | supporting | trace
+    title: Mapped[str] = mapped_column(StorableText)
+    status: Mapped[str] = mapped_column(StorableString(16))  # breached | ok | unavailable | not_measurable
     breached: Mapped[bool] = mapped_column(default=False)
     value: Mapped[float | None] = mapped_column(Float)
     baseline: Mapped[float | None] = mapped_column(Float)
     threshold: Mapped[float | None] = mapped_column(Float)
-    comparison: Mapped[str] = mapped_column(String(2))
-    unit: Mapped[str] = mapped_column(String(16))
+    comparison: Mapped[str] = mapped_column(StorableString(2))
+    unit: Mapped[str] = mapped_column(StorableString(16))
     onset: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    query: Mapped[str | None] = mapped_column(Text)
-    source: Mapped[str | None] = mapped_column(Text)
+    query: Mapped[str | None] = mapped_column(StorableText)
+    source: Mapped[str | None] = mapped_column(StorableText)
     series_labels: Mapped[dict[str, str] | None] = mapped_column(JSONType)
-    detail: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[str] = mapped_column(StorableText, default="")
 
     investigation: Mapped[Investigation] = relationship(back_populates="findings")
 
@@ -198,14 +233,14 @@ class Hypothesis(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     investigation_id: Mapped[int] = mapped_column(ForeignKey("investigations.id", ondelete="CASCADE"), index=True)
     rank: Mapped[int] = mapped_column(Integer)
-    category: Mapped[str] = mapped_column(String(64), index=True)
-    title: Mapped[str] = mapped_column(Text)
+    category: Mapped[str] = mapped_column(StorableString(64), index=True)
+    title: Mapped[str] = mapped_column(StorableText)
     confidence: Mapped[float] = mapped_column(Float)
     evidence: Mapped[list[str]] = mapped_column(JSONType)
     contradicting: Mapped[list[str]] = mapped_column(JSONType)
     next_steps: Mapped[list[str]] = mapped_column(JSONType)
-    explanation: Mapped[str] = mapped_column(Text, default="")
-    analyst: Mapped[str] = mapped_column(String(64))
+    explanation: Mapped[str] = mapped_column(StorableText, default="")
+    analyst: Mapped[str] = mapped_column(StorableString(64))
 
     investigation: Mapped[Investigation] = relationship(back_populates="hypotheses")
 
@@ -223,16 +258,16 @@ class SlackDelivery(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"))
-    mode: Mapped[str] = mapped_column(String(16))  # webhook | bot
-    channel: Mapped[str | None] = mapped_column(String(255))
-    ts: Mapped[str | None] = mapped_column(String(32))  # Slack's id of the message (bot mode)
-    status: Mapped[str] = mapped_column(String(16))  # pending | retrying | delivered | failed
-    fingerprint: Mapped[str | None] = mapped_column(String(64))  # evidence shown in the message
-    thread_fingerprint: Mapped[str | None] = mapped_column(String(64))  # evidence last announced
+    mode: Mapped[str] = mapped_column(StorableString(16))  # webhook | bot
+    channel: Mapped[str | None] = mapped_column(StorableString(255))
+    ts: Mapped[str | None] = mapped_column(StorableString(32))  # Slack's id of the message (bot mode)
+    status: Mapped[str] = mapped_column(StorableString(16))  # pending | retrying | delivered | failed
+    fingerprint: Mapped[str | None] = mapped_column(StorableString(64))  # evidence shown in the message
+    thread_fingerprint: Mapped[str | None] = mapped_column(StorableString(64))  # evidence last announced
     messages: Mapped[int] = mapped_column(Integer, default=0)  # messages and thread replies posted
     updates: Mapped[int] = mapped_column(Integer, default=0)  # chat.update calls that succeeded
     resolved_notified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(StorableText)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -251,11 +286,11 @@ class SlackAttempt(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     delivery_id: Mapped[int] = mapped_column(ForeignKey("slack_deliveries.id", ondelete="CASCADE"), index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    event: Mapped[str] = mapped_column(String(16))  # investigation | resolved
-    action: Mapped[str] = mapped_column(String(16))  # post | update | reply
-    outcome: Mapped[str] = mapped_column(String(16))  # ok | rate_limited | retry | failed
+    event: Mapped[str] = mapped_column(StorableString(16))  # investigation | resolved
+    action: Mapped[str] = mapped_column(StorableString(16))  # post | update | reply
+    outcome: Mapped[str] = mapped_column(StorableString(16))  # ok | rate_limited | retry | failed
     http_status: Mapped[int | None] = mapped_column(Integer)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(StorableText)
     retry_after: Mapped[float | None] = mapped_column(Float)
 
     delivery: Mapped[SlackDelivery] = relationship(back_populates="attempts")
@@ -271,18 +306,18 @@ class IncidentDigest(Base):
 
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    status: Mapped[str] = mapped_column(String(16))
-    document: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(StorableString(16))
+    document: Mapped[str] = mapped_column(StorableText)
     labels: Mapped[list[str]] = mapped_column(JSONType)  # "name=value" of every alert label
     breached: Mapped[list[str]] = mapped_column(JSONType)  # sorted breached finding keys
-    breached_key: Mapped[str | None] = mapped_column(String(40))  # hash of `breached`, for exact matches
+    breached_key: Mapped[str | None] = mapped_column(StorableString(40))  # hash of `breached`, for exact matches
     onset_order: Mapped[list[str]] = mapped_column(JSONType)
-    stack: Mapped[str | None] = mapped_column(String(64))
+    stack: Mapped[str | None] = mapped_column(StorableString(64))
     categories: Mapped[list[str]] = mapped_column(JSONType)  # top three hypotheses, best first
-    top_category: Mapped[str | None] = mapped_column(String(64))
+    top_category: Mapped[str | None] = mapped_column(StorableString(64))
     top_confidence: Mapped[float | None] = mapped_column(Float)
-    analyst: Mapped[str | None] = mapped_column(String(64))
-    confirmed_category: Mapped[str | None] = mapped_column(String(64))
+    analyst: Mapped[str | None] = mapped_column(StorableString(64))
+    confirmed_category: Mapped[str | None] = mapped_column(StorableString(64))
 
     __table_args__ = (
         Index("ix_incident_digests_created", "created_at", "incident_id"),
@@ -302,10 +337,10 @@ class Feedback(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
     investigation_id: Mapped[int | None] = mapped_column(ForeignKey("investigations.id", ondelete="SET NULL"))
-    category: Mapped[str] = mapped_column(String(64))
-    note: Mapped[str] = mapped_column(Text)
+    category: Mapped[str] = mapped_column(StorableString(64))
+    note: Mapped[str] = mapped_column(StorableText)
     verdicts: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)  # [{"rank": 1, "correct": false}]
-    author: Mapped[str] = mapped_column(String(128))
+    author: Mapped[str] = mapped_column(StorableString(128))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -315,8 +350,8 @@ class ApiToken(Base):
     __tablename__ = "api_tokens"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(128))
-    token_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(StorableString(128))
+    token_hash: Mapped[str] = mapped_column(StorableString(64))
     scopes: Mapped[list[str]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

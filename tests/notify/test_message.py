@@ -13,6 +13,7 @@ from rca.collect.prometheus import Collection, Window
 from rca.collect.target import Target
 from rca.config import ConfigError, SlackFileConfig, load_settings
 from rca.diagnosis.ranking import rank
+from rca.domain.coverage import NO_PROMETHEUS, data_gap
 from rca.domain.evidence import Finding as DomainFinding
 from rca.domain.evidence import Hypothesis as DomainHypothesis
 from rca.domain.status import FindingStatus
@@ -57,13 +58,24 @@ def message(**overrides: object) -> IncidentMessage:
     return IncidentMessage(**values)  # type: ignore[arg-type]
 
 
-def all_texts(payload: dict) -> list[str]:
-    texts = [payload["text"]]
+def text_objects(payload: dict) -> list[tuple[str, str]]:
+    """(type, text) of every text in the message: the top-level `text` is mrkdwn (Slack formats it
+    for notifications), then each block's and element's text object."""
+    found = [("mrkdwn", payload["text"])]
     for block in payload["blocks"]:
-        if "text" in block:
-            texts.append(block["text"]["text"])
-        texts += [e["text"] if isinstance(e.get("text"), str) else e["text"]["text"] for e in block.get("elements", [])]
-    return texts
+        for obj in [block.get("text"), *block.get("elements", [])]:
+            obj = obj.get("text") if isinstance(obj, dict) and isinstance(obj.get("text"), dict) else obj
+            if isinstance(obj, dict) and "type" in obj:
+                found.append((obj["type"], obj["text"]))
+    return found
+
+
+def all_texts(payload: dict) -> list[str]:
+    return [text for _, text in text_objects(payload)]
+
+
+def texts_of(payload: dict, kind: str) -> list[str]:
+    return [text for type_, text in text_objects(payload) if type_ == kind]
 
 
 def test_annotation_with_channel_ping_and_link_renders_inert() -> None:
@@ -77,8 +89,10 @@ def test_annotation_with_channel_ping_and_link_renders_inert() -> None:
         )
     )
 
-    texts = all_texts(payload)
+    texts = texts_of(payload, "mrkdwn")
     assert not [t for t in texts if CONTROL_SEQUENCE.search(t)], texts
+    # plain_text is never parsed for mentions or links: shown as written, not escaped (issue 16.10)
+    assert texts_of(payload, "plain_text")[0] == ":rotating_light: Alert <!channel> on <http://evil|x>"
     joined = "\n".join(texts)
     assert "&lt;!channel&gt;" in joined and "&lt;!here&gt;" in joined and "&lt;@U123ABC&gt;" in joined
     assert "&lt;http://evil.example|click&gt;" in joined
@@ -109,8 +123,66 @@ def test_message_shows_causes_breached_values_links_and_cost() -> None:
 
 
 def test_model_tokens_and_cost_are_shown_when_known() -> None:
-    payload = render(message(model="gpt-4o-mini", tokens=12345, cost_usd=0.0042))
+    payload = render(message(analyst="llm", model="gpt-4o-mini", tokens=12345, cost_usd=0.0042))
     assert "Written by model `gpt-4o-mini` · 3.2 s · 12,345 tokens · $0.0042" in "\n".join(all_texts(payload))
+
+
+def test_each_text_is_escaped_for_its_type_plain_text_never_shows_entities() -> None:
+    """Issue 16.10: the header (plain_text) showed `&lt;`; mrkdwn texts escape &, < and > once."""
+    payload = render(message(alertname="p99 < 2s & queue > 4", target="gpu<1>", summary="a < b & c > d"))
+    [header] = texts_of(payload, "plain_text")[:1]
+    assert header == ":rotating_light: p99 < 2s & queue > 4 on gpu<1>"
+    plain = texts_of(payload, "plain_text")
+    assert not [t for t in plain if re.search(r"&(lt|gt|amp);", t)], plain
+    mrkdwn_texts = texts_of(payload, "mrkdwn")
+    assert "[firing] p99 &lt; 2s &amp; queue &gt; 4 on gpu&lt;1&gt;" in mrkdwn_texts[0]
+    assert any("a &lt; b &amp; c &gt; d" in t for t in mrkdwn_texts)
+    assert block_kit_problems(payload) == []
+
+
+def test_a_rules_fallback_says_the_rules_wrote_it_and_why_the_models_answer_was_not_used() -> None:
+    """Issue 16.8: after a fallback the message said "Written by model …"."""
+    reason = "LLM unavailable: HTTP 503: <overloaded> & retry"
+    payload = render(message(analyst="rules", model="gpt-4o-mini", fallback_reason=reason, tokens=800))
+    joined = "\n".join(all_texts(payload))
+    assert "Written by model" not in joined
+    assert (
+        "Written by the *rules fallback*: the answer of model `gpt-4o-mini` was not used "
+        "(LLM unavailable: HTTP 503: &lt;overloaded&gt; &amp; retry) · 3.2 s · 800 tokens"
+    ) in joined
+    long = render(message(analyst="rules", model="m", fallback_reason="x " * 3000))
+    assert block_kit_problems(long) == [] and "… (cut)" in "\n".join(all_texts(long))
+    assert "Written by *rules* · " in "\n".join(all_texts(render(message(analyst="rules"))))
+
+
+def test_nothing_measured_is_said_first_and_never_reads_as_healthy() -> None:
+    """Issue 16.8: with Prometheus down the message said "No signal breached its threshold"."""
+    down = "Prometheus at http://prometheus:9090 is unavailable: connection refused"
+    gap = data_gap({"queue_median": "unavailable", "kv_cache_usage": "not_measurable"}, down)
+    payload = render(message(breached=[], data_gap=gap))
+    texts = texts_of(payload, "mrkdwn")
+    joined = "\n".join(texts)
+    assert payload["blocks"][1]["text"]["text"] == (
+        f":warning: *Prometheus unreachable: no metrics were read ({down}); this is not a healthy verdict*"
+    )
+    assert "No signal breached" not in joined and "None could be judged: no signal was measured." in joined
+    assert "Most likely causes" not in joined and "72%" not in joined, "a ranking of nothing is no judgement"
+    assert (
+        texts[0] == "[firing] LLMRequestQueueMedianHigh on gpu-node-1:8000: no metrics were read, not a healthy verdict"
+    )
+    unconfigured = render(message(breached=[], data_gap=data_gap({"queue_median": "unavailable"}, NO_PROMETHEUS)))
+    assert "No Prometheus configured: no metrics were read; this is not a healthy verdict" in str(unconfigured)
+    assert block_kit_problems(payload) == []
+
+
+def test_signals_without_data_are_named_as_not_checked() -> None:
+    statuses = {"queue_median": "breached", "numa_miss_rate": "unavailable", "cpu_bound_ratio": "unavailable"}
+    statuses |= {"sm_clock": "not_measurable", "kv_cache_usage": "ok"}
+    payload = render(message(data_gap=data_gap(statuses)))
+    joined = "\n".join(all_texts(payload))
+    assert "2 of 5 signals had no data and were not checked: cpu_bound_ratio, numa_miss_rate" in joined
+    assert "Most likely causes" in joined and "not a healthy verdict" not in joined
+    assert data_gap({"queue_median": "ok", "sm_clock": "not_measurable"}) is None
 
 
 def test_oversized_content_is_cut_with_a_note_and_stays_within_block_kit_limits() -> None:

@@ -21,6 +21,8 @@ from rca.notify.service import deliver
 from rca.store import feedback as feedback_store
 from rca.store.db import session_scope
 from rca.store.models import SlackAttempt, SlackDelivery
+from tests.e2e.promstack import free_port
+from tests.fakes.llm import FakeLLM, error
 from tests.fakes.prometheus import StubPrometheus
 from tests.fakes.slack import TOKEN, WEBHOOK_PATH, Failure, FakeSlack
 from tests.helpers.databases import CLOSED_PORT_DATABASE_URL, rows, truncate
@@ -356,3 +358,35 @@ def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_conf
     assert f"*Last time* (<https://rca.example/api/v1/incidents/{past}|#{past}>" in cited
     assert "`cpu_quota_throttling`, confirmed by an engineer" in cited  # the engineer's cause, not the ranking's
     assert "Last time" not in alone  # nothing before it looks alike
+
+
+def test_a_degraded_investigation_is_posted_as_degraded_with_the_rules_named_as_its_author(
+    pg_db: str, tmp_path: Path, slack: FakeSlack
+) -> None:
+    """Issue 16.8, end to end: Prometheus down and the LLM failing. The post must not read as a
+    healthy verdict written by the model."""
+    prometheus_url = f"http://127.0.0.1:{free_port()}"
+    overloaded = error(503, "The engine is currently overloaded, please try again later", "server_error")
+    with FakeLLM(lambda request: overloaded) as llm:
+        settings = slack_settings(
+            pg_db,
+            tmp_path,
+            slack,
+            prometheus_url=prometheus_url,
+            llm_base_url=llm.base_url,
+            llm_model="fake-model",
+            llm_max_retries=0,
+        )
+        with embedded_client(settings) as client:
+            reply = post_webhook(client, make_payload("degraded", alerts=[make_alert("fp-d")]))
+            inv = wait_for_investigation(client, reply.json()["incident_id"])["investigation"]
+            wait_for(lambda: slack.posts(), 15, "the Slack post")
+    assert inv["status"] == "done" and inv["analyst"] == "rules" and inv["llm_model"] == "fake-model"
+    posted = json.dumps(slack.posts()[0].payload, ensure_ascii=False)
+    assert f"Prometheus unreachable: no metrics were read (Prometheus at {prometheus_url} is unavailable" in posted
+    assert "this is not a healthy verdict" in posted and "No signal breached its threshold" not in posted
+    assert "Written by model" not in posted
+    assert (
+        "Written by the *rules fallback*: the answer of model `fake-model` was not used (LLM unavailable: HTTP 503"
+        in posted
+    )

@@ -1,0 +1,106 @@
+"""The write path of an investigation (`rca.store.investigations.save_result`) on PostgreSQL and
+SQLite: text no backend can store (NUL, lone surrogates), wherever it sits in a result, is cleaned
+on the way in instead of failing the write."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+
+from rca.domain.analyst import AnalystRecord
+from rca.domain.evidence import Finding, Hypothesis
+from rca.domain.result import InvestigationResult
+from rca.store import investigations
+from rca.store.db import session_scope
+from rca.store.models import Investigation
+from tests.helpers.slack import store_incident
+
+DIRTY = "a\x00b\ud800c"  # NUL (Postgres text and JSONB refuse it) and a lone surrogate (no encoder takes it)
+CLEAN = "ab\ufffdc"
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def queued_investigation(url: str) -> int:
+    incident_id = store_incident(url)
+    with session_scope(url) as session:
+        inv = Investigation(incident_id=incident_id, status="queued", reason="new_incident", attempts=0)
+        session.add(inv)
+        session.flush()
+        return inv.id
+
+
+def dirty_result() -> InvestigationResult:
+    finding = Finding(
+        key="queue_median",
+        kind="signal",
+        title=f"queue {DIRTY}",
+        status="breached",
+        breached=True,
+        value=9.0,
+        baseline=1.0,
+        threshold=4.7,
+        comparison=">",
+        unit="requests",
+        onset=NOW,
+        query=f'vllm:num_requests_waiting{{pod="{DIRTY}"}}',
+        source=DIRTY,
+        series_labels={f"label{DIRTY}": DIRTY},
+        detail=DIRTY,
+    )
+    hypothesis = Hypothesis(
+        rank=1,
+        category="arrival_surge",
+        title=DIRTY,
+        confidence=0.7,
+        evidence=["queue_median"],
+        next_steps=[DIRTY],
+        explanation=DIRTY,
+        analyst="llm",
+    )
+    record = AnalystRecord(
+        analyst="llm",
+        model="m",
+        fallback_reason=DIRTY,
+        disagreement={"note": DIRTY},
+        trimmed=[DIRTY],
+        dropped=[{"reason": DIRTY}],
+        exchange=[{"messages": [{"role": "assistant", "content": DIRTY}], "raw_response": DIRTY}],
+    )
+    return InvestigationResult(
+        findings=[finding],
+        hypotheses=[hypothesis],
+        analyst=record,
+        window_start=NOW - timedelta(hours=3),
+        window_end=NOW,
+        step_seconds=15,
+        target={"host": DIRTY, "labels": {DIRTY: DIRTY}},
+        error=DIRTY,
+        collect_seconds=0.1,
+        total_seconds=0.2,
+        change_key="k",
+    )
+
+
+def test_text_no_backend_can_store_is_cleaned_wherever_it_sits_in_a_result(db_url: str) -> None:
+    inv_id = queued_investigation(db_url)
+    with session_scope(db_url) as session:
+        investigations.save_result(session, inv_id, dirty_result())
+    with session_scope(db_url) as session:
+        inv = session.get(Investigation, inv_id)
+        assert inv is not None and inv.status == "done"
+        [f], [h] = inv.findings, inv.hypotheses
+        assert (f.title, f.source, f.detail, f.series_labels) == (
+            f"queue {CLEAN}",
+            CLEAN,
+            CLEAN,
+            {f"label{CLEAN}": CLEAN},
+        )
+        assert f.query == f'vllm:num_requests_waiting{{pod="{CLEAN}"}}'
+        assert (h.title, h.explanation, h.next_steps) == (CLEAN, CLEAN, [CLEAN])
+        assert (inv.fallback_reason, inv.disagreement, inv.prompt_trimmed) == (CLEAN, {"note": CLEAN}, [CLEAN])
+        assert inv.llm_dropped == [{"reason": CLEAN}]
+        assert inv.llm_exchange == [{"messages": [{"role": "assistant", "content": CLEAN}], "raw_response": CLEAN}]
+        assert (inv.target, inv.error) == ({"host": CLEAN, "labels": {CLEAN: CLEAN}}, CLEAN)
+        # A lookup by a dirty value compares the cleaned one, as it was stored.
+        assert session.scalar(select(Investigation.id).where(Investigation.error == DIRTY)) == inv_id
