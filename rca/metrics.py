@@ -87,6 +87,9 @@ SLACK_FAILURES = Counter("rca_slack_delivery_failures_total", "Slack calls that 
 SWEEPER_REENQUEUED = Counter(
     "rca_sweeper_reenqueued_total", "Stranded investigations the sweeper handed to the queue again."
 )
+SWEEPER_SLACK_REQUEUED = Counter(
+    "rca_sweeper_slack_requeued_total", "Owed Slack notices the sweeper handed to the Slack queue again."
+)
 
 for _code, _outcome in WEBHOOK_OUTCOMES.items():
     WEBHOOK_REQUESTS.labels(outcome=_outcome, code=str(_code))

@@ -202,7 +202,7 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     Returns the final status. A redelivered task finds the investigation done and returns
     without touching it; a retried one replaces its own findings, so nothing is stored twice.
     """
-    url = settings.effective_database_url
+    url, slack = settings.effective_database_url, settings.slack_enabled
     started = time.perf_counter()
     with session_scope(url) as session:
         claim = investigations.claim(session, investigation_id)
@@ -225,7 +225,7 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     total_seconds = time.perf_counter() - started
     try:
         with session_scope(url) as session:
-            investigations.save_result(session, investigation_id, analysis.result(total_seconds))
+            investigations.save_result(session, investigation_id, analysis.result(total_seconds), owe_slack=slack)
     except StatementError as exc:
         if isinstance(exc, OperationalError) or not _llm_wrote(analysis):
             raise  # the database blinked (the runner retries), or the rules' own answer failed: a bug
@@ -236,7 +236,7 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         )
         analysis = analysis.rules_only(f"{STORE_REFUSED}: {type(exc.orig or exc).__name__}: {exc.orig or exc}")
         with session_scope(url) as session:
-            investigations.save_result(session, investigation_id, analysis.result(total_seconds))
+            investigations.save_result(session, investigation_id, analysis.result(total_seconds), owe_slack=slack)
     metrics.investigation_finished(InvestigationStatus.DONE, total_seconds)
     top = analysis.hypotheses[0]
     log.info(

@@ -65,11 +65,11 @@ class CountedRoute(APIRoute):
 router = APIRouter(route_class=CountedRoute)
 
 
-def _store(url: str, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResult:
+def _store(url: str, payload: WebhookPayload, raw: dict[str, Any], owe_slack: bool) -> IntakeResult:
     for attempt in (1, 2):
         try:
             with session_scope(url) as session:
-                return record_notification(session, payload, raw)
+                return record_notification(session, payload, raw, owe_slack=owe_slack)
         except IntegrityError:
             # Two notifications of a new group raced; the loser now finds the winner's incident.
             if attempt == 2:
@@ -119,7 +119,7 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
     except ValidationError as exc:
         raise from_pydantic(exc, ("body",)) from None
     try:
-        result = await run_in_threadpool(_store, settings.effective_database_url, payload, raw)
+        result = await run_in_threadpool(_store, settings.effective_database_url, payload, raw, settings.slack_enabled)
     except DBAPIError as exc:
         answer = refusal(
             exc,

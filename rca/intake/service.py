@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from rca.domain.clock import utcnow
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.intake.schema import WebhookAlert, WebhookPayload
-from rca.store import digests
+from rca.store import digests, notices
 from rca.store.models import Alert, Incident, Investigation, Notification
 
 ACTIVE_INVESTIGATION = (InvestigationStatus.QUEUED, InvestigationStatus.RUNNING)
@@ -107,8 +107,12 @@ def _new_incident(session: Session, payload: WebhookPayload) -> Incident:
     return incident
 
 
-def record_notification(session: Session, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResult:
-    """Store the notification and its alerts; decide whether a new investigation is needed."""
+def record_notification(
+    session: Session, payload: WebhookPayload, raw: dict[str, Any], *, owe_slack: bool = False
+) -> IntakeResult:
+    """Store the notification and its alerts; decide whether a new investigation is needed. With
+    `owe_slack` (Slack is configured), a resolve notice is owed to Slack in this transaction, so
+    that the sweeper delivers it if its enqueue after the commit is lost."""
     incident = _open_incident(session, payload.groupKey)
     if incident is None and payload.status == AlertStatus.RESOLVED:
         # A resolve notice for a group we already closed (or never saw firing).
@@ -129,6 +133,9 @@ def record_notification(session: Session, payload: WebhookPayload, raw: dict[str
     if resolved_now:
         incident.status = AlertStatus.RESOLVED
         incident.resolved_at = now
+        if owe_slack:
+            session.flush()  # the incident's own changes first: `owe` updates its row directly
+            notices.owe(session, incident.id)
 
     investigation_id = None
     if incident.status == AlertStatus.FIRING and (created or newly_firing):

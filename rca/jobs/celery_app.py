@@ -19,7 +19,7 @@ from rca import metrics
 from rca.config import Settings, get_settings
 from rca.jobs.investigate import investigate
 from rca.jobs.policy import CELERY_RETRY, TRANSIENT
-from rca.jobs.sweep import sweep
+from rca.jobs.sweep import SWEPT, owed_notices, sweep
 from rca.notify.service import deliver
 from rca.store.db import forget_engines_after_fork
 
@@ -74,12 +74,17 @@ def _register_tasks(app: Celery) -> None:
 
     @app.task(name=SWEEP)
     def sweep_task() -> int:
-        """Re-enqueue investigations whose first enqueue was lost (broker down at intake)."""
+        """Re-enqueue investigations whose first enqueue was lost (broker down at intake), and the
+        Slack notices owed that no task delivered (rca.store.notices)."""
         settings = get_settings()
-        ids = sweep(settings, timedelta(seconds=settings.sweep_after_seconds))
+        older_than = timedelta(seconds=settings.sweep_after_seconds)
+        ids = sweep(settings, older_than)
         for investigation_id in ids:
             investigate_task.delay(investigation_id)
-        return len(ids)
+        owed = owed_notices(settings, older_than)
+        for incident_id in owed:
+            slack_notify.apply_async(args=[incident_id, SWEPT], queue=SLACK_QUEUE)
+        return len(ids) + len(owed)
 
 
 @worker_process_init.connect

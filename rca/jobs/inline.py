@@ -1,5 +1,6 @@
 """The embedded runner: investigations on background threads of the API process, Slack on a
-thread of its own, and a sweeper thread for what a previous process accepted but never ran."""
+thread of its own, and a sweeper thread for what a previous process accepted but never ran or
+never told Slack."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from datetime import timedelta
 from rca.config import Settings
 from rca.jobs.investigate import investigate
 from rca.jobs.slack import deliver_with_retries
-from rca.jobs.sweep import sweep
+from rca.jobs.sweep import SWEPT, owed_notices, sweep
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class InlineDispatcher:
             try:
                 for investigation_id in sweep(self.settings, older_than):
                     self.enqueue(investigation_id)
+                for incident_id in owed_notices(self.settings, older_than):
+                    self.notify(incident_id, SWEPT)  # on the one Slack thread, behind any other delivery
             except Exception as exc:
                 log.warning("sweep failed: %s", exc)
             older_than = timedelta(seconds=self.settings.sweep_after_seconds)

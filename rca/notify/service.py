@@ -23,7 +23,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -37,7 +37,7 @@ from rca.notify import blocks
 from rca.notify.delivery import Sender, SendResult, make_sender
 from rca.notify.message import IncidentMessage, change_key_of, from_incident, incident_labels
 from rca.notify.routing import route
-from rca.store import similar
+from rca.store import notices, similar
 from rca.store.db import session_scope
 from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery
 
@@ -168,68 +168,94 @@ def deliver(
     settings: Settings, incident_id: int, event: str, attempt: int = 1, sender: Sender | None = None
 ) -> Outcome:
     """Bring the incident's Slack message up to date. `attempt` counts this task's tries (1-based);
-    after `RCA_SLACK_MAX_ATTEMPTS` a failing call is final."""
+    after `RCA_SLACK_MAX_ATTEMPTS` a failing call is final.
+
+    The notices owed (rca/store/notices.py) are settled with the outcome, in the same transaction:
+    up to date, nothing to say yet, or failed for good. A retry defers them to its own time; an
+    error (the database blinked) settles nothing, and the sweeper re-queues what is still owed."""
     sender = sender or make_sender(settings)
     if sender is None:
         return Outcome("skipped", detail="Slack is not configured")
     with session_scope(settings.effective_database_url) as session:
+        if session.scalar(select(Incident.id).where(Incident.id == incident_id)) is None:
+            return Outcome("skipped", detail=f"incident {incident_id} not found")
+        delivery = lock_delivery(session, incident_id, sender.mode)
+        # Read after the lock: a notice owed before this point is answered (and settled) here, one
+        # owed later changes the count and stays owed.
         incident = session.scalar(
             select(Incident).where(Incident.id == incident_id).options(selectinload(Incident.alerts))
         )
-        if incident is None:
-            return Outcome("skipped", detail=f"incident {incident_id} not found")
-        delivery = lock_delivery(session, incident_id, sender.mode)
-        investigation = _latest_done(session, incident_id)
-        if investigation is None:
-            return Outcome("skipped", detail="no finished investigation yet; its completion will post")
-        channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
-        evidence = change_key_of(investigation)
+        assert incident is not None  # the delivery row's foreign key holds it
+        outcome = _bring_up_to_date(session, settings, sender, delivery, incident, event, attempt)
+        if outcome.retry_in is None:
+            notices.settle(session, incident_id, incident.slack_owed)
+        else:
+            notices.defer(session, incident_id, utcnow() + timedelta(seconds=outcome.retry_in))
+        return outcome
 
-        def plan(message: IncidentMessage) -> list[Step]:
-            return _plan(delivery, sender, message, investigation.id, evidence, channel, incident.resolved_at)
 
-        if not plan(from_incident(incident, investigation, settings.public_url)):
-            return Outcome("unchanged", detail="Slack already shows this evidence")
-        # Only a message that will be sent needs the past incident most like this one (a search).
-        signature = similar.signature(session, incident_id)
-        last = similar.precedents(session, signature, limit=1) if signature else []
-        steps = plan(from_incident(incident, investigation, settings.public_url, last[0] if last else None))
-        for step in steps:
-            result = step.send()
-            delivery.attempts.append(
-                SlackAttempt(
-                    at=utcnow(),
-                    event=event,
-                    action=step.action,
-                    outcome=result.outcome,
-                    http_status=result.http_status,
-                    error=result.error,
-                    retry_after=result.retry_after,
-                )
+def _bring_up_to_date(
+    session: Session,
+    settings: Settings,
+    sender: Sender,
+    delivery: SlackDelivery,
+    incident: Incident,
+    event: str,
+    attempt: int,
+) -> Outcome:
+    """Send what the locked delivery row says Slack is missing, recording every call on the row."""
+    incident_id = incident.id
+    investigation = _latest_done(session, incident_id)
+    if investigation is None:
+        return Outcome("skipped", detail="no finished investigation yet; its completion will post")
+    channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
+    evidence = change_key_of(investigation)
+
+    def plan(message: IncidentMessage) -> list[Step]:
+        return _plan(delivery, sender, message, investigation.id, evidence, channel, incident.resolved_at)
+
+    if not plan(from_incident(incident, investigation, settings.public_url)):
+        return Outcome("unchanged", detail="Slack already shows this evidence")
+    # Only a message that will be sent needs the past incident most like this one (a search).
+    signature = similar.signature(session, incident_id)
+    last = similar.precedents(session, signature, limit=1) if signature else []
+    steps = plan(from_incident(incident, investigation, settings.public_url, last[0] if last else None))
+    for step in steps:
+        result = step.send()
+        delivery.attempts.append(
+            SlackAttempt(
+                at=utcnow(),
+                event=event,
+                action=step.action,
+                outcome=result.outcome,
+                http_status=result.http_status,
+                error=result.error,
+                retry_after=result.retry_after,
             )
-            delivery.updated_at = utcnow()
-            count_slack_call(step.action, result)
-            if not result.ok:
-                final = not result.retryable or attempt >= settings.slack_max_attempts
-                delivery.status = DeliveryStatus.FAILED if final else DeliveryStatus.RETRYING
-                delivery.last_error = result.error
-                log.warning(
-                    "slack %s for incident %s failed (%s, HTTP %s)%s",
-                    step.action,
-                    incident_id,
-                    result.error,
-                    result.http_status,
-                    "" if final else f"; attempt {attempt}, will retry",
-                )
-                if final:
-                    return Outcome("failed", detail=result.error or "")
-                return Outcome(
-                    "retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or ""
-                )
-            step.done(delivery, result)
-        delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, None
-        log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
-        return Outcome("delivered", detail=", ".join(s.action for s in steps))
+        )
+        delivery.updated_at = utcnow()
+        count_slack_call(step.action, result)
+        if not result.ok:
+            final = not result.retryable or attempt >= settings.slack_max_attempts
+            delivery.status = DeliveryStatus.FAILED if final else DeliveryStatus.RETRYING
+            delivery.last_error = result.error
+            log.warning(
+                "slack %s for incident %s failed (%s, HTTP %s)%s",
+                step.action,
+                incident_id,
+                result.error,
+                result.http_status,
+                "" if final else f"; attempt {attempt}, will retry",
+            )
+            if final:
+                return Outcome("failed", detail=result.error or "")
+            return Outcome(
+                "retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or ""
+            )
+        step.done(delivery, result)
+    delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, None
+    log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
+    return Outcome("delivered", detail=", ".join(s.action for s in steps))
 
 
 def count_slack_call(action: str, result: SendResult) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from rca.domain.clock import utcnow
 from rca.domain.result import InvestigationResult
 from rca.domain.status import AlertStatus, Analyst, InvestigationStatus
-from rca.store import digests
+from rca.store import digests, notices
 from rca.store.models import Alert, Investigation
 from rca.store.models import Finding as FindingRow
 from rca.store.models import Hypothesis as HypothesisRow
@@ -63,8 +63,12 @@ RECORD_COLUMNS = {
 NOT_STORED = {"score"}  # the rules' internal score of a hypothesis
 
 
-def save_result(session: Session, investigation_id: int, result: InvestigationResult) -> None:
-    """Replace the investigation's findings and hypotheses with this result, and close it."""
+def save_result(
+    session: Session, investigation_id: int, result: InvestigationResult, *, owe_slack: bool = False
+) -> None:
+    """Replace the investigation's findings and hypotheses with this result, and close it. With
+    `owe_slack` (Slack is configured), the incident's Slack notice is owed in the same transaction
+    (rca/store/notices.py), so that no lost enqueue can drop it."""
     inv = session.get(Investigation, investigation_id, with_for_update=True)
     if inv is None:
         raise LookupError(f"investigation {investigation_id} vanished")
@@ -82,6 +86,8 @@ def save_result(session: Session, investigation_id: int, result: InvestigationRe
             setattr(inv, RECORD_COLUMNS.get(name, name), value)
     inv.window_start, inv.window_end, inv.step_seconds = result.window_start, result.window_end, result.step_seconds
     inv.target, inv.error, inv.change_key = result.target, result.error, result.change_key
+    if owe_slack:
+        notices.owe(session, inv.incident_id)  # the incident's row before its digest's, as intake locks them
     digests.refresh(session, inv.incident_id)
 
 

@@ -95,6 +95,11 @@ class Incident(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Slack notices owed (rca/store/notices.py): bumped by the transaction that gives Slack something
+    # new to say (an investigation finished, the incident resolved); `slack_owed_since` is set while
+    # Slack is behind that count and cleared by the delivery that brings it up to date.
+    slack_owed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    slack_owed_since: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
 
     alerts: Mapped[list[Alert]] = relationship(back_populates="incident", order_by="Alert.id")
     investigations: Mapped[list[Investigation]] = relationship(back_populates="incident", order_by="Investigation.id")
