@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 
 def queue_notice_of(settings: Settings, investigation_id: int, queue_notice: Callable[[int, str], bool]) -> None:
     """After an investigation is saved, hand its incident to Slack. Never raises: a Slack or broker
-    problem must not turn a finished investigation into a failed one."""
+    problem must not turn a finished investigation into a failed one. A notice lost here is not
+    lost: saving the investigation recorded it as owed, and the sweep queues it (rca.store.notices)."""
     if not settings.slack_enabled:
         return
     try:

@@ -13,6 +13,11 @@ chat.postMessage has no idempotency key, and closing the window would need a "se
 whose resolution either loses the page or searches channel history (another OAuth scope). We
 chose at-least-once for that window: a rare duplicate is better than an alert nobody sees.
 
+Notices owed. The transaction that finishes an investigation (or resolves the incident at intake)
+records a notice as owed (rca/store/notices.py); each run settles it with its outcome, so that the
+sweep delivers whatever notice a lost enqueue dropped, and a swept run racing a queued one is just
+another concurrent task: it waits on the row and sends nothing.
+
 A Slack outage never touches investigations: this runs in its own task on its own queue, after
 the investigation was saved, and only writes the delivery rows.
 """

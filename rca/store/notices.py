@@ -74,7 +74,9 @@ def claim_owed(session: Session, older_than: timedelta) -> list[int]:
             .where(Incident.slack_owed_since < now - older_than)
             .order_by(Incident.slack_owed_since, Incident.id)
             .limit(SWEEP_BATCH)
-            .with_for_update(skip_locked=True)
+            # NO KEY UPDATE: a delivery creating its row holds KEY SHARE on the incident (the
+            # foreign key), which must not hide the incident from the sweep.
+            .with_for_update(skip_locked=True, key_share=True)
         )
     )
     if ids:

@@ -118,6 +118,7 @@ class FakeSlack(LoopbackServer):
     messages: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     down: bool = False
     delay: float = 0.0  # seconds before each answer, to make concurrent calls overlap
+    arrived: int = 0  # requests read so far, answered or not (a test can wait for one in flight)
 
     def __post_init__(self) -> None:
         self._failures: deque[Failure] = deque()
@@ -128,6 +129,8 @@ class FakeSlack(LoopbackServer):
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                with fake._lock:
+                    fake.arrived += 1
                 time.sleep(fake.delay)
                 status, headers, answer, payload = fake.answer(self.path, dict(self.headers), body)
                 data = answer.encode()
@@ -154,6 +157,7 @@ class FakeSlack(LoopbackServer):
             self.problems.clear()
             self.messages.clear()
             self._failures.clear()
+            self.arrived = 0
         self.down, self.delay = False, 0.0
 
     def fail_next(self, *failures: Failure) -> None:

@@ -1,4 +1,5 @@
-"""Shared by the Slack tests: settings pointing at the fake Slack, and incidents stored directly."""
+"""Shared by the Slack tests: settings pointing at the fake Slack, incidents stored directly, and the
+Slack notices they owe (rca/store/notices.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from rca.config import Settings
-from rca.store import digests
+from rca.store import digests, notices
 from rca.store.db import session_scope
 from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation
 from tests.fakes.slack import TOKEN, FakeSlack
@@ -121,3 +124,26 @@ def resolve(url: str, incident_id: int) -> None:
     with session_scope(url) as session:
         incident = session.get(Incident, incident_id)
         incident.status, incident.resolved_at = "resolved", datetime.now(UTC)
+
+
+def slack_owed(url: str, incident_id: int) -> tuple[int, datetime | None]:
+    """The incident's count of notices owed, and since when Slack is behind it (None: up to date)."""
+    with session_scope(url) as session:
+        row = session.execute(
+            select(Incident.slack_owed, Incident.slack_owed_since).where(Incident.id == incident_id)
+        ).one()
+    return row.slack_owed, row.slack_owed_since
+
+
+def owe_slack(url: str, incident_id: int, ago: timedelta = timedelta(0)) -> None:
+    """Owe a notice, as an investigation's commit or intake does; `ago` backdates the marker."""
+    with session_scope(url) as session:
+        notices.owe(session, incident_id)
+    if ago:
+        backdate_owed(url, incident_id, ago)
+
+
+def backdate_owed(url: str, incident_id: int, ago: timedelta) -> None:
+    """As if the notice had been owed `ago` already: past the sweep's grace period."""
+    with session_scope(url) as session:
+        notices.defer(session, incident_id, datetime.now(UTC) - ago)

@@ -1,26 +1,38 @@
 """Slack through the real `rca worker` (Celery on Redis, PostgreSQL): the investigation task
 queues the Slack task on its own queue after saving; a redelivered investigation, redelivered
 Slack tasks and a repeated Alertmanager notification still give one message and at most one
-update; the resolve notice becomes a thread reply."""
+update; the resolve notice becomes a thread reply. A notice whose enqueue was lost (broker down,
+a worker dead between the commit and the enqueue) is posted once by the worker's sweep, also
+when it races the notice's own task."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from rca.api.app import create_app
+from rca.config import Settings
 from rca.jobs.celery_app import create_app as create_celery_app
+from rca.jobs.dispatch import CeleryDispatcher
+from rca.jobs.investigate import investigate
+from rca.notify.service import deliver
+from rca.pipeline import run_investigation
+from rca.store.models import SlackAttempt, SlackDelivery
 from tests.fakes.prometheus import StubPrometheus
 from tests.fakes.slack import TOKEN, Failure, FakeSlack
-from tests.helpers.brokers import claim_redis_db
+from tests.helpers.brokers import CLOSED_PORT_BROKER_URL, claim_redis_db
+from tests.helpers.databases import rows
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.processes import Worker, running_worker, subprocess_env
 from tests.helpers.service import API_AUTH, wait_for_investigation
-from tests.helpers.slack import CHANNEL, slack_settings
+from tests.helpers.slack import CHANNEL, backdate_owed, slack_owed, slack_settings
 from tests.helpers.waiting import wait_for
 
 
@@ -164,3 +176,142 @@ def test_celery_retries_honour_retry_after_then_back_off_on_server_errors(
         ("ok", 200, None),
     ]
     assert body["investigation"]["status"] == "done"
+
+
+# ------------------------------------------------------------------ notices owed, delivered by the sweep
+
+
+def attempt_events(url: str, incident_id: int) -> list[tuple[str, str]]:
+    query = (
+        select(SlackAttempt.action, SlackAttempt.event)
+        .join(SlackDelivery)
+        .where(SlackDelivery.incident_id == incident_id)
+        .order_by(SlackAttempt.id)
+    )
+    return [tuple(row) for row in rows(url, query)]
+
+
+def broker_down(url: str, tmp_path: Path, fake: FakeSlack, prometheus: StubPrometheus) -> Settings:
+    """This service's settings with the broker unreachable: every enqueue fails at once."""
+    return slack_settings(url, tmp_path, fake, broker_url=CLOSED_PORT_BROKER_URL, prometheus_url=prometheus.url)
+
+
+def investigated_but_never_queued(settings: Settings, lost: str) -> tuple[int, int]:
+    """An alert stored and investigated to `done` while its Slack notice never reached the queue:
+    the broker was down for the enqueue, or the worker died between the commit and the enqueue."""
+    with TestClient(create_app(settings)) as client:
+        reply = post_webhook(client, make_payload(f"owed-{lost}", alerts=[make_alert(f"fp-{lost}")])).json()
+    assert reply["enqueued"] is False
+    incident_id, investigation_id = reply["incident_id"], reply["investigation_id"]
+    if lost == "broker-down":
+        dispatcher = CeleryDispatcher(settings)
+        try:  # the job body as the worker runs it; its Slack enqueue fails and is only logged
+            assert investigate(settings, investigation_id, dispatcher.notify) == "done"
+        finally:
+            dispatcher.close()
+    else:
+        assert run_investigation(settings, investigation_id) == "done"  # committed; nothing queued after
+    return incident_id, investigation_id
+
+
+def sweep_on_the_worker(worker: Worker, url: str, incident_id: int) -> None:
+    """The worker's sweep grants the enqueue RCA_SWEEP_AFTER_SECONDS (60 s): backdate, then sweep."""
+    backdate_owed(url, incident_id, timedelta(minutes=2))
+    worker.app.send_task("rca.sweep")
+
+
+@pytest.mark.parametrize("lost", ["broker-down", "worker-died"])
+def test_a_notice_whose_enqueue_was_lost_is_posted_once_by_the_sweep(
+    api: TestClient,
+    pg_db: str,
+    prometheus: StubPrometheus,
+    fake_slack: FakeSlack,
+    slack_worker: Worker,
+    tmp_path: Path,
+    lost: str,
+) -> None:
+    incident_id, _ = investigated_but_never_queued(broker_down(pg_db, tmp_path, fake_slack, prometheus), lost)
+    assert slack_owed(pg_db, incident_id)[1] is not None  # owed in the transaction that finished it
+    assert of_incident(fake_slack.received, incident_id) == []
+
+    sweep_on_the_worker(slack_worker, pg_db, incident_id)
+    wait_for(lambda: of_incident(fake_slack.posts(), incident_id), 30, f"the swept notice\n{slack_worker.output()}")
+    wait_for(lambda: slack_owed(pg_db, incident_id)[1] is None, 10, "the notice to be settled")
+    slack_worker.app.send_task("rca.sweep")  # nothing is owed now: nothing more is queued
+    drain(api, fake_slack, f"swept-{lost}")
+
+    assert len(of_incident(fake_slack.posts(), incident_id)) == 1
+    assert attempt_events(pg_db, incident_id) == [("post", "sweep")]
+    assert fake_slack.problems == []
+
+
+def test_the_queued_notice_and_the_sweep_racing_post_once(
+    api: TestClient,
+    pg_db: str,
+    prometheus: StubPrometheus,
+    fake_slack: FakeSlack,
+    slack_worker: Worker,
+    tmp_path: Path,
+) -> None:
+    """The notice's own task (another worker process: this test's thread) is mid-call to Slack,
+    holding the delivery row, when the worker's sweep claims the same notice and delivers it: the
+    swept delivery waits on the row, then finds Slack up to date."""
+    settings = broker_down(pg_db, tmp_path, fake_slack, prometheus)
+    incident_id, _ = investigated_but_never_queued(settings, "race")
+    backdate_owed(pg_db, incident_id, timedelta(minutes=2))
+    fake_slack.delay = 3.0
+    outcome: list[str] = []
+    task = threading.Thread(target=lambda: outcome.append(deliver(settings, incident_id, "investigation").status))
+    task.start()
+    wait_for(lambda: fake_slack.arrived == 1, 10, "the queued task's call to Slack")
+
+    unchanged = slack_worker.log.read_text(errors="replace").count("'unchanged'")  # earlier tests' too
+    slack_worker.app.send_task("rca.sweep")
+    wait_for(
+        lambda: slack_worker.log.read_text(errors="replace").count("'unchanged'") > unchanged,
+        30,
+        f"the swept delivery to find Slack up to date\n{slack_worker.output()}",
+    )
+    task.join(30)
+    fake_slack.delay = 0.0
+
+    assert outcome == ["delivered"]
+    assert fake_slack.arrived == 1, "the swept delivery called Slack while the queued task held the row"
+    assert len(of_incident(fake_slack.posts(), incident_id)) == 1
+    assert attempt_events(pg_db, incident_id) == [("post", "investigation")]
+    assert slack_owed(pg_db, incident_id)[1] is None
+
+
+def test_a_resolve_notice_whose_enqueue_failed_is_posted_by_the_sweep(
+    api: TestClient,
+    pg_db: str,
+    prometheus: StubPrometheus,
+    fake_slack: FakeSlack,
+    slack_worker: Worker,
+    tmp_path: Path,
+) -> None:
+    reply = post_webhook(api, make_payload("owed-resolve", alerts=[make_alert("fp-or")]))
+    incident_id = reply.json()["incident_id"]
+    wait_for(lambda: of_incident(fake_slack.posts(), incident_id), 30, f"the Slack message\n{slack_worker.output()}")
+    wait_for(lambda: slack_owed(pg_db, incident_id)[1] is None, 10, "the first notice to be settled")
+    [post] = of_incident(fake_slack.posts(), incident_id)
+
+    with TestClient(create_app(broker_down(pg_db, tmp_path, fake_slack, prometheus))) as down:
+        resolved = make_payload("owed-resolve", alerts=[make_alert("fp-or", status="resolved")])
+        assert post_webhook(down, resolved).status_code == 200  # stored; its Slack enqueue failed
+    assert slack_owed(pg_db, incident_id)[1] is not None  # owed in the intake transaction
+
+    sweep_on_the_worker(slack_worker, pg_db, incident_id)
+    thread = json.loads(post.answer)["ts"]
+    wait_for(
+        lambda: [r for r in fake_slack.replies() if r.payload["thread_ts"] == thread],
+        30,
+        f"the swept resolve notice\n{slack_worker.output()}",
+    )
+    wait_for(lambda: slack_owed(pg_db, incident_id)[1] is None, 10, "the resolve notice to be settled")
+    slack_worker.app.send_task("rca.sweep")
+    drain(api, fake_slack, "swept-resolve")
+
+    assert len([r for r in fake_slack.replies() if r.payload["thread_ts"] == thread]) == 1
+    assert "Resolved" in fake_slack.replies()[0].payload["text"]
+    assert attempt_events(pg_db, incident_id) == [("post", "investigation"), ("update", "sweep"), ("reply", "sweep")]

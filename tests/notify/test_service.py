@@ -10,13 +10,17 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from rca.api.app import create_app
+from rca.jobs.sweep import SWEPT, owed_notices
+from rca.notify import service
 from rca.notify.service import deliver
 from rca.store import feedback as feedback_store
 from rca.store.db import session_scope
@@ -28,7 +32,14 @@ from tests.fakes.slack import TOKEN, WEBHOOK_PATH, Failure, FakeSlack
 from tests.helpers.databases import CLOSED_PORT_DATABASE_URL, rows, truncate
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, RecordingDispatcher, make_settings, wait_for_investigation
-from tests.helpers.slack import resolve, slack_settings, store_incident, store_investigation
+from tests.helpers.slack import (
+    owe_slack,
+    resolve,
+    slack_owed,
+    slack_settings,
+    store_incident,
+    store_investigation,
+)
 from tests.helpers.waiting import wait_for
 
 
@@ -390,3 +401,114 @@ def test_a_degraded_investigation_is_posted_as_degraded_with_the_rules_named_as_
         "Written by the *rules fallback*: the answer of model `fake-model` was not used (LLM unavailable: HTTP 503"
         in posted
     )
+
+
+def test_a_delivery_settles_the_notices_owed_whatever_it_had_to_send(
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
+    settings = slack_settings(db_url, tmp_path, slack)
+    incident_id = store_incident(db_url)
+    owe_slack(db_url, incident_id)  # e.g. a resolve before the first investigation finished
+    assert deliver(settings, incident_id, "resolved").status == "skipped"
+    assert slack_owed(db_url, incident_id) == (1, None)  # its completion will owe (and post) again
+
+    store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge"])
+    owe_slack(db_url, incident_id)
+    assert deliver(settings, incident_id, "investigation").status == "delivered"
+    assert slack_owed(db_url, incident_id) == (2, None)
+    owe_slack(db_url, incident_id)  # a redelivered investigation owes again: nothing new to say
+    assert deliver(settings, incident_id, "sweep").status == "unchanged"
+    assert slack_owed(db_url, incident_id) == (3, None)
+    assert len(slack.posts()) == 1
+
+
+def test_a_retry_defers_the_sweep_and_a_final_failure_settles(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    settings = slack_settings(pg_db, tmp_path, slack, slack_max_attempts=2)
+    incident_id = store_incident(pg_db)
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    owe_slack(pg_db, incident_id)
+    slack.fail_next(Failure(429, retry_after=30), Failure(503))
+    outcome = deliver(settings, incident_id, "investigation", attempt=1)
+    assert outcome.status == "retrying"
+    _, since = slack_owed(pg_db, incident_id)
+    assert since is not None and since > datetime.now(UTC) + timedelta(seconds=25)  # not before its own retry
+    assert deliver(settings, incident_id, "investigation", attempt=2).status == "failed"
+    assert slack_owed(pg_db, incident_id) == (1, None)  # failed for good: the next notice tries again
+
+
+def test_a_database_error_during_delivery_leaves_the_notice_owed(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    """The database blinks while the delivery reads (before any Slack call): the task's retries may
+    run out, the notice stays owed for the sweep."""
+    settings = slack_settings(pg_db, tmp_path, slack)
+    incident_id = store_incident(pg_db)
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    owe_slack(pg_db, incident_id)
+    with pytest.MonkeyPatch.context() as mp:
+
+        def blink(*_args: object, **_kwargs: object) -> None:
+            raise OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
+
+        mp.setattr(service, "_latest_done", blink)
+        with pytest.raises(OperationalError):
+            deliver(settings, incident_id, "investigation")
+    assert slack_owed(pg_db, incident_id)[1] is not None and slack.posts() == []
+    assert deliver(settings, incident_id, SWEPT).status == "delivered"
+    assert slack_owed(pg_db, incident_id) == (1, None) and len(slack.posts()) == 1
+
+
+@pytest.mark.parametrize("row_exists", [True, False], ids=["delivery-row-exists", "first-delivery"])
+def test_the_sweep_and_a_queued_notice_racing_post_once(
+    pg_db: str, tmp_path: Path, slack: FakeSlack, row_exists: bool
+) -> None:
+    """The queued task is talking to Slack when the sweep claims the same notice: the sweep's
+    delivery waits on the row lock, then finds Slack up to date."""
+    settings = slack_settings(pg_db, tmp_path, slack)
+    incident_id = store_incident(pg_db)
+    if row_exists:
+        assert deliver(settings, incident_id, "resolved").status == "skipped"  # the row exists, unposted
+    store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
+    owe_slack(pg_db, incident_id, ago=timedelta(minutes=5))
+    slack.delay = 1.5
+    outcomes: dict[str, str] = {}
+    queued = threading.Thread(
+        target=lambda: outcomes.update(task=deliver(settings, incident_id, "investigation").status)
+    )
+    queued.start()
+    wait_for(lambda: slack.arrived == 1, 5, "the queued task's call to Slack")  # it holds the row now
+    claimed = owed_notices(settings, timedelta(seconds=60))
+    assert claimed == [incident_id]  # the incident's own row is free: only the delivery row is held
+    assert not slack.received, "the queued task finished before the sweep delivered: no race"
+    for swept in claimed:
+        outcomes["sweep"] = deliver(settings, swept, SWEPT).status
+    queued.join(30)
+    assert outcomes == {"task": "delivered", "sweep": "unchanged"}
+    assert len(slack.posts()) == 1
+    assert slack_owed(pg_db, incident_id) == (1, None)
+
+
+def test_embedded_sweeper_delivers_a_notice_owed_by_a_previous_process(
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
+    """The process that finished the investigation stopped before its Slack thread ran: the next
+    one's first sweep delivers the notice, once."""
+    settings = slack_settings(db_url, tmp_path, slack)
+    incident_id = store_incident(db_url)
+    store_investigation(db_url, incident_id, ["queue_median"], ["arrival_surge"])
+    owe_slack(db_url, incident_id)
+    with embedded_client(settings):
+        wait_for(lambda: slack.posts(), 15, "the swept notice")
+        wait_for(lambda: slack_owed(db_url, incident_id)[1] is None, 5, "the notice to be settled")
+    assert len(slack.posts()) == 1
+    assert rows(db_url, select(SlackAttempt.event)) == [(SWEPT,)]
+
+
+def test_resolve_at_intake_owes_a_notice_only_when_slack_is_on(db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
+    for settings, expected in ((slack_settings(db_url, tmp_path, slack), 1), (make_settings(db_url, tmp_path), 0)):
+        truncate(db_url)
+        with TestClient(create_app(settings, dispatcher=_NoDispatch())) as client:
+            firing = post_webhook(client, make_payload("resolve-owed", alerts=[make_alert("fp-o")])).json()
+            assert slack_owed(db_url, firing["incident_id"]) == (0, None)  # only a finished investigation owes
+            for _ in range(2):  # the second resolve changes nothing
+                post_webhook(client, make_payload("resolve-owed", alerts=[make_alert("fp-o", status="resolved")]))
+        count, since = slack_owed(db_url, firing["incident_id"])
+        assert count == expected and (since is not None) == bool(expected)
