@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from rca.api.app import create_app
+from rca.api.body import declared_length
 from tests.helpers.databases import count_rows
 from tests.helpers.service import WEBHOOK_TOKEN, LiveServer, RecordingDispatcher, make_settings
 
@@ -81,3 +83,24 @@ def test_a_chunked_body_over_the_limit_is_answered_413_before_the_rest_arrives(p
     assert head.startswith(b"HTTP/1.1 413"), received
     assert "exceeds the limit of 2048 bytes" in json.loads(body)["detail"]
     assert closed and waited < 5  # not the 30 s timeout: the size alone decided
+
+
+@pytest.mark.parametrize("declared", [b"9" * 5000, b"9" * 19], ids=["5000-digits", "19-digits"])
+def test_a_content_length_python_cannot_convert_is_413_not_a_server_error(
+    pg_db: str, tmp_path: Path, declared: bytes
+) -> None:
+    """Found by the fuzzer (tests/api/test_fuzz.py), through the ASGI interface (uvicorn's parser
+    refuses such a header itself, other servers may not): int() refuses 5,000 digits."""
+    settings = make_settings(pg_db, tmp_path)
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher()), raise_server_exceptions=False) as client:
+        headers = [(b"authorization", f"Bearer {WEBHOOK_TOKEN}".encode()), (b"content-length", declared)]
+        reply = client.post("/api/v1/alertmanager", content=b"{}", headers=headers)
+    assert reply.status_code == 413, reply.text
+    assert "exceeds the limit of 1048576 bytes" in reply.json()["detail"]
+    assert count_rows(pg_db)["notifications"] == 0
+
+
+def test_only_ascii_digits_are_a_content_length() -> None:
+    """str.isdigit() takes "²" and "٣", and int() refuses the first: neither is a length."""
+    assert declared_length("²") == (None, False) and declared_length("٣") == (None, False)
+    assert declared_length("0042") == (42, False) and declared_length("-1") == (None, False)
