@@ -19,6 +19,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CLOSE = {"Connection": "close"}
+GONE = "the client closed the connection before the whole body arrived"
 
 
 def declared_length(text: str) -> tuple[int | None, bool]:
@@ -74,6 +75,10 @@ class BodyLimits:
                     "(RCA_REQUEST_BODY_TIMEOUT_SECONDS)",
                     headers=CLOSE,
                 ) from None
+            if message["type"] == "http.disconnect":
+                # Nobody is left to answer; an HTTPException still ends the request as a refusal in the
+                # log and the metrics, where Starlette's ClientDisconnect was an unhandled exception.
+                raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=GONE, headers=CLOSE)
             if message["type"] != "http.request":
                 complete = True
                 return message
