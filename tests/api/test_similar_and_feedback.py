@@ -188,6 +188,25 @@ def test_feedback_json_that_cannot_be_stored_or_decoded_is_422_at_its_field(
     assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
 
 
+@pytest.mark.parametrize(
+    "body", [b'{"category": "\xff"}', '{"category": "x"}'.encode("utf-16")], ids=["latin1", "utf16"]
+)
+def test_feedback_sent_as_text_that_is_not_utf8_is_422_not_a_500_from_the_error_handler(
+    intake_client: TestClient, body: bytes
+) -> None:
+    """Found by the fuzzer (bench/fuzz_intake.py): FastAPI does not read a body of another
+    Content-Type as JSON and echoes it, as bytes, in the 422; bytes that are not UTF-8 made the
+    error handler itself fail with a 500."""
+    inc = open_incident(intake_client, "text-plain")
+    reply = intake_client.post(
+        f"/api/v1/incidents/{inc}/feedback", content=body, headers=API_AUTH | {"Content-Type": "text/plain"}
+    )
+    [error] = field_errors(intake_client, reply)
+    assert error["loc"] == ["body"] and error["type"] == "model_attributes_type", error
+    assert "\\x" in error["input"]  # the bytes that are not UTF-8, escaped
+    assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
+
+
 def test_feedback_the_database_refuses_to_commit_is_answered_503_not_201(
     intake_client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
