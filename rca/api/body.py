@@ -19,6 +19,18 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CLOSE = {"Connection": "close"}
+GONE = "the client closed the connection before the whole body arrived"
+
+
+def declared_length(text: str) -> tuple[int | None, bool]:
+    """Content-Length as (its value, whether it is over any limit): (None, False) when it is no number.
+    Only ASCII digits count (str.isdigit() also takes "²", which int() refuses), and a value of more
+    than 18 digits is over every limit without converting it (Python will not convert 4,300)."""
+    if not (text.isascii() and text.isdigit()):
+        return None, False
+    if len(text) > 18:
+        return None, True
+    return int(text), False
 
 
 def too_large(limit: int, declared: int | None = None) -> HTTPException:
@@ -42,8 +54,7 @@ class BodyLimits:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared_text = Headers(scope=scope).get("content-length", "")
-        declared = int(declared_text) if declared_text.isdigit() else None
+        declared, huge = declared_length(Headers(scope=scope).get("content-length", ""))
         deadline = asyncio.get_running_loop().time() + self.timeout_seconds
         received = 0
         complete = False
@@ -52,7 +63,7 @@ class BodyLimits:
             nonlocal received, complete
             if complete:  # after the body only a disconnect can come, and may take its time
                 return await receive()
-            if declared is not None and declared > self.max_bytes:
+            if huge or declared is not None and declared > self.max_bytes:
                 raise too_large(self.max_bytes, declared)
             try:
                 async with asyncio.timeout_at(deadline):
@@ -64,6 +75,10 @@ class BodyLimits:
                     "(RCA_REQUEST_BODY_TIMEOUT_SECONDS)",
                     headers=CLOSE,
                 ) from None
+            if message["type"] == "http.disconnect":
+                # Nobody is left to answer; an HTTPException still ends the request as a refusal in the
+                # log and the metrics, where Starlette's ClientDisconnect was an unhandled exception.
+                raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=GONE, headers=CLOSE)
             if message["type"] != "http.request":
                 complete = True
                 return message

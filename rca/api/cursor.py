@@ -10,7 +10,9 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 from datetime import datetime
+from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 
@@ -47,17 +49,32 @@ def _time(text: str) -> datetime:
     return in_utc(value)
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _score(value: Any) -> float | None:
+    """A relevance score: finite (a NaN or an infinity compares with no row, and the page comes back empty)."""
+    if value is None:
+        return None
+    score = float(value)  # a list or an object is a TypeError, refused below
+    if not math.isfinite(score):
+        raise ValueError("score is not finite")
+    return score
+
+
 def decode_cursor(cursor: str, sort: str, filters: IncidentFilter) -> Position:
     try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)), parse_constant=_no_constant)
         position = Position(
             created_at=_time(data["t"]),
             incident_id=int(data["i"]),
-            score=None if data["s"] is None else float(data["s"]),
+            score=_score(data["s"]),
             anchor=None if data["a"] is None else _time(data["a"]),
         )
         order, fingerprint = data["o"], data["f"]
-    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError):
+    except (binascii.Error, ValueError, OverflowError, UnicodeDecodeError, KeyError, TypeError):
+        # OverflowError: an id of 1e999 (an infinity) has no integer
         raise _invalid("not a cursor returned by this API") from None
     if not 0 < position.incident_id < 2**31:
         raise _invalid("not a cursor returned by this API")

@@ -68,10 +68,13 @@ VALIDATION_ERROR: dict[int | str, dict[str, Any]] = {
 
 def _encodable(value: Any) -> Any:
     """`value` as strict JSON can carry it: a string with a lone surrogate (JSON's \\ud800, which
-    the refused input or a field name may hold) is written as the escape it came as, and NaN or an
-    infinity (which json.loads accepts and a response may not hold) as its name."""
+    the refused input or a field name may hold) is written as the escape it came as, NaN or an
+    infinity (which json.loads accepts and a response may not hold) as its name, and bytes as UTF-8
+    with what is not UTF-8 escaped."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, bytes):  # a body FastAPI did not read as JSON (another Content-Type) is echoed as bytes
+        return value.decode("utf-8", "backslashreplace")
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -87,5 +90,6 @@ def _encodable(value: Any) -> Any:
 
 async def validation_failed(_request: Request, exc: RequestValidationError) -> JSONResponse:
     """FastAPI's own 422 answer, except that it cannot fail to encode: its default handler echoes
-    the refused input, and a lone surrogate or a NaN in it made the 422 itself a 500."""
-    return JSONResponse({"detail": _encodable(jsonable_encoder(exc.errors()))}, status_code=422)
+    the refused input, and a lone surrogate or a NaN in it made the 422 itself a 500, as did a body sent
+    with another Content-Type (echoed as bytes) that is not UTF-8."""
+    return JSONResponse({"detail": _encodable(jsonable_encoder(_encodable(exc.errors())))}, status_code=422)

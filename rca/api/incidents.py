@@ -12,6 +12,7 @@ from rca.api.auth import Principal, require_api_token, require_read, require_wri
 from rca.api.cursor import decode_cursor, encode_cursor
 from rca.api.deps import DatabaseSession
 from rca.api.errors import unprocessable
+from rca.api.jsonbody import StrictJSONRoute
 from rca.api.schemas import (
     AUTH_ERRORS,
     TOTAL_CAP,
@@ -38,6 +39,7 @@ from rca.store import similar as similar_store
 from rca.store.models import Feedback, Incident
 
 router = APIRouter(
+    route_class=StrictJSONRoute,  # feedback's body: NaN, 1e999, deep nesting, bad UTF-8 are 422s at their field
     prefix="/api/v1/incidents",
     dependencies=[Depends(require_read), Depends(require_storable_query)],
     responses=AUTH_ERRORS,

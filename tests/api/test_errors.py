@@ -73,12 +73,25 @@ SOURCES: list[tuple[tuple[str, str], dict[str, Any], list[str | int], str]] = [
         "int_parsing",
     ),
     (FEEDBACK, {"content": b"{"}, ["body", 1], "json_invalid"),
-    (FEEDBACK, {"json": {"category": "kv_memory_pressure", "note": "\x00"}}, ["body", "note"], "value_error"),
+    (FEEDBACK, {"content": b'{"note": "\xff"}'}, ["body", 10], "json_invalid"),
+    (
+        FEEDBACK,
+        {"content": b'{"note": ' + b"[" * 3000 + b"]" * 3000 + b"}"},
+        ["body"],  # Python's decoder gave up before the depth could be walked
+        "json_too_deep",
+    ),
+    (
+        FEEDBACK,
+        {"content": b'{"hypotheses": [{"rank": ' + b"9" * 5000 + b"}]}"},
+        ["body", "hypotheses", 0, "rank"],
+        "number_out_of_range",
+    ),  # fmt: skip
+    (FEEDBACK, {"json": {"category": "kv_memory_pressure", "note": "\x00"}}, ["body", "note"], "unstorable_text"),
     (
         FEEDBACK,
         {"content": b'{"category": "kv_memory_pressure", "note": "\\ud800"}'},
         ["body", "note"],
-        "string_unicode",
+        "unstorable_text",
     ),
     (FEEDBACK, {"json": {"category": "cosmic_rays"}}, ["body", "category"], "unknown_category"),
     (

@@ -4,6 +4,7 @@ relevance and time order, cursor pages that stay stable while incidents arrive, 
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -157,6 +158,29 @@ def test_a_cursor_only_continues_the_search_it_came_from(intake_client: TestClie
     tampered = cursor[:-4] + ("AAAA" if not cursor.endswith("AAAA") else "BBBB")
     reply = intake_client.get("/api/v1/incidents", params={"limit": 1, "cursor": tampered}, headers=API_AUTH)
     only_error(intake_client, reply, ["query", "cursor"], "invalid_cursor", "invalid cursor")
+
+
+@pytest.mark.parametrize(
+    ("member", "forged"),
+    [("i", "Infinity"), ("i", "1e999"), ("i", "NaN"), ("s", "NaN"), ("s", '"-inf"'), ("s", "1e999")],
+)
+def test_a_cursor_with_a_number_that_is_no_number_is_refused_not_a_server_error(
+    intake_client: TestClient, member: str, forged: str
+) -> None:
+    """Found by the fuzzer (tests/api/test_fuzz.py): an id of Infinity was a 500 (OverflowError), and a
+    NaN score an empty page instead of a refusal."""
+    for n in range(3):
+        open_incident(intake_client, f"g{n}", make_alert(f"fp-{n}"))
+    params = {"limit": "1", "q": "gpu"}
+    cursor = search(intake_client, **params)["next_cursor"]
+    data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    text = json.dumps({**data, member: "@"}).replace('"@"', forged)
+    reply = intake_client.get(
+        "/api/v1/incidents",
+        params={**params, "cursor": base64.urlsafe_b64encode(text.encode()).decode()},
+        headers=API_AUTH,
+    )
+    only_error(intake_client, reply, ["query", "cursor"], "invalid_cursor", "not a cursor returned by this API")
 
 
 @pytest.mark.parametrize("bad", [r"\u0000", r"\ud800"], ids=["nul", "lone-surrogate"])

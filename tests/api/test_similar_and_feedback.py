@@ -122,7 +122,7 @@ def test_bad_feedback_is_refused_and_stores_nothing(intake_client: TestClient) -
         ),
         ({"category": "kv_memory_pressure", "who": "me"}, "who", "extra_forbidden", "Extra inputs"),
         ({"note": "no category"}, "category", "missing", "required"),
-        ({"category": "kv_memory_pressure", "note": "a\x00b"}, "note", "value_error", "NUL"),
+        ({"category": "kv_memory_pressure", "note": "a\x00b"}, "note", "unstorable_text", "NUL"),
     ]
     for body, field, type_, fragment in cases:
         only_error(intake_client, confirm(intake_client, inc, **body), ["body", field], type_, fragment)
@@ -134,36 +134,76 @@ def test_bad_feedback_is_refused_and_stores_nothing(intake_client: TestClient) -
 
 
 @pytest.mark.parametrize(
-    ("body", "loc", "echoed"),
+    ("body", "loc", "type_"),
     [
-        (b'{"category": "kv_memory_pressure", "note": "\\ud800"}', ["body", "note"], "\\ud800"),
-        (b'{"category": "\\udfff"}', ["body", "category"], "\\udfff"),
-        (b'{"category": "kv_memory_pressure", "\\ud800": 1}', ["body"], "\\ud800"),
+        (b'{"category": "kv_memory_pressure", "note": "\\ud800"}', ["body", "note"], "unstorable_text"),
+        (b'{"category": "\\udfff"}', ["body", "category"], "unstorable_text"),
+        (b'{"category": "kv_memory_pressure", "\\ud800": 1}', ["body"], "unstorable_text"),
         (
             b'{"category": "kv_memory_pressure", "hypotheses": [{"rank": NaN, "correct": true}]}',
             ["body", "hypotheses", 0, "rank"],
-            "nan",
+            "not_a_json_number",
         ),
         (
             b'{"category": "kv_memory_pressure", "hypotheses": [{"rank": 1e999, "correct": true}]}',
             ["body", "hypotheses", 0, "rank"],
-            "inf",
+            "number_out_of_range",
         ),
+        (
+            b'{"category": "kv_memory_pressure", "hypotheses": [{"rank": ' + b"1" * 5000 + b', "correct": true}]}',
+            ["body", "hypotheses", 0, "rank"],
+            "number_out_of_range",
+        ),
+        (
+            b'{"category": "kv_memory_pressure", "note": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            ["body"],  # Python's decoder gave up before the depth could be walked
+            "json_too_deep",
+        ),
+        (b'{"category": "kv_memory_pressure", "note": "\xff"}', ["body", 44], "json_invalid"),
     ],
-    ids=["surrogate-note", "surrogate-category", "surrogate-field-name", "NaN-rank", "1e999-rank"],
+    ids=[
+        "surrogate-note",
+        "surrogate-category",
+        "surrogate-field-name",
+        "NaN-rank",
+        "1e999-rank",
+        "5000-digit-rank",
+        "5000-deep",
+        "not-utf8",
+    ],
 )
-def test_feedback_whose_refused_input_json_cannot_carry_is_422_not_a_500_from_the_error_handler(
-    intake_client: TestClient, body: bytes, loc: list[str | int], echoed: str
+def test_feedback_json_that_cannot_be_stored_or_decoded_is_422_at_its_field(
+    intake_client: TestClient, body: bytes, loc: list[str | int], type_: str
 ) -> None:
-    """The 422 echoes the refused input; FastAPI's own handler could encode neither a lone surrogate
-    nor a NaN (which json.loads accepts), and answered 500."""
+    """Feedback bodies are decoded as strictly as the webhook's (rca/api/jsonbody.py). Before, FastAPI's
+    handler could encode neither a lone surrogate nor a NaN in the refused input (a 500), and the
+    fuzzer (tests/api/test_fuzz.py) found a deep array, a 5,000-digit number and bytes that are not
+    UTF-8 answered with an undocumented 400 "There was an error parsing the body"."""
     inc = open_incident(intake_client, "unencodable")
     reply = intake_client.post(
         f"/api/v1/incidents/{inc}/feedback", content=body, headers=API_AUTH | {"Content-Type": "application/json"}
     )
     [error] = field_errors(intake_client, reply)
-    assert error["loc"] == loc, error
-    assert error["input"] == echoed, error  # as text: the escape it came as, or the number's name
+    assert (error["loc"], error["type"]) == (loc, type_), error
+    assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"category": "\xff"}', '{"category": "x"}'.encode("utf-16")], ids=["latin1", "utf16"]
+)
+def test_feedback_sent_as_text_that_is_not_utf8_is_422_not_a_500_from_the_error_handler(
+    intake_client: TestClient, body: bytes
+) -> None:
+    """Found by the fuzzer (bench/fuzz_intake.py): FastAPI does not read a body of another
+    Content-Type as JSON and echoes it, as bytes, in the 422; bytes that are not UTF-8 made the
+    error handler itself fail with a 500."""
+    inc = open_incident(intake_client, "text-plain")
+    reply = intake_client.post(
+        f"/api/v1/incidents/{inc}/feedback", content=body, headers=API_AUTH | {"Content-Type": "text/plain"}
+    )
+    [error] = field_errors(intake_client, reply)
+    assert error["loc"] == ["body"] and error["type"] == "model_attributes_type", error
+    assert "\\x" in error["input"]  # the bytes that are not UTF-8, escaped
     assert intake_client.get(f"/api/v1/incidents/{inc}/feedback", headers=API_AUTH).json() == []
 
 
