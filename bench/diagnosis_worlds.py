@@ -21,11 +21,13 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
+from multiprocessing import Pool
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rca.config import load_settings  # noqa: E402
+from rca.config import Settings, load_settings  # noqa: E402
 from rca.diagnosis.ranking import taxonomy  # noqa: E402
 from rca.domain.status import MEASURED  # noqa: E402
 from tests.worlds.fast import METRIC_NAME, diagnose  # noqa: E402
@@ -56,6 +58,40 @@ def without_one_support(world: World, outcome: Outcome) -> World | None:
     return replace(world, host=host, notes=[*world.notes, f"dropped {chosen.key} ({', '.join(sorted(names))})"])
 
 
+_SETTINGS: list[Settings] = []  # one per worker process
+
+
+def _settings() -> Settings:
+    if not _SETTINGS:
+        _SETTINGS.append(load_settings(data_dir=Path(tempfile.mkdtemp(prefix="rca-bench-"))))
+    return _SETTINGS[0]
+
+
+def _light(world: World) -> World:
+    """The world without its engine timelines, which the report does not read (they are most of
+    its size, and outcomes travel between processes)."""
+    return replace(world, host=replace(world.host, faulty=None, healthy=None))
+
+
+def _run(seed: int, drop_support: bool) -> tuple[Outcome, Outcome | None]:
+    """One world's outcome and, with `drop_support` and a fault, its outcome with one support's series dropped."""
+    world = draw(seed, NOW)
+    analysis = diagnose(world, _settings())
+    outcome = Outcome(world, analysis.hypotheses, analysis.findings)
+    reduced = without_one_support(world, outcome) if drop_support and world.cause != HEALTHY else None
+    dropped = Outcome(_light(reduced), diagnose(reduced, _settings()).hypotheses) if reduced else None
+    return replace(outcome, world=_light(world)), dropped
+
+
+def _by_dropped(pairs: list[tuple[Outcome, Outcome]]) -> dict[str, list[tuple[Outcome, Outcome]]]:
+    """The pairs grouped by the finding whose series was dropped."""
+    groups: dict[str, list[tuple[Outcome, Outcome]]] = {}
+    for pair in pairs:
+        note = next(n for n in pair[1].world.notes if n.startswith("dropped "))
+        groups.setdefault(note.split()[1], []).append(pair)
+    return groups
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", default="tuning", help="tuning, held-out, or START:STOP")
@@ -63,28 +99,26 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--drop-support", action="store_true", help="also run each fault without one support")
     parser.add_argument("--misses", type=int, default=0, help="print this many misses with their findings")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = load_settings(data_dir=Path(tmp))
-        started = time.perf_counter()
-        outcomes = []
-        for seed in seeds(args.seeds, args.count):
-            world = draw(seed, NOW)
-            analysis = diagnose(world, settings)
-            outcomes.append(Outcome(world, analysis.hypotheses, analysis.findings))
-        seconds = time.perf_counter() - started
-        report = summarise(outcomes)
-        report["seconds_per_world"] = seconds / max(1, len(outcomes))
-        if args.drop_support:
-            pairs = []
-            for outcome in outcomes:
-                if outcome.world.cause == HEALTHY:
-                    continue
-                reduced = without_one_support(outcome.world, outcome)
-                if reduced is not None:
-                    pairs.append((outcome, Outcome(reduced, diagnose(reduced, settings).hypotheses)))
-            full, dropped = accuracy([a for a, _ in pairs]), accuracy([b for _, b in pairs])
-            report["drop_one_support"] = {"n": len(pairs), "AC@1": full["AC@1"], "AC@1_dropped": dropped["AC@1"]}
+    started = time.perf_counter()
+    with Pool(args.jobs) as pool:
+        runs = pool.map(partial(_run, drop_support=args.drop_support), seeds(args.seeds, args.count), chunksize=10)
+    outcomes = [outcome for outcome, _ in runs]
+    report = summarise(outcomes)
+    report["seconds_per_world"] = (time.perf_counter() - started) * args.jobs / max(1, len(runs))
+    if args.drop_support:
+        pairs = [(outcome, reduced) for outcome, reduced in runs if reduced is not None]
+        full, dropped = accuracy([a for a, _ in pairs]), accuracy([b for _, b in pairs])
+        report["drop_one_support"] = {"n": len(pairs), "AC@1": full["AC@1"], "AC@1_dropped": dropped["AC@1"]}
+        report["drop_one_support"]["by_finding"] = {
+            key: {
+                "n": len(members),
+                "AC@1": accuracy([a for a, _ in members])["AC@1"],
+                "AC@1_dropped": accuracy([b for _, b in members])["AC@1"],
+            }
+            for key, members in sorted(_by_dropped(pairs).items())
+        }
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -110,6 +144,8 @@ def print_report(r: dict) -> None:
     if "drop_one_support" in r:
         d = r["drop_one_support"]
         print(f"one support dropped (n={d['n']}): AC@1 {d['AC@1']:.3f} -> {d['AC@1_dropped']:.3f}")
+        for key, row in d["by_finding"].items():
+            print(f"  {key:24s} AC@1 {row['AC@1']:.3f} -> {row['AC@1_dropped']:.3f}  n={row['n']}")
     for title in ("per_cause", "per_stack", "by_severity", "by_minutes_since_onset", "by_missing_data"):
         print(f"{title}:")
         for name, a in r[title].items():

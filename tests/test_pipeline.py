@@ -117,7 +117,7 @@ def test_injection_in_an_annotation_does_not_choose_the_stored_answer(
     assert f'"description": "{INJECTION}"' in prompt  # present, but inside the data fence
     assert inv["analyst"] == "rules", "the gullible model's answer had no support and was refused"
     assert all(h["category"] != "cpu_launch_overhead" for h in inv["hypotheses"])
-    assert "cpu_launch_overhead none of its anchor findings (cpu_bound_ratio)" in inv["fallback_reason"]
+    assert "cpu_launch_overhead none of its anchor findings (cpu_bound_ratio" in inv["fallback_reason"]
     assert len(inv["llm_exchange"]) == 2  # the answer and its one repair
 
 

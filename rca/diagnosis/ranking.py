@@ -5,20 +5,23 @@ Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules
     and moved in the window (not breached all along);
   - score = sum of weights of breached supporting findings - sum of breached contradicting ones
     (half weight for a finding breached for the whole window: it did not just change), plus a
-    lead bonus when its anchor clearly moved before every other candidate's (causes come before
-    their symptoms);
-  - confidence = 0.9 * strength * (0.6 + 0.4 * coverage), where strength = min(1, support / full)
-    - contradiction / full (at least 0), full is the sum of its support weights unless the
-    category sets `full_at`, and
-    coverage is the weight share of its supporting and contradicting findings that could be
-    measured: a cause whose look-alikes could not be ruled out is less certain.
+    lead bonus when its own anchor clearly moved before every other candidate's (causes come
+    before their consequences, which then do not count against it);
+  - raw strength = 0.9 * strength * (0.6 + 0.4 * coverage), where strength = min(1, support /
+    full) - contradiction / full (at least 0), full is the sum of its support weights unless the
+    category sets `full_at` (never more than the supports the stack can show), and coverage is
+    the weight share of its supporting and contradicting findings that could be measured: a cause
+    whose look-alikes could not be ruled out is less certain;
+  - confidence = the raw strength calibrated (rca.diagnosis.calibration): how often a top answer
+    that strong was right on the tuning worlds; the rest share what the top one leaves.
 `no_clear_cause` ranks first with no candidate; otherwise it takes the doubt left by the best
 cause, and ranks above a cause that is weaker than that doubt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -28,8 +31,9 @@ from pydantic import BaseModel, Field
 
 from rca.config import ConfigError
 from rca.config.loader import read_yaml
+from rca.diagnosis.calibration import Calibration
 from rca.domain.evidence import Finding, Hypothesis, is_chronic
-from rca.domain.status import MEASURED
+from rca.domain.status import MEASURED, FindingStatus
 
 TAXONOMY_FILE = Path(__file__).with_name("taxonomy.yaml")
 NO_CLEAR_CAUSE = "no_clear_cause"
@@ -37,6 +41,8 @@ MAX_CONFIDENCE = 0.9
 UNCOVERED_FLOOR = 0.6  # the confidence factor of a cause none of whose evidence could be measured
 LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at least LEAD_MINUTES
 LEAD_MINUTES = 3.0
+RANGE = re.compile(r"\[(\d+)([smh])(?::\w+)?\]")  # a PromQL range or subquery window: [5m], [10m:15s]
+RANGE_UNITS = {"s": 1, "m": 60, "h": 3600}
 CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
 UNEXPLAINED_CONFIDENCE = 0.4  # no_clear_cause when findings are breached but none anchors a cause
 
@@ -59,8 +65,13 @@ class Category(BaseModel):
     # cause whose anchors are alternatives (a degraded GPU shows XID errors *or* thermal throttling).
     full_at: float | None = Field(default=None, gt=0)
 
-    def full_score(self) -> float:
-        return self.full_at or sum(self.supports.values())
+    def full_score(self, observable: Callable[[str], bool] = lambda key: True) -> float:
+        """The support at which the evidence is complete: `full_at`, or every supporting weight,
+        but never more than the weight of the supports this stack and deployment can show at all
+        (SGLang exports no preemptions: KV pressure presents there without them). A support that
+        could be shown but whose data is missing still counts: the case is thinner for it."""
+        observable_weight = sum(w for k, w in self.supports.items() if observable(k))
+        return min(self.full_at or sum(self.supports.values()), observable_weight) or sum(self.supports.values())
 
     def anchor_sets(self) -> list[frozenset[str]]:
         """Each anchor as the set of findings that must all be breached."""
@@ -100,9 +111,23 @@ def taxonomy() -> dict[str, Category]:
     return categories
 
 
+@lru_cache(maxsize=1)
+def calibration() -> Calibration:
+    """The fitted maps from raw strength to right-answer frequency (tools/fit_calibration.py)."""
+    try:
+        return Calibration.model_validate(_taxonomy_file()["calibration"])
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(f"taxonomy: calibration: {exc} (rewrite it with tools/fit_calibration.py)") from exc
+
+
 def symptoms() -> frozenset[str]:
     """Latency findings every cause moves: evidence for many causes, lead for none."""
     return frozenset(_taxonomy_file().get("symptoms", []))
+
+
+def consequences() -> frozenset[str]:
+    """What many causes fill (the queue, the KV cache): evidence in a set, never a cause's date."""
+    return frozenset(_taxonomy_file().get("consequences", []))
 
 
 def _explain(findings: dict[str, Finding], keys: list[str]) -> str:
@@ -116,6 +141,11 @@ def _weight(finding: Finding) -> float:
 
 def _measured(key: str, findings: dict[str, Finding]) -> bool:
     return key in findings and findings[key].status in MEASURED
+
+
+def _observable(key: str, findings: dict[str, Finding]) -> bool:
+    """The deployment collects this finding and its stack can show it (it may still lack data)."""
+    return key in findings and findings[key].status != FindingStatus.NOT_MEASURABLE
 
 
 def _expected(cat: Category, findings: dict[str, Finding]) -> dict[str, float]:
@@ -136,25 +166,57 @@ def _coverage(cat: Category, findings: dict[str, Finding]) -> float:
     return measured / sum(weights.values()) if weights else 0.0
 
 
-def _first_mover(candidates: dict[str, Category], findings: dict[str, Finding], breached: set[str]) -> str | None:
-    """The candidate whose earliest breached anchor leads every other candidate's by LEAD_MINUTES.
-    Symptom anchors are left out: TTFT rises after any cause, so it must not mask who led; so are
-    chronic breaches, whose onset is only the start of the window."""
+def _lag(finding: Finding) -> timedelta:
+    """How late the finding's query sees a change: half its longest range (a rate over [5m] moves
+    about 2.5 minutes after what it measures, a 10-minute median about 5), so that a gauge and a
+    rate are compared on when their change happened, not on when each query showed it."""
+    ranges = [int(n) * RANGE_UNITS[unit] for n, unit in RANGE.findall(finding.query or "")]
+    return timedelta(seconds=max(ranges, default=0) / 2)
+
+
+def _moved_at(finding: Finding) -> datetime | None:
+    """When the finding's change happened (its onset less its query's lag); None when it has no
+    onset in the window or was breached all along."""
+    if not finding.breached or finding.onset is None or is_chronic(finding):
+        return None
+    return finding.onset - _lag(finding)
+
+
+def _clearly_after(finding: Finding, moment: datetime) -> bool:
+    """The finding moved LEAD_MINUTES or more after `moment`."""
+    at = _moved_at(finding)
+    return at is not None and at - moment >= timedelta(minutes=LEAD_MINUTES)
+
+
+def _first_mover(
+    candidates: dict[str, Category], findings: dict[str, Finding], breached: set[str]
+) -> tuple[str, datetime] | None:
+    """The candidate whose earliest breached anchor finding leads every other candidate's by
+    LEAD_MINUTES, and when it moved. A finding that is another candidate's anchor on its own is
+    that cause's evidence and says nothing of when this one began (a full cache evicts prefixes:
+    the hit rate's fall dates the misses, not the pressure); symptoms and shared consequences are
+    left out (TTFT rises and the queue grows after any cause), and so are chronic breaches (their
+    onset is only the start of the window)."""
+    alone = {name: {a for a in cat.anchors if isinstance(a, str)} for name, cat in candidates.items()}
+    undated = symptoms() | consequences()
     leads: dict[str, datetime] = {}
     for name, cat in candidates.items():
-        causal = [findings[k] for anchor in cat.held_anchors(breached) for k in anchor if k not in symptoms()]
-        onsets = [f.onset for f in causal if f.breached and not is_chronic(f)]
-        dated = [onset for onset in onsets if onset is not None]
+        keys = {k for anchor in cat.held_anchors(breached) for k in anchor if k not in undated}
+        theirs = set().union(*(own for other, own in alone.items() if other != name))
+        dated = [at for k in keys - theirs if (at := _moved_at(findings[k])) is not None]
         if dated:
             leads[name] = min(dated)
     if len(leads) < 2:
         return None
     (first, first_onset), (_, second_onset) = sorted(leads.items(), key=lambda item: item[1])[:2]
-    return first if second_onset - first_onset >= timedelta(minutes=LEAD_MINUTES) else None
+    return (first, first_onset) if second_onset - first_onset >= timedelta(minutes=LEAD_MINUTES) else None
 
 
-def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
-    """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included."""
+def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True) -> list[Hypothesis]:
+    """Ranked hypotheses over the whole taxonomy, best first, `no_clear_cause` included.
+    Confidences are calibrated (how often an answer that strong is right) unless `calibrated` is
+    False, which gives the raw strengths the calibration is fitted on."""
+    maps = calibration() if calibrated else None
     by_key = {f.key: f for f in findings}
     breached = {f.key for f in findings if f.breached}
     # An anchor that held all window (chronic) is no sign of what just went wrong: at least one of
@@ -170,15 +232,20 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
     for name, cat in anchored.items():
         evidence = [k for k in cat.supports if k in breached]
         against = [k for k in cat.contradicts if k in breached]
+        if first_mover and name == first_mover[0]:
+            # What moved clearly after the cause that led is its consequence, not a look-alike's
+            # sign: prefix misses that fill the cache until it preempts.
+            against = [k for k in against if not _clearly_after(by_key[k], first_mover[1])]
         support = sum(cat.supports[k] * _weight(by_key[k]) for k in evidence)
         contradiction = sum(cat.contradicts[k] * _weight(by_key[k]) for k in against)
         explanation = _explain(by_key, evidence)
-        if name == first_mover and support > contradiction:
+        if first_mover and name == first_mover[0] and support > contradiction:
             support += LEAD_BONUS
             explanation += ". It moved first, before the other candidates' signals"
         score = support - contradiction
         # Support beyond `full_at` saturates; a contradiction always costs its weight.
-        strength = max(0.0, min(1.0, support / cat.full_score()) - contradiction / cat.full_score())
+        full = cat.full_score(lambda key: _observable(key, by_key))
+        strength = max(0.0, min(1.0, support / full) - contradiction / full)
         coverage = _coverage(cat, by_key)
         confidence = MAX_CONFIDENCE * strength * (UNCOVERED_FLOOR + (1 - UNCOVERED_FLOOR) * coverage)
         if against:
@@ -204,6 +271,8 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
     candidates.sort(key=lambda h: (-h.confidence, -h.score, order.index(h.category)))
     top = candidates[0].confidence if candidates else None  # even when `limit` leaves no room for it
     doubt = _no_clear_cause(findings, top=top)
+    if maps:
+        _calibrate(candidates, doubt, maps)
     stronger = [c for c in candidates if c.confidence > doubt.confidence]
     weaker = [c for c in candidates if c.confidence <= doubt.confidence]
     ranked = (stronger + [doubt] + weaker)[:limit]
@@ -212,6 +281,20 @@ def rank(findings: Sequence[Finding], limit: int = 5) -> list[Hypothesis]:
     for position, hypothesis in enumerate(ranked, start=1):
         hypothesis.rank = position
     return ranked
+
+
+def _calibrate(candidates: list[Hypothesis], doubt: Hypothesis, maps: Calibration) -> None:
+    """The top answer's confidence becomes how often a top answer that strong is right; what it
+    leaves is shared by the others (`no_clear_cause` included) in proportion to their raw strength,
+    never above the top's, so that the list reads as one distribution over the causes."""
+    if not candidates:
+        doubt.confidence = round(maps.no_cause(doubt.confidence), 3)
+        return
+    first, rest = candidates[0], [*candidates[1:], doubt]
+    first.confidence = round(maps.cause(first.confidence), 3)
+    total = sum(h.confidence for h in rest)
+    for h in rest:
+        h.confidence = round(min(first.confidence, (1 - first.confidence) * h.confidence / total), 3)
 
 
 def _no_clear_cause(findings: Sequence[Finding], top: float | None) -> Hypothesis:

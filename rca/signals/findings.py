@@ -24,6 +24,11 @@ CURRENT_MINUTES = 10  # "current" = median of the last ten minutes (or since the
 MIN_CURRENT_MINUTES = 2
 BASELINE_GUARD_MINUTES = 30  # the baseline ends this long before the alert started
 ONSET_GAP_SAMPLES = 2  # a breach run survives this many healthy samples in a row
+DEPARTURE_SIGMAS = 3.0  # a series has left its normal range beyond this many robust deviations
+MAD_TO_SIGMA = 1.4826  # median absolute deviation to a normal distribution's standard deviation
+MIN_SPREAD = 0.01  # the normal range is at least 1 % of its centre either side (a flat series)
+MIN_NORMAL_SAMPLES = 10
+DEPARTURE_LOOKBACK_MINUTES = 15
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {">": operator.gt, "<": operator.lt}
 
@@ -105,7 +110,30 @@ def _judge_series(
         # For absolute thresholds the baseline is what the series looked like before it broke;
         # a series that starts broken has none (the pre-guard samples are part of the breach).
         baseline = _median([v for ts, v in samples if ts < onset])
+    if onset is not None and baseline is not None:
+        normal = [v for ts, v in samples if ts < min(guard, onset)]
+        onset = departure(samples, onset, normal, spec.comparison)
     return _SeriesVerdict(labels, current, baseline, limit, breached, onset)
+
+
+def departure(samples: Samples, onset: float, normal: list[float], comparison: str) -> float:
+    """When the series left its normal range on the way to the breach that began at `onset`:
+    the start of the run, back from the onset, beyond DEPARTURE_SIGMAS robust deviations of the
+    `normal` samples (a scaled median absolute deviation). A threshold crossing dates a change by
+    how far the threshold sits from normal; where the series started to move dates it by the
+    change itself, so that what moved first can be told even between signals whose thresholds
+    differ in strictness. A move is looked for at most DEPARTURE_LOOKBACK_MINUTES before the
+    crossing: a series that drifted for longer is dated from there, so that a slow drift does not
+    pass for the first mover of a fault that broke in minutes."""
+    if len(normal) < MIN_NORMAL_SAMPLES:
+        return onset
+    center = statistics.median(normal)
+    spread = max(MAD_TO_SIGMA * statistics.median(abs(v - center) for v in normal), MIN_SPREAD * abs(center), 1e-12)
+    edge = center + DEPARTURE_SIGMAS * spread if comparison == ">" else center - DEPARTURE_SIGMAS * spread
+    earliest = onset - DEPARTURE_LOOKBACK_MINUTES * 60
+    run = [(ts, v) for ts, v in samples if earliest <= ts <= onset]
+    started = breach_onset(run, lambda v: COMPARE[comparison](v, edge))
+    return min(onset, started) if started is not None else onset
 
 
 def _severity(spec: SignalSpec, verdict: _SeriesVerdict) -> float:

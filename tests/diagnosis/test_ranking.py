@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -9,7 +10,8 @@ import pytest
 
 from rca.collect.profile import load_profile
 from rca.config.files import DEFAULT_TRACE_GROUPS
-from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, rank, symptoms, taxonomy
+from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, symptoms, taxonomy
+from rca.diagnosis.ranking import rank as calibrated_rank
 from rca.domain.evidence import Finding, Hypothesis
 from tests.helpers.paths import REPO
 
@@ -18,6 +20,8 @@ PROFILE = load_profile()
 KINDS = {s.id: s.kind for s in PROFILE.signals} | dict.fromkeys(DEFAULT_TRACE_GROUPS, "trace")
 SIGNALS = [s.id for s in PROFILE.signals if s.kind == "signal"]
 CAUSES = [name for name in taxonomy() if name != NO_CLEAR_CAUSE]
+# The scoring rules give raw strengths; their calibration is tests/diagnosis/test_calibration.py's.
+rank = functools.partial(calibrated_rank, calibrated=False)
 
 
 def finding(key: str, breached: bool = False, unavailable: bool = False) -> Finding:
@@ -59,7 +63,10 @@ def expected_confidence(category: str, breached: set[str], unavailable: set[str]
         k: w for k, w in (cat.supports | cat.contradicts).items() if KINDS.get(k) != "trace" or k not in unavailable
     }  # unread traces are not missed evidence
     coverage = sum(w for k, w in weights.items() if k in KINDS and k not in unavailable) / sum(weights.values())
-    full = cat.full_at or sum(cat.supports.values())
+    # Complete evidence: `full_at` or every support, but no more than the supports the stack and the
+    # deployment can show (these findings are all measurable: unavailable is missing data, not that).
+    observable = sum(w for k, w in cat.supports.items() if k in KINDS)
+    full = min(cat.full_at or sum(cat.supports.values()), observable) or sum(cat.supports.values())
     return MAX_CONFIDENCE * max(0.0, min(1.0, support / full) - contradiction / full) * (0.6 + 0.4 * coverage)
 
 
@@ -212,8 +219,8 @@ def test_evidence_lists_only_breached_supporting_findings_that_exist() -> None:
 
 
 def test_ok_and_unavailable_supporting_findings_are_not_evidence() -> None:
-    result = by_category(rank(findings(breached={"kv_cache_usage"}, unavailable={"preemption_rate"})))
-    assert result["kv_memory_pressure"].evidence == ["kv_cache_usage"]
+    result = by_category(rank(findings(breached={"kv_cache_usage", "queue_median"}, unavailable={"preemption_rate"})))
+    assert result["kv_memory_pressure"].evidence == ["kv_cache_usage", "queue_median"]
 
 
 def random_cases(count: int = 200) -> list[tuple[set[str], set[str]]]:
@@ -289,14 +296,23 @@ def with_onsets(items: list[Finding], onsets: dict[str, int]) -> list[Finding]:
 
 
 def test_the_cause_that_moved_first_gets_the_lead_bonus() -> None:
-    # Full KV cache and missed prefixes together: which broke first decides between two causes.
-    breached = {"kv_cache_usage", "prefix_cache_hit_rate", "ttft_p95"}
-    kv_first = rank(with_onsets(findings(breached), {"kv_cache_usage": 0, "prefix_cache_hit_rate": 6, "ttft_p95": 7}))
-    miss_first = rank(with_onsets(findings(breached), {"kv_cache_usage": 6, "prefix_cache_hit_rate": 0, "ttft_p95": 1}))
+    # Preemptions and missed prefixes together: which broke first decides between two causes (the
+    # KV usage both fill dates neither).
+    breached = {"kv_cache_usage", "preemption_rate", "prefix_cache_hit_rate", "ttft_p95"}
+    kv_onsets = {"kv_cache_usage": 0, "preemption_rate": 1, "prefix_cache_hit_rate": 6, "ttft_p95": 7}
+    miss_onsets = {"kv_cache_usage": 4, "preemption_rate": 7, "prefix_cache_hit_rate": 0, "ttft_p95": 1}
+    kv_first = rank(with_onsets(findings(breached), kv_onsets))
+    miss_first = rank(with_onsets(findings(breached), miss_onsets))
     kv_a, miss_a = by_category(kv_first)["kv_memory_pressure"], by_category(kv_first)["prefix_cache_miss"]
     kv_b, miss_b = by_category(miss_first)["kv_memory_pressure"], by_category(miss_first)["prefix_cache_miss"]
     assert kv_a.score == kv_b.score + LEAD_BONUS and "moved first" in kv_a.explanation
-    assert miss_b.score == miss_a.score + LEAD_BONUS and "moved first" in miss_b.explanation
+    assert "moved first" in miss_b.explanation
+    # The preemptions and the full cache came 4 and 7 minutes after the misses: their consequences,
+    # not a look-alike's signs, so they no longer count against the cause that led.
+    assert miss_a.contradicting == ["preemption_rate", "kv_cache_usage"] and miss_b.contradicting == []
+    against = sum(taxonomy()["prefix_cache_miss"].contradicts[k] for k in miss_a.contradicting)
+    assert miss_b.score == miss_a.score + LEAD_BONUS + against
+    assert by_category(miss_first)["prefix_cache_miss"].rank < by_category(miss_first)["kv_memory_pressure"].rank
 
 
 @pytest.mark.parametrize("gap", [0, 2])

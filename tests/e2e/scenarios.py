@@ -258,6 +258,7 @@ def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
             rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * p["hit_rate"],
         ),
         Series("sglang:prompt_tokens_total", labels, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
+        Series("sglang:cache_hit_rate", labels, gauge=g("hit_rate", 0.03, hi=1.0)),
         *_histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("sglang:inter_token_latency_seconds", labels, ITL_BUCKETS, "itl"),
         *_histogram("sglang:e2e_request_latency_seconds", labels, TTFT_BUCKETS, "ttft", scale=8.0),

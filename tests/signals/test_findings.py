@@ -15,6 +15,7 @@ from rca.domain.evidence import Finding, onset_order
 from rca.signals.findings import (
     BASELINE_GUARD_MINUTES,
     CURRENT_MINUTES,
+    DEPARTURE_LOOKBACK_MINUTES,
     MIN_CURRENT_MINUTES,
     ONSET_GAP_SAMPLES,
     current_since,
@@ -171,7 +172,9 @@ def test_threshold_baseline_is_the_median_before_onset_not_before_the_guard() ->
     samples = series(value)
     before_onset = [v for ts, v in samples if ts < at(30).timestamp()]
     finding = judged(spec(">", threshold=0.82), samples, alert=alert)
-    assert finding.onset == at(30)
+    # The crossing was at 30; the series had already left its normal 0.2 at 130, so the onset is
+    # dated where the move began, at most DEPARTURE_LOOKBACK_MINUTES before the crossing.
+    assert finding.onset == at(30 + DEPARTURE_LOOKBACK_MINUTES)
     assert finding.baseline == pytest.approx(statistics.median(before_onset))
     assert finding.baseline == pytest.approx(0.6)
 
@@ -231,7 +234,20 @@ def test_change_baseline_uses_only_samples_before_the_guard() -> None:
     finding = judged(spec(">", change=0.5), series(value))
     assert finding.baseline == pytest.approx(100.0)
     assert finding.breached
-    assert finding.onset == at(20)
+    assert finding.onset == at(20 + DEPARTURE_LOOKBACK_MINUTES)  # it had left 100 long before 200
+
+
+@pytest.mark.parametrize("change", [0.2, 1.5])
+def test_the_onset_is_where_the_series_left_its_normal_range_not_where_it_crossed(change: float) -> None:
+    # Noisy around 100, then a ramp from 12 to 4 minutes before the end up to 300: a lenient and a
+    # strict threshold cross it minutes apart, but both date the move to where the ramp began.
+    def value(m: int) -> float:
+        wobble = 1 + 0.02 * ((m * 7919) % 5 - 2) / 2
+        return 100.0 * wobble if m > 12 else (300.0 if m <= 4 else 100.0 + 25.0 * (12 - m))
+
+    finding = judged(spec(">", change=change), series(value))
+    assert finding.breached
+    assert at(12) <= finding.onset <= at(11)
 
 
 def test_change_signal_without_baseline_is_not_breached_and_says_so() -> None:

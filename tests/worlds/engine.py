@@ -8,7 +8,10 @@ Relations (per moment; the queue is integrated over time, everything else is qua
 - Prefill work per request: `prompt_len * (1 - hit_rate)` tokens at `PREFILL_TOKENS_PER_SECOND * speed`.
 - Decode step time: `STEP_SECONDS * (1 + BATCH_COST * running)` on the GPU, stretched by memory
   stalls (`1 + bandwidth_stall`) and divided by `speed`, plus the CPU's launch time per step
-  (`CPU_STEP_SECONDS * cpu_overhead`, more when the CPU is throttled or threads migrate).
+  (`CPU_STEP_SECONDS * cpu_overhead`, more when the CPU is throttled or threads migrate), plus
+  the step's host synchronisation (`SYNC_SECONDS * host_copies`: the GPU waits on host-side copies)
+  and, for threads that migrate, `MIGRATION_SECONDS * unpinned` of descheduling (a migrated thread
+  waits for a core and refills its caches from remote memory).
 - Prefills interrupt decode (no chunked prefill): ITL = step / (1 - prefill share of GPU time).
 - Requests that fit: `kv_capacity / tokens per request` (the prompt, its cached share counted
   half as it is shared, plus half the output on average), and never more than `max_batch`.
@@ -41,6 +44,8 @@ CPU_STEP_SECONDS = 0.002
 QUEUE_BASE = 0.3
 MAX_WAITING = 250.0
 PREEMPT_AT = 0.97
+SYNC_SECONDS = 0.002
+MIGRATION_SECONDS = 0.006
 CLOCK_MHZ = 1980.0
 PCIE_BYTES = 2.0e8
 
@@ -74,7 +79,11 @@ def observe(given: Given, queue_before: float, dt: float) -> tuple[dict[str, flo
     capacity queue a moment `dt` seconds ago; also returns the queue now, for the next moment."""
     g = given
     throttle = 1 + 3 * max(0.0, g.cpu_throttled - 0.05)  # throttled CPU stretches every launch
-    cpu_step = CPU_STEP_SECONDS * g.cpu_overhead * throttle * (1 + 0.8 * g.unpinned)
+    cpu_step = (
+        CPU_STEP_SECONDS * g.cpu_overhead * throttle * (1 + 0.8 * g.unpinned)
+        + SYNC_SECONDS * g.host_copies
+        + MIGRATION_SECONDS * g.unpinned
+    )
     prefill_tokens = g.prompt_len * (1 - g.hit_rate)
     prefill_seconds = prefill_tokens / (PREFILL_TOKENS_PER_SECOND * g.speed)
     tokens_per_request = g.prompt_len * (1 - 0.5 * g.hit_rate) + g.output_len / 2  # shared prefixes count once

@@ -28,6 +28,12 @@ HEALTHY = "no_clear_cause"
 WINDOW_SECONDS = 3 * 3600
 GRID_SECONDS = 15.0
 SERVING_JOBS = frozenset({"vllm", "sglang", "tgi", "triton"})  # the engines' own exporters
+# The SLA alert: a latency at this multiple of the host's healthy level, held for the rule's `for:`.
+ALERT_FACTOR = {"ttft": 1.5, "itl": 1.3}
+ALERT_FOR_SECONDS = (60.0, 300.0)
+ALERT_RATE_LAG = 150.0  # the rule's quantile is over a 5-minute rate, which lags by half of it
+INVESTIGATED_AFTER_ALERT_SECONDS = (30.0, 20 * 60.0)
+MAX_REDRAWS = 12
 STACKS = ("vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi", "triton", "triton_trtllm")
 
 Draw = Callable[[random.Random, Given, float], Given]  # (rng, healthy, severity 0..1) -> given once it hit
@@ -202,7 +208,7 @@ class World:
         return {"alertname": "LLMTimeToFirstTokenHigh", **scope}
 
 
-def _healthy_given(r: random.Random, busy: bool) -> Given:
+def _healthy_given(r: random.Random, busy: bool, load: tuple[float, float] = (0.3, 0.75)) -> Given:
     """The host's own healthy levels: load, prompt and output lengths, cache, memory."""
     prompt = r.uniform(300, 2500)
     output = r.uniform(120, 400)
@@ -211,7 +217,7 @@ def _healthy_given(r: random.Random, busy: bool) -> Given:
     kv_share = r.uniform(0.3, 0.7)  # how full the healthy cache runs
     base = replace(base, kv_capacity=r.uniform(40_000, 160_000))
     # Scale the demand to a target load, then size the cache to run `kv_share` full.
-    target = r.uniform(0.86, 0.93) if busy else r.uniform(0.3, 0.75)
+    target = r.uniform(0.86, 0.93) if busy else r.uniform(*load)
     rate = _rate_for_load(base, target)
     given = replace(base, arrival_rate=rate)
     running = simulate([given] * 40, 0.0, GRID_SECONDS).values[-1]["running"]
@@ -230,6 +236,24 @@ def _rate_for_load(given: Given, load: float) -> float:
         else:
             low = mid
     return low
+
+
+def _alert_delay(base: Given, target: Given, ramp: float, hold: float) -> float | None:
+    """Seconds from onset until the SLA alert fires: TTFT or inter-token latency at its
+    ALERT_FACTOR times the host's own healthy level, as the rule's 5-minute rate sees it (late by
+    ALERT_RATE_LAG), held for the rule's `for:` (None: not within an hour)."""
+    healthy = _settled(base)
+    moments = [blend(base, target, min(1.0, i * GRID_SECONDS / ramp)) for i in range(int(3600 / GRID_SECONDS))]
+    held_since: float | None = None
+    for i, values in enumerate(simulate([base] * 40 + moments, 0.0, GRID_SECONDS).values[40:]):
+        t = i * GRID_SECONDS
+        if any(values[key] >= factor * healthy[key] for key, factor in ALERT_FACTOR.items()):
+            held_since = t if held_since is None else held_since
+            if t - held_since >= hold:
+                return t + ALERT_RATE_LAG
+        else:
+            held_since = None
+    return None
 
 
 def _timeline(given_at: Callable[[float], Given], start: float, end: float) -> Timeline:
@@ -262,17 +286,40 @@ def draw(seed: int, now: float, cause: str | None = None) -> World:
     healthy = _healthy_given(r, busy)
     severity = r.random()
     ramp = r.uniform(30, 600)
-    minutes_since_onset = r.uniform(6, 45)
-    onset = now - minutes_since_onset * 60
-    alert_start = onset + r.uniform(1, min(6, minutes_since_onset - 2)) * 60
-    faulty_given = CAUSES[cause](r, healthy, severity) if cause != HEALTHY else healthy
     chronic: Given | None = None
     if r.random() < 0.15:  # something was off before the window and stays so: not this incident's cause
-        chronic = replace(healthy, cpu_overhead=healthy.cpu_overhead * 2.5)
+        chronic = _chronic(healthy)
         notes.append("chronic CPU load")
+    base = chronic or healthy
+    alert_for = r.uniform(*ALERT_FOR_SECONDS)
+    if cause == HEALTHY:
+        # A control's alert fired for a reason outside the host (a client's own timeout, a probe).
+        faulty_given = healthy
+        onset = now - r.uniform(6, 45) * 60
+        alert_start = onset + r.uniform(1, 4) * 60
+    else:
+        # The SLA alert fires only once the fault shows in a latency the host is alerted on; a fault
+        # too mild to ever show raises no alert, so no incident: draw it again, harder, and on a host
+        # that runs nearer its capacity when even the hardest does not show on this one.
+        for attempt in range(MAX_REDRAWS):
+            if attempt and attempt % 4 == 0:
+                healthy = _healthy_given(r, busy=False, load=(0.75, 0.85))
+                chronic = chronic and _chronic(healthy)
+                base = chronic or healthy
+                severity = r.random()
+            faulty_given = CAUSES[cause](r, healthy, severity)
+            target = faulty_given if chronic is None else _merge(chronic, healthy, faulty_given)
+            delay = _alert_delay(base, target, ramp, alert_for)
+            if delay is not None:
+                break
+            severity = r.uniform(severity, 1.0)
+        else:
+            raise AssertionError(f"seed {seed}: {cause} never shows in a latency even at its hardest")
+        # The investigation runs when Alertmanager calls, or at a later re-send of the group.
+        onset = now - delay - r.uniform(*INVESTIGATED_AFTER_ALERT_SECONDS)
+        alert_start = onset + delay
 
     def given_at(t: float, faulty: bool = True) -> Given:
-        base = chronic or healthy
         if not faulty or t <= onset:
             return base
         target = faulty_given if chronic is None else _merge(chronic, healthy, faulty_given)
@@ -309,6 +356,11 @@ def draw(seed: int, now: float, cause: str | None = None) -> World:
     if busy:
         notes.append("healthy but busy")
     return World(seed, cause, host, now, alert_start, severity, busy, notes)
+
+
+def _chronic(healthy: Given) -> Given:
+    """A CPU load that was there before the window and stays: launches cost 2.5 times more."""
+    return replace(healthy, cpu_overhead=healthy.cpu_overhead * 2.5)
 
 
 def _merge(chronic: Given, healthy: Given, faulty: Given) -> Given:

@@ -102,8 +102,8 @@ def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
         },
         "per_cause": per_cause,
         "per_stack": per_stack,
-        "by_severity": _by(faults, lambda o: _band(o.world.severity, [0.5, 0.67, 0.83, 1.0])),
-        "by_minutes_since_onset": _by(faults, lambda o: _band(o.world.minutes_since_onset, [6, 12, 20, 45])),
+        "by_severity": _by(faults, lambda o: _band(o.world.severity, [0, 0.33, 0.67, 1.0])),
+        "by_minutes_since_onset": _by(faults, lambda o: _band(o.world.minutes_since_onset, [0, 6, 12, 20, 45])),
         "by_missing_data": _by(faults, lambda o: "missing" if o.missing_data else "complete"),
         "confusion": {cause: dict(row) for cause, row in sorted(confusion.items())},
     }
