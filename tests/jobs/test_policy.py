@@ -6,8 +6,12 @@ import random
 
 from rca.jobs.policy import (
     BACKOFF_CAP,
+    MAX_RETRIES,
+    MAX_TOTAL_BACKOFF,
+    MIN_TOTAL_BACKOFF,
     backoff_ceiling,
-    MAX_RETRIES, MAX_TOTAL_BACKOFF, MIN_TOTAL_BACKOFF, retry_delay
+    retry_delay,
+)
 
 
 def test_the_retries_outlast_a_minute_long_outage_whatever_the_jitter() -> None:
