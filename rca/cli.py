@@ -9,6 +9,8 @@ import logging
 import os
 import secrets
 import shutil
+import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -153,31 +155,119 @@ def _serve_worker_metrics(settings: Settings) -> None:
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
+    """Supervise one Celery worker process per queue (investigations; Slack with its own small
+    pool, so that a hanging Slack never takes an investigation's place) and the scheduler
+    (`rca beat`); they die with this process and it stops them all when one of them exits."""
     if settings.embedded_queue:
         _fail("RCA_BROKER_URL: not set; `rca worker` needs a broker (without one, `rca serve` investigates in-process)")
+    if args.role == "consumer":
+        _die_with_parent(args.parent_pid)
+        _run_consumer(settings, args)
+        return
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    if not queues:
+        _fail("--queues: name at least one queue")
     if settings.worker_metrics_port:
         _multiprocess_metrics(settings)
     _prepare_database(settings)
+    _serve_worker_metrics(settings)
+    me = str(os.getpid())
+    children: dict[str, list[str]] = {}
+    for queue in queues:
+        concurrency = args.slack_concurrency if queue == SLACK_QUEUE_NAME else args.concurrency
+        children[f"worker {queue}"] = [
+            *RCA_COMMAND,
+            "worker",
+            "--role=consumer",
+            f"--parent-pid={me}",
+            f"--queues={queue}",
+            f"--concurrency={concurrency}",
+            f"--hostname={_consumer_hostname(args.hostname, queue, queues[0])}",
+        ]
+    if not args.no_beat:
+        children["scheduler"] = [*RCA_COMMAND, "beat", f"--parent-pid={me}"]
+    raise SystemExit(_supervise(children))
+
+
+SLACK_QUEUE_NAME = "slack"  # rca.jobs.celery_app.SLACK_QUEUE, named here to import no metrics before their set-up
+RCA_COMMAND = (sys.executable, "-m", "rca")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _consumer_hostname(hostname: str, queue: str, first: str) -> str:
+    """The first queue's worker keeps the node name (health checks ping it); the others get
+    theirs from it: `rca@host` -> `rca-slack@host`."""
+    if queue == first:
+        return hostname
+    name, at, host = hostname.partition("@")
+    return f"{name}-{queue}{at}{host}"
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    """A child of `rca worker` or of the scheduler's parent: killed by the kernel when its parent
+    dies (Linux' PR_SET_PDEATHSIG, as Celery does for its pool), so a crash leaves no orphan."""
+    if parent_pid is None:
+        return
+    if sys.platform == "linux":  # elsewhere the scheduler still checks its parent each tick
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the line above
+        raise SystemExit(EXIT_FAILED)
+
+
+def _run_consumer(settings: Settings, args: argparse.Namespace) -> None:
+    """One Celery worker on one queue; its parent prepared the database and serves the metrics."""
     from rca.jobs.celery_app import create_app
 
-    app = create_app(settings)
-    _serve_worker_metrics(settings)
+    argv = ["worker", "--loglevel", settings.log_level.upper(), "--concurrency", str(args.concurrency)]
+    argv += ["--queues", args.queues, "--hostname", args.hostname]
+    create_app(settings).worker_main(argv)
 
-    argv = [
-        "worker",
-        "--loglevel",
-        settings.log_level.upper(),
-        "--concurrency",
-        str(args.concurrency),
-        "--queues",
-        args.queues,
-        "--hostname",
-        args.hostname,
-    ]
-    if not args.no_beat:
-        argv += ["--beat", "--schedule", str(settings.data_dir / "celerybeat-schedule")]
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-    app.worker_main(argv)
+
+def _supervise(children: dict[str, list[str]]) -> int:
+    """Start the children, forward SIGTERM and SIGINT to them, and when one exits on its own stop
+    the others: the whole worker then exits (non-zero) for its supervisor (compose, Kubernetes) to
+    restart it whole. Returns the exit status."""
+    stop = threading.Event()
+    status = EXIT_OK
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    procs = {name: subprocess.Popen(command) for name, command in children.items()}
+    log.info("worker: started %s", ", ".join(f"{name} (pid {p.pid})" for name, p in procs.items()))
+    while not stop.is_set():
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                log.error("worker: %s exited with %s; stopping the others", name, proc.returncode)
+                status = EXIT_FAILED
+                stop.set()
+        stop.wait(0.5)
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # Celery's warm shutdown: running tasks finish first
+    for proc in procs.values():
+        proc.wait()
+    return status
+
+
+def cmd_beat(settings: Settings, args: argparse.Namespace) -> None:
+    if settings.embedded_queue:
+        _fail("RCA_BROKER_URL: not set; `rca beat` needs a broker (without one, `rca serve` sweeps in-process)")
+    if args.parent_pid is not None:
+        _die_with_parent(args.parent_pid)
+    else:
+        _prepare_database(settings)
+    from rca.jobs.beat import run_scheduler
+    from rca.jobs.celery_app import create_app
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    run_scheduler(settings, create_app(settings), stop, args.parent_pid)
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
@@ -541,19 +631,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = command(
         "worker",
-        "run a Celery worker for investigations",
-        "Consume investigations (and Slack deliveries) from RCA_BROKER_URL; with beat, also "
-        "re-enqueue investigations whose enqueue was lost.",
+        "run the Celery workers for investigations and Slack, and the scheduler",
+        "Consume investigations and Slack deliveries from RCA_BROKER_URL, each queue with a Celery "
+        "worker process of its own; with the scheduler, also re-enqueue investigations whose enqueue "
+        "was lost or whose worker died, and Slack notices still owed (one scheduler sweeps at a time).",
     )
     worker.add_argument("--concurrency", type=int, default=2, help="investigations run at once")
+    worker.add_argument(
+        "--slack-concurrency", type=int, default=2, help="Slack deliveries at once (a pool of their own)"
+    )
     worker.add_argument("--hostname", default="rca@%h", help="Celery node name (%%h: this host's name)")
     worker.add_argument(
         "--queues",
         default="investigations,slack",
-        help="comma-separated queues to consume (Slack deliveries have their own)",
+        help="comma-separated queues to consume, a Celery worker process each (Slack deliveries have their own)",
     )
-    worker.add_argument("--no-beat", action="store_true", help="do not run the stranded-investigation sweeper")
+    worker.add_argument("--no-beat", action="store_true", help="do not run the scheduler (the sweeper)")
+    worker.add_argument("--role", choices=["consumer"], help=argparse.SUPPRESS)
+    worker.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     worker.set_defaults(func=cmd_worker)
+
+    beat = command(
+        "beat",
+        "run the scheduler alone",
+        "Sweep every RCA_SWEEP_INTERVAL_SECONDS: re-enqueue investigations whose enqueue was lost or "
+        "whose worker died, and Slack notices still owed. Any number may run: one holds the lock "
+        "and sweeps, the others stand by. `rca worker` runs one itself unless --no-beat.",
+    )
+    beat.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
+    beat.set_defaults(func=cmd_beat)
 
     mig = command(
         "migrate",

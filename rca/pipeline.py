@@ -205,7 +205,9 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     url, slack = settings.effective_database_url, settings.slack_enabled
     started = time.perf_counter()
     with session_scope(url) as session:
-        claim = investigations.claim(session, investigation_id)
+        claim = investigations.claim(
+            session, investigation_id, lease=timedelta(seconds=settings.investigation_lease_seconds)
+        )
     if claim is None:
         return "skipped"
     alerts = [

@@ -215,6 +215,7 @@ def test_every_command_has_a_description_and_every_option_help_with_its_default(
     assert {
         "serve",
         "worker",
+        "beat",
         "migrate",
         "investigate",
         "demo",
@@ -236,3 +237,31 @@ def test_every_command_has_a_description_and_every_option_help_with_its_default(
     demo = " ".join(commands["demo"].format_help().split())
     assert "(default: 0)" in demo
     assert "(default: 2)" in " ".join(commands["worker"].format_help().split())
+
+
+def test_the_worker_names_each_consumer_after_its_own_node_name() -> None:
+    assert cli._consumer_hostname("rca@host-1", "investigations", "investigations") == "rca@host-1"
+    assert cli._consumer_hostname("rca@host-1", "slack", "investigations") == "rca-slack@host-1"
+
+
+def test_the_worker_stops_its_other_children_when_one_exits() -> None:
+    """`rca worker` supervises its consumers and scheduler: one exiting on its own stops the rest
+    and the worker exits non-zero, for compose or Kubernetes to restart it whole."""
+    import signal
+    import sys
+    import time
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    started = time.monotonic()
+    try:
+        status = cli._supervise(
+            {
+                "exits": [sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(3)"],
+                "runs": [sys.executable, "-c", "import time; time.sleep(60)"],
+            }
+        )
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert status == cli.EXIT_FAILED
+    assert time.monotonic() - started < 15

@@ -1,6 +1,7 @@
 """The Celery app for `celery -A workers.app` (compose's health check, operators' own tooling):
 the process's settings, checked at start-up, and the tasks of `rca.jobs.celery_app`. `rca worker`
-builds the same app itself."""
+builds the same app itself, one Celery worker process per queue (`celery -A workers.app worker -Q
+investigations`, `-Q slack -c 2`) plus the scheduler (`rca beat`): docs/workers.md."""
 
 from __future__ import annotations
 

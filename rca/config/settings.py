@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     webhook_max_group_key_bytes: int = Field(default=2048, ge=64, le=2600)
     investigation_timeout_seconds: float = Field(default=60.0, gt=0)
     sweep_after_seconds: int = Field(default=60, ge=5)
+    # How often the scheduler (`rca beat`) sweeps, and how long a running investigation's claim
+    # lasts without a heartbeat before the sweep hands it to another worker (rca/jobs/lease.py).
+    sweep_interval_seconds: float = Field(default=15.0, gt=0, le=3600)
+    investigation_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     slack_webhook_url: SecretStr | None = None
     slack_bot_token: SecretStr | None = None

@@ -5,6 +5,11 @@ redelivered task never duplicates findings or hypotheses.
 Late acks plus `task_reject_on_worker_lost` mean a worker that dies mid-investigation leaves the
 message to be redelivered; the task is idempotent, so redelivery is safe. `workers.app` is this
 app for `celery -A workers.app`; `rca worker` starts it directly.
+
+Investigations and Slack deliveries have their own queues, and `rca worker` consumes each with a
+Celery worker process of its own (rca/cli.py): a Slack that hangs holds only the Slack pool. The
+sweep runs in the scheduler (`rca beat`, rca/jobs/beat.py), not behind the investigations queue.
+Transient errors are retried with `rca.jobs.policy`'s backoff, long enough for a database failover.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from rca import metrics
 from rca.config import Settings, get_settings
 from rca.jobs.investigate import investigate
-from rca.jobs.policy import CELERY_RETRY, TRANSIENT
+from rca.jobs.policy import MAX_RETRIES, TRANSIENT, retry_delay
 from rca.jobs.sweep import SWEPT, owed_notices, sweep
 from rca.notify.service import deliver
 from rca.store.db import forget_engines_after_fork
@@ -37,13 +42,11 @@ def create_app(settings: Settings) -> Celery:
         task_soft_time_limit=settings.investigation_timeout_seconds,
         task_time_limit=settings.investigation_timeout_seconds + 30,
         task_default_queue=INVESTIGATIONS_QUEUE,
+        # `rca.sweep` is for an operator's one-off sweep; the scheduler sweeps without a queue.
         task_routes={SWEEP: {"queue": INVESTIGATIONS_QUEUE}, SLACK_NOTIFY: {"queue": SLACK_QUEUE}},
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": 600},
-        beat_schedule={
-            "sweep-stranded-investigations": {"task": SWEEP, "schedule": float(settings.sweep_after_seconds)},
-        },
         worker_hijack_root_logger=False,
     )
     _register_tasks(app)
@@ -54,37 +57,53 @@ def _register_tasks(app: Celery) -> None:
     """The tasks read the process's settings (`get_settings`) when they run, as the worker does."""
 
     def queue_slack_notice(incident_id: int, event: str) -> bool:
-        slack_notify.apply_async(args=[incident_id, event], queue=SLACK_QUEUE, retry=False)
+        slack_notify.apply_async(args=(incident_id, event), queue=SLACK_QUEUE, retry=False)
         return True
 
-    @app.task(name=INVESTIGATE, bind=True, **CELERY_RETRY)
+    @app.task(name=INVESTIGATE, bind=True)
     def investigate_task(self: Task, investigation_id: int) -> str:
-        return investigate(get_settings(), investigation_id, queue_slack_notice, retryable=TRANSIENT)
+        try:
+            return investigate(get_settings(), investigation_id, queue_slack_notice, retryable=TRANSIENT)
+        except TRANSIENT as exc:
+            raise retry_transient(self, exc) from exc
 
-    @app.task(name=SLACK_NOTIFY, bind=True, soft_time_limit=120, time_limit=150, **CELERY_RETRY)
+    @app.task(name=SLACK_NOTIFY, bind=True, soft_time_limit=120, time_limit=150)
     def slack_notify(self: Task, incident_id: int, event: str) -> str:
         """Bring the incident's Slack message up to date (see `rca.notify.service`). Retries itself
         with Slack's Retry-After or exponential backoff, at most RCA_SLACK_MAX_ATTEMPTS tries; a
         database blip retries like an investigation does."""
         settings = get_settings()
-        outcome = deliver(settings, incident_id, event, attempt=self.request.retries + 1)
+        try:
+            outcome = deliver(settings, incident_id, event, attempt=self.request.retries + 1)
+        except TRANSIENT as exc:
+            raise retry_transient(self, exc) from exc
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=settings.slack_max_attempts)
         return outcome.status
 
     @app.task(name=SWEEP)
     def sweep_task() -> int:
-        """Re-enqueue investigations whose first enqueue was lost (broker down at intake), and the
-        Slack notices owed that no task delivered (rca.store.notices)."""
-        settings = get_settings()
-        older_than = timedelta(seconds=settings.sweep_after_seconds)
-        ids = sweep(settings, older_than)
-        for investigation_id in ids:
-            investigate_task.delay(investigation_id)
-        owed = owed_notices(settings, older_than)
-        for incident_id in owed:
-            slack_notify.apply_async(args=[incident_id, SWEPT], queue=SLACK_QUEUE)
-        return len(ids) + len(owed)
+        """One sweep now, on a worker (the scheduler sweeps by itself, see `run_sweep`)."""
+        return run_sweep(app, get_settings())
+
+
+def retry_transient(task: Task, exc: Exception) -> Exception:
+    """The task's retry after a database or broker error, with the policy's backoff (rca.jobs.policy);
+    the error itself once MAX_RETRIES retries are used up."""
+    return task.retry(exc=exc, countdown=retry_delay(task.request.retries), max_retries=MAX_RETRIES)
+
+
+def run_sweep(app: Celery, settings: Settings) -> int:
+    """Re-enqueue investigations whose enqueue was lost (broker down at intake) or whose worker died
+    (their lease lapsed), and the Slack notices owed that no task delivered (rca.store.notices)."""
+    older_than = timedelta(seconds=settings.sweep_after_seconds)
+    ids = sweep(settings, older_than)
+    for investigation_id in ids:
+        app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE)
+    owed = owed_notices(settings, older_than)
+    for incident_id in owed:
+        app.send_task(SLACK_NOTIFY, args=[incident_id, SWEPT], queue=SLACK_QUEUE)
+    return len(ids) + len(owed)
 
 
 @worker_process_init.connect

@@ -49,7 +49,7 @@ class InlineDispatcher:
             except Exception as exc:
                 log.warning("sweep failed: %s", exc)
             older_than = timedelta(seconds=self.settings.sweep_after_seconds)
-            self._stop.wait(self.settings.sweep_after_seconds)
+            self._stop.wait(self.settings.sweep_interval_seconds)
 
     def close(self) -> None:
         self._stop.set()

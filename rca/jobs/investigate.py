@@ -10,6 +10,7 @@ from collections.abc import Callable
 from rca import metrics
 from rca.config import Settings
 from rca.domain.status import InvestigationStatus
+from rca.jobs.lease import lease_renewed
 from rca.jobs.slack import queue_notice_of
 from rca.pipeline import run_investigation
 from rca.store import investigations
@@ -32,7 +33,8 @@ def investigate(
     """
     started = time.perf_counter()
     try:
-        status = run_investigation(settings, investigation_id)
+        with lease_renewed(settings, investigation_id):
+            status = run_investigation(settings, investigation_id)
     except retryable:
         raise
     except Exception as exc:

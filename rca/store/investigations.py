@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
@@ -30,8 +30,10 @@ class Claim:
     alert_annotations: list[dict[str, str]] = field(default_factory=list)
 
 
-def claim(session: Session, investigation_id: int) -> Claim | None:
-    """Mark the investigation running, or return None if it is finished or unknown."""
+def claim(session: Session, investigation_id: int, lease: timedelta | None = None) -> Claim | None:
+    """Mark the investigation running, or return None if it is finished or unknown. With `lease`,
+    the claim lasts that long unless renewed (`renew_lease`): the sweep hands a running
+    investigation whose lease lapsed to another worker."""
     inv = session.get(Investigation, investigation_id, with_for_update=True)
     if inv is None or inv.status == InvestigationStatus.DONE:
         return None
@@ -40,6 +42,7 @@ def claim(session: Session, investigation_id: int) -> Claim | None:
     inv.status = InvestigationStatus.RUNNING
     inv.attempts += 1
     inv.started_at = utcnow()
+    inv.lease_until = inv.started_at + lease if lease is not None else None
     inv.error = None
     return Claim(
         investigation_id,
@@ -77,7 +80,7 @@ def save_result(
     session.add_all(FindingRow(investigation_id=investigation_id, **asdict(f)) for f in result.findings)
     session.add_all(HypothesisRow(investigation_id=investigation_id, **_stored(asdict(h))) for h in result.hypotheses)
     inv.status = InvestigationStatus.DONE
-    inv.finished_at = utcnow()
+    inv.finished_at, inv.lease_until = utcnow(), None
     inv.collect_seconds = round(result.collect_seconds, 4)
     inv.total_seconds = round(result.total_seconds, 4)
     inv.analyst = Analyst.RULES
@@ -91,6 +94,17 @@ def save_result(
     digests.refresh(session, inv.incident_id)
 
 
+def renew_lease(session: Session, investigation_id: int, lease: timedelta) -> bool:
+    """Extend a running investigation's lease to now + `lease`; False when it is no longer running."""
+    result = session.execute(
+        update(Investigation)
+        .where(Investigation.id == investigation_id, Investigation.status == InvestigationStatus.RUNNING)
+        .values(lease_until=utcnow() + lease)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
 def _stored(data: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in data.items() if name not in NOT_STORED}
 
@@ -102,17 +116,21 @@ def mark_failed(session: Session, investigation_id: int, error: str, final: bool
         return
     inv.error = error[:2000]
     inv.status = InvestigationStatus.FAILED if final else InvestigationStatus.QUEUED
+    inv.lease_until = None
     if final:
         inv.finished_at = utcnow()
 
 
 def stranded(session: Session, older_than: timedelta) -> list[int]:
-    """Claim investigations still queued (or running on a worker that died) after `older_than`:
-    their enqueue was lost, e.g. because the broker was down when the webhook arrived."""
-    cutoff = utcnow() - older_than
+    """Claim investigations still queued after `older_than` (their enqueue was lost, e.g. because
+    the broker was down when the webhook arrived), and running ones whose lease lapsed (the worker
+    running it died: its heartbeat stopped). A claim from before leases is judged by its age."""
+    now = utcnow()
+    cutoff = now - older_than
     queued = (Investigation.status == InvestigationStatus.QUEUED) & (Investigation.queued_at < cutoff)
-    dead_worker = cutoff - older_than * 4
-    running = (Investigation.status == InvestigationStatus.RUNNING) & (Investigation.started_at < dead_worker)
+    lapsed = Investigation.lease_until < now
+    unleased_and_old = Investigation.lease_until.is_(None) & (Investigation.started_at < cutoff - older_than * 4)
+    running = (Investigation.status == InvestigationStatus.RUNNING) & (lapsed | unleased_and_old)
     rows = session.scalars(
         select(Investigation.id)
         .where(queued | running)
@@ -123,7 +141,7 @@ def stranded(session: Session, older_than: timedelta) -> list[int]:
     ids = list(rows)
     for inv in session.scalars(select(Investigation).where(Investigation.id.in_(ids))):
         # Re-queued now, so the next sweep leaves it alone unless this enqueue is lost too.
-        inv.status, inv.queued_at = InvestigationStatus.QUEUED, utcnow()
+        inv.status, inv.queued_at, inv.lease_until = InvestigationStatus.QUEUED, utcnow(), None
     return ids
 
 

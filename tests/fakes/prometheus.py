@@ -19,6 +19,7 @@ class StubPrometheus(LoopbackServer):
 
     def __init__(self) -> None:
         self.queries: list[str] = []
+        self.delay = 0.0  # seconds before each answer: a slow Prometheus makes a long investigation
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,6 +29,7 @@ class StubPrometheus(LoopbackServer):
                 params = parse_qs(parts.query) | parse_qs(self.rfile.read(length).decode())
                 query = params.get("query", [""])[0]
                 stub.queries.append(query)
+                time.sleep(stub.delay)
                 now = time.time()
                 if parts.path.endswith("/query_range"):
                     start, end = float(params["start"][0]), float(params["end"][0])

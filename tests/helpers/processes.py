@@ -7,7 +7,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,17 +50,43 @@ class Worker:
         return self.log.read_text(errors="replace")[-4000:]
 
 
+def child_pids(pid: int) -> list[int]:
+    """The pids of a process's children (Linux /proc)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with suppress(OSError):
+            children += [int(child) for child in (task / "children").read_text().split()]
+    return children
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie waiting for its parent."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 @contextmanager
-def running_worker(home: Path, env: dict[str, str], app: Celery, broker: str, name: str) -> Iterator[Worker]:
-    """`rca worker --no-beat --concurrency 1` in `home`, yielded once it answers a ping, stopped by
-    its pid afterwards; its output goes to `home/worker.log` for failure messages. Its metrics port
-    is off unless `env` sets RCA_WORKER_METRICS_PORT."""
-    log = home / "worker.log"
+def running_worker(
+    home: Path,
+    env: dict[str, str],
+    app: Celery,
+    broker: str,
+    name: str,
+    options: tuple[str, ...] = ("--no-beat", "--concurrency", "1"),
+    log_name: str = "worker.log",
+) -> Iterator[Worker]:
+    """`rca worker --no-beat --concurrency 1` (or with `options`) in `home`, yielded once it answers
+    a ping, stopped by its pid afterwards; its output goes to `home/worker.log` for failure
+    messages. Its metrics port is off unless `env` sets RCA_WORKER_METRICS_PORT."""
+    log = home / log_name
     hostname = f"{name}-{uuid.uuid4().hex[:8]}@127.0.0.1"
     env = {"RCA_WORKER_METRICS_PORT": "0", **env}  # parallel sessions would fight over 9808; tests that want it set it
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(VENV_BIN / "rca"), "worker", "--no-beat", "--concurrency", "1", "--hostname", hostname],
+            [str(VENV_BIN / "rca"), "worker", *options, "--hostname", hostname],
             cwd=home,
             env=env,
             stdout=sink,

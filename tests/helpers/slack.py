@@ -3,6 +3,7 @@ Slack notices they owe (rca/store/notices.py)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -147,3 +148,12 @@ def backdate_owed(url: str, incident_id: int, ago: timedelta) -> None:
     """As if the notice had been owed `ago` already: past the sweep's grace period."""
     with session_scope(url) as session:
         notices.defer(session, incident_id, datetime.now(UTC) - ago)
+
+
+def of_incident(received: list, incident_id: int) -> list:
+    """The requests of the fake Slack that are about this incident (its message, replies, updates)."""
+    return [
+        r
+        for r in received
+        if f"Incident #{incident_id}*" in json.dumps(r.payload) or f"incident #{incident_id})" in json.dumps(r.payload)
+    ]

@@ -32,7 +32,7 @@ from tests.helpers.databases import rows
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.processes import Worker, running_worker, subprocess_env
 from tests.helpers.service import API_AUTH, wait_for_investigation
-from tests.helpers.slack import CHANNEL, backdate_owed, slack_owed, slack_settings
+from tests.helpers.slack import CHANNEL, backdate_owed, of_incident, slack_owed, slack_settings
 from tests.helpers.waiting import wait_for
 
 
@@ -80,14 +80,6 @@ def api(
     fake_slack.reset()  # incident ids restart with the emptied database
     with TestClient(create_app(settings)) as client:
         yield client
-
-
-def of_incident(received: list, incident_id: int) -> list:
-    return [
-        r
-        for r in received
-        if f"Incident #{incident_id}*" in json.dumps(r.payload) or f"incident #{incident_id})" in json.dumps(r.payload)
-    ]
 
 
 def drain(client: TestClient, fake: FakeSlack, label: str) -> None:

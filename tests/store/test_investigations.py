@@ -104,3 +104,33 @@ def test_text_no_backend_can_store_is_cleaned_wherever_it_sits_in_a_result(db_ur
         assert (inv.target, inv.error) == ({"host": CLEAN, "labels": {CLEAN: CLEAN}}, CLEAN)
         # A lookup by a dirty value compares the cleaned one, as it was stored.
         assert session.scalar(select(Investigation.id).where(Investigation.error == DIRTY)) == inv_id
+
+
+def test_a_running_investigation_is_swept_once_its_lease_lapses_not_before(db_url: str) -> None:
+    """The claim carries a lease that the running worker renews (rca/jobs/lease.py); the sweep
+    leaves a running investigation alone while its lease holds, and re-queues it once it lapsed."""
+    investigation_id = queued_investigation(db_url)
+    with session_scope(db_url) as session:
+        assert investigations.claim(session, investigation_id, lease=timedelta(seconds=30)) is not None
+    with session_scope(db_url) as session:
+        assert investigations.stranded(session, timedelta(seconds=60)) == []  # leased: its worker is alive
+        assert investigations.renew_lease(session, investigation_id, timedelta(seconds=-1)) is True  # lapsed
+    with session_scope(db_url) as session:
+        assert investigations.stranded(session, timedelta(seconds=60)) == [investigation_id]
+    with session_scope(db_url) as session:
+        inv = session.get(Investigation, investigation_id)
+        assert inv is not None and (inv.status, inv.lease_until) == ("queued", None)
+        assert investigations.renew_lease(session, investigation_id, timedelta(seconds=30)) is False  # not running
+
+
+def test_a_claim_from_before_leases_is_swept_by_its_age(db_url: str) -> None:
+    investigation_id = queued_investigation(db_url)
+    with session_scope(db_url) as session:
+        assert investigations.claim(session, investigation_id) is not None
+    with session_scope(db_url) as session:
+        assert investigations.stranded(session, timedelta(seconds=60)) == []
+        inv = session.get(Investigation, investigation_id)
+        assert inv is not None and inv.lease_until is None
+        inv.started_at = datetime.now(UTC) - timedelta(minutes=6)
+    with session_scope(db_url) as session:
+        assert investigations.stranded(session, timedelta(seconds=60)) == [investigation_id]

@@ -1,0 +1,90 @@
+"""The retry policy of the jobs (`rca.jobs.policy`): its total backoff outlasts a database failover,
+and a task on the real worker outlives a 15 s outage of PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from sqlalchemy import make_url, select
+
+from rca.api.app import create_app
+from rca.jobs.celery_app import create_app as create_celery_app
+from rca.jobs.policy import (
+    BACKOFF_CAP,
+    MAX_RETRIES,
+    MAX_TOTAL_BACKOFF,
+    MIN_TOTAL_BACKOFF,
+    backoff_ceiling,
+    retry_delay,
+)
+from rca.store.models import Investigation
+from tests.fakes.prometheus import StubPrometheus
+from tests.helpers.brokers import claim_redis_db
+from tests.helpers.databases import rows
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.processes import running_worker, subprocess_env
+from tests.helpers.service import make_settings, wait_for_investigation
+from tests.helpers.tcpproxy import TcpProxy
+
+
+def test_the_retries_outlast_a_minute_long_outage_whatever_the_jitter() -> None:
+    assert MIN_TOTAL_BACKOFF > 60
+    rng = random.Random(16)
+    for _ in range(2000):
+        delays = [retry_delay(n, rng) for n in range(MAX_RETRIES)]
+        assert sum(delays) > 60
+        assert MIN_TOTAL_BACKOFF <= sum(delays) <= MAX_TOTAL_BACKOFF
+        assert all(0 < d <= BACKOFF_CAP for d in delays)
+
+
+def test_the_backoff_grows_exponentially_from_two_seconds_to_its_cap() -> None:
+    lowest = [retry_delay(n, random.Random(0)) for n in range(12)]
+    assert 1 <= lowest[0] <= 2 and 2 <= lowest[1] <= 4 and 4 <= lowest[2] <= 8
+    assert all(30 <= d <= BACKOFF_CAP for d in lowest[5:])
+    # A 15 s outage is outlasted by the first five retries, however the jitter falls.
+    assert sum(backoff_ceiling(n) / 2 for n in range(5)) >= 15
+
+
+def test_an_investigation_outlasts_a_15_s_database_outage_on_the_real_worker(
+    pg_db: str, prometheus: StubPrometheus, tmp_path: Path
+) -> None:
+    """The worker reaches PostgreSQL through a proxy that cuts it off for 15 s, from before the
+    task arrives: the task retries with the policy's backoff and finishes once the database is back."""
+    broker, client = claim_redis_db(pinned_offset=4)
+    target = make_url(pg_db)
+    with TcpProxy(target.host or "127.0.0.1", target.port or 5432) as proxy:
+        proxied = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        env = subprocess_env(
+            broker_url=broker,
+            database_url=proxied,
+            prometheus_url=prometheus.url,
+            data_dir=str(tmp_path / "rca-data"),
+            log_level="INFO",
+        )
+        app = create_celery_app(make_settings(pg_db, tmp_path, broker_url=broker))
+        settings = make_settings(pg_db, tmp_path, broker_url=broker, prometheus_url=prometheus.url)
+        try:
+            with (
+                running_worker(tmp_path, env, app, broker, "rca-outage") as worker,
+                TestClient(create_app(settings)) as api,
+            ):
+                proxy.outage()
+                reply = post_webhook(api, make_payload("outage", alerts=[make_alert("fp-outage")])).json()
+                assert reply["enqueued"] is True
+                time.sleep(15)
+                assert "Retry in" in worker.log.read_text(), worker.output()
+                proxy.restore()
+                wait_for_investigation(api, reply["incident_id"], timeout=45)
+                [row] = rows(
+                    pg_db,
+                    select(Investigation.status, Investigation.attempts).where(
+                        Investigation.id == reply["investigation_id"]
+                    ),
+                )
+                assert (row.status, row.attempts) == ("done", 1), worker.output()
+        finally:
+            client.flushdb()
+            client.close()

@@ -1,0 +1,194 @@
+"""`rca worker` as processes (rca/cli.py, rca/jobs/beat.py, rca/jobs/lease.py), on the real Redis
+and PostgreSQL: Slack deliveries on a pool of their own, so that a hanging Slack does not slow
+investigations; a worker killed with -9 mid-investigation, taken over by the next within a
+minute and posted to Slack once; one scheduler at a time, which dies with its worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from rca.api.app import create_app
+from rca.jobs.celery_app import create_app as create_celery_app
+from rca.store.models import Investigation
+from tests.fakes.prometheus import StubPrometheus
+from tests.fakes.slack import TOKEN, FakeSlack
+from tests.helpers.brokers import claim_redis_db
+from tests.helpers.databases import rows
+from tests.helpers.paths import VENV_BIN
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.processes import alive, child_pids, running_worker, stop_process, subprocess_env
+from tests.helpers.slack import CHANNEL, of_incident, slack_settings
+from tests.helpers.waiting import wait_for
+
+WARM_UP, BATCH = 6, 10  # investigations
+
+
+@pytest.fixture
+def broker() -> Iterator[str]:
+    url, client = claim_redis_db(pinned_offset=3)
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    with FakeSlack() as fake:
+        yield fake
+        fake.delay = 0.0  # let a hanging request go before the server stops
+
+
+@pytest.fixture
+def stub_prometheus() -> Iterator[StubPrometheus]:
+    with StubPrometheus() as stub:
+        yield stub
+        stub.delay = 0.0
+
+
+def worker_env(
+    db: str, broker: str, home: Path, prometheus: StubPrometheus, slack: FakeSlack, **rca: str
+) -> dict[str, str]:
+    return subprocess_env(
+        broker_url=broker,
+        database_url=db,
+        prometheus_url=prometheus.url,
+        data_dir=str(home / "rca-data"),
+        log_level="INFO",
+        slack_bot_token=TOKEN,
+        slack_channel=CHANNEL,
+        slack_api_url=slack.api_url,
+        slack_retry_backoff_seconds="0.2",
+        public_url="https://rca.example",
+        **rca,
+    )
+
+
+def statuses(db: str, ids: list[int]) -> list[str]:
+    return [r.status for r in rows(db, select(Investigation.status).where(Investigation.id.in_(ids)))]
+
+
+def investigate_batch(api: TestClient, db: str, label: str, count: int) -> float:
+    """Post `count` new incidents at once; seconds until all their investigations are done."""
+    started = time.monotonic()
+    ids = []
+    for n in range(count):
+        reply = post_webhook(api, make_payload(f"{label}-{n}", alerts=[make_alert(f"fp-{label}-{n}")]))
+        assert reply.status_code == 200 and reply.json()["enqueued"] is True, reply.text
+        ids.append(reply.json()["investigation_id"])
+    wait_for(lambda: statuses(db, ids) == ["done"] * count, 60, f"the {label} investigations", interval=0.05)
+    return time.monotonic() - started
+
+
+def descendants(pid: int) -> list[int]:
+    found = child_pids(pid)
+    return found + [d for child in found for d in descendants(child)]
+
+
+def test_a_hanging_slack_does_not_slow_investigations(
+    pg_db: str, broker: str, slack: FakeSlack, stub_prometheus: StubPrometheus, tmp_path: Path
+) -> None:
+    """Slack deliveries have a Celery worker process of their own: with every Slack call hanging
+    until its timeout, investigations take as long as with a healthy Slack (within 20 %)."""
+    env = worker_env(pg_db, broker, tmp_path, stub_prometheus, slack, slack_timeout_seconds="3")
+    app = create_celery_app(slack_settings(pg_db, tmp_path, slack, broker_url=broker))
+    settings = slack_settings(pg_db, tmp_path, slack, broker_url=broker, prometheus_url=stub_prometheus.url)
+    options = ("--no-beat", "--concurrency", "2", "--slack-concurrency", "1")
+    with (
+        running_worker(tmp_path, env, app, broker, "rca-iso", options) as worker,
+        TestClient(create_app(settings)) as api,
+    ):
+        investigate_batch(api, pg_db, "warm-up", WARM_UP)  # the pools' first tasks import and connect
+        # Investigations wait on Prometheus, as real ones do: the timings measure capacity more
+        # than the CPU that the healthy Slack's deliveries take from this machine's two cores.
+        stub_prometheus.delay = 0.1
+        healthy = [investigate_batch(api, pg_db, "healthy", BATCH)]
+        wait_for(lambda: len(slack.posts()) == WARM_UP + BATCH, 30, f"the healthy Slack posts\n{worker.output()}")
+        slack.delay = 30.0  # Slack hangs: every call runs into the worker's 3 s timeout
+        before = slack.arrived
+        hanging = investigate_batch(api, pg_db, "hanging", BATCH)
+        assert slack.arrived > before, "no Slack call was in flight while the investigations ran"
+        assert len(slack.posts()) == WARM_UP + BATCH  # none of the hanging batch's notices got through
+        slack.delay = 0.0  # healthy again: the notices owed are delivered while the next batch runs
+        healthy.append(investigate_batch(api, pg_db, "healthy-again", BATCH))
+    # Measured around the hanging batch, the healthy timings bracket the machine's noise.
+    times = f"healthy Slack: {healthy[0]:.2f} s and {healthy[1]:.2f} s, hanging Slack: {hanging:.2f} s"
+    assert 0.8 * min(healthy) <= hanging <= 1.2 * max(healthy), times
+
+
+def test_a_worker_killed_mid_investigation_is_taken_over_within_a_minute(
+    pg_db: str, broker: str, slack: FakeSlack, stub_prometheus: StubPrometheus, tmp_path: Path
+) -> None:
+    """kill -9 of `rca worker` takes its consumers, their pool and its scheduler with it (none
+    survives its parent); the running investigation's lease lapses, the next worker's scheduler
+    re-queues it and that worker finishes it: within a minute, with one Slack message."""
+    env = worker_env(
+        pg_db, broker, tmp_path, stub_prometheus, slack, investigation_lease_seconds="3", sweep_interval_seconds="1"
+    )
+    app = create_celery_app(slack_settings(pg_db, tmp_path, slack, broker_url=broker))
+    settings = slack_settings(pg_db, tmp_path, slack, broker_url=broker, prometheus_url=stub_prometheus.url)
+    stub_prometheus.delay = 1.0  # every query takes a second: the investigation runs for a while
+    with TestClient(create_app(settings)) as api:
+        with running_worker(tmp_path, env, app, broker, "rca-crash", ("--concurrency", "1")) as first:
+            reply = post_webhook(api, make_payload("crash", alerts=[make_alert("fp-crash")])).json()
+            investigation_id, incident_id = reply["investigation_id"], reply["incident_id"]
+            wait_for(lambda: statuses(pg_db, [investigation_id]) == ["running"], 30, "the investigation to start")
+            wait_for(lambda: stub_prometheus.queries, 10, "the investigation to query Prometheus")
+            family = descendants(first.process.pid)
+            assert len(family) >= 4, family  # two consumers, the pool, the scheduler
+            first.process.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            first.process.wait()
+            wait_for(lambda: not any(alive(pid) for pid in family), 10, f"the worker's children {family} to die")
+        assert statuses(pg_db, [investigation_id]) == ["running"]
+        stub_prometheus.delay = 0.0
+        with running_worker(tmp_path, env, app, broker, "rca-next", ("--concurrency", "1"), "next.log") as second:
+            wait_for(
+                lambda: statuses(pg_db, [investigation_id]) == ["done"],
+                60 - (time.monotonic() - killed),
+                f"the next worker to finish the investigation\n{second.output()}",
+            )
+            took_over = time.monotonic() - killed
+            wait_for(lambda: of_incident(slack.posts(), incident_id), 20, f"the Slack message\n{second.output()}")
+            time.sleep(2)  # a second post would come now, if at all
+            assert len(of_incident(slack.posts(), incident_id)) == 1
+    [row] = rows(pg_db, select(Investigation.attempts, Investigation.error).where(Investigation.id == investigation_id))
+    assert (row.attempts, row.error) == (2, None)
+    assert took_over < 60
+
+
+def test_one_scheduler_at_a_time_and_it_dies_with_its_worker(
+    pg_db: str, broker: str, slack: FakeSlack, stub_prometheus: StubPrometheus, tmp_path: Path
+) -> None:
+    env = worker_env(pg_db, broker, tmp_path, stub_prometheus, slack, sweep_interval_seconds="0.5")
+    app = create_celery_app(slack_settings(pg_db, tmp_path, slack, broker_url=broker))
+    standby_log = tmp_path / "beat.log"
+    with running_worker(tmp_path, env, app, broker, "rca-beat", ("--concurrency", "1")) as worker:
+        wait_for(lambda: "scheduler: holding the lock" in worker.log.read_text(), 20, "the worker's scheduler")
+        [scheduler] = [
+            pid
+            for pid in child_pids(worker.process.pid)
+            if b"beat" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        ]
+        with standby_log.open("wb") as sink:
+            second = subprocess.Popen([str(VENV_BIN / "rca"), "beat"], env=env, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: "standing by" in standby_log.read_text(), 20, "the second scheduler to stand by")
+            time.sleep(2)  # four intervals: it sweeps none of them
+            assert "holding the lock" not in standby_log.read_text() and second.poll() is None
+
+            os.kill(worker.process.pid, signal.SIGKILL)
+            wait_for(lambda: not alive(scheduler), 5, "the worker's scheduler to die with it")
+            wait_for(lambda: "holding the lock" in standby_log.read_text(), 15, "the second scheduler to take over")
+        finally:
+            stop_process(second)
