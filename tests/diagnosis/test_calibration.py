@@ -43,7 +43,7 @@ def test_the_fit_is_monotone_and_follows_how_often_answers_were_right() -> None:
         points.append((raw, rng.random() < 0.2 + 0.7 * raw))  # right 20 % at raw 0, 90 % at raw 1
     curve = fit(points)
     assert curve.right == sorted(curve.right) and curve.raw == sorted(curve.raw)
-    assert 0 < curve.right[0] and curve.right[-1] < 1  # never certain either way
+    assert curve.right[0] > 0 and curve.right[-1] < 1  # never certain either way
     assert curve(0.1) == pytest.approx(0.27, abs=0.06)
     assert curve(0.9) == pytest.approx(0.83, abs=0.06)
 

@@ -403,6 +403,7 @@ def _dcgm(dcgm: dict[str, str], g: Gauge, params: Callable[[dict[str, float], fl
         Series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dcgm, gauge=lambda p, t: params(p, t)["gpu_util"] / 100),
         Series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", dcgm, gauge=v("tensor_active", 0.03, hi=1)),
         Series("DCGM_FI_PROF_DRAM_ACTIVE", dcgm, gauge=v("dram_active", 0.03, hi=1)),
+        Series("DCGM_FI_DEV_MEM_COPY_UTIL", dcgm, gauge=lambda p, t: 100 * min(1.0, v("dram_active", 0.03)(p, t))),
         Series("DCGM_FI_PROF_PCIE_TX_BYTES", dcgm, gauge=v("pcie_bytes", 0.05)),
         Series("DCGM_FI_PROF_PCIE_RX_BYTES", dcgm, gauge=v("pcie_bytes", 0.05)),
         Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=v("sm_clock", 0.005)),

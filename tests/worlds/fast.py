@@ -73,8 +73,21 @@ VALUE: dict[str, Callable[[Params], float]] = {
 # How far back the query's own window looks: a 5-minute rate lags by half of it, a 10-minute median by five.
 LAG_SECONDS = {"queue_median": 300.0}
 DEFAULT_LAG = 150.0
-# Request counters that also count requests whose client gave up (the latency histograms do not).
-COUNTS_ABORTED = ("vllm:request_success_total", "tgi_request_count")
+# Alternatives that measure their signal otherwise than VALUE does, by a name in their query:
+# request counters that also count requests whose client gave up (the latency histograms do not),
+# the graphics engine's active time (a stalled kernel counts) and mean prompt lengths (the mean of
+# the exporters' exponential).
+BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
+    ("request_rate", "vllm:request_success_total", lambda p: p["arrival_rate"] + p["aborted"]),
+    ("request_rate", "tgi_request_count", lambda p: p["arrival_rate"] + p["aborted"]),
+    (
+        "gpu_compute_to_memory",
+        "GR_ENGINE_ACTIVE",
+        lambda p: p["gpu_util"] / 100 / p["dram_active"] if p["dram_active"] > 0.05 else math.nan,
+    ),
+    ("prompt_tokens_p95", "_sum", lambda p: p["prompt_len"] / math.log(2)),
+    ("prompt_tokens_p95", "prompt_tokens_total", lambda p: p["prompt_len"] / math.log(2)),
+]
 GAUGES = {"xid_errors", "gpu_throttle_reasons", "gpu_temperature", "sm_clock", "running_batch", "kv_cache_usage"}
 
 METRIC_NAME = re.compile(
@@ -129,8 +142,7 @@ class WorldSource(PrometheusSource):
 
     def _values(self, signal: str, window: Window, promql: str) -> list[list[float | str]]:
         host, value = self.world.host, VALUE[signal]
-        if signal == "request_rate" and any(name in promql for name in COUNTS_ABORTED):
-            value = lambda p: p["arrival_rate"] + p["aborted"]  # noqa: E731
+        value = next((v for s, marker, v in BY_ALTERNATIVE if s == signal and marker in promql), value)
         lag = 0.0 if signal in GAUGES else LAG_SECONDS.get(signal, DEFAULT_LAG)
         jitter = random.Random(f"{self.world.seed}:{signal}")
         out: list[list[float | str]] = []
