@@ -4,9 +4,9 @@
     .venv/bin/python tools/fit_calibration.py --count 3000 [--jobs 2]
 
 Each tuning world goes through the real pipeline (tests/worlds/fast.py) and the raw ranking
-(`rank(..., calibrated=False)`). The cause map is fitted on the top cause of every world that has
-one (right when it is the world's cause); the `no_clear_cause` map on the worlds with no candidate
-(right when the world is a healthy control). Only tuning seeds are read: the held-out seeds stay
+(`rank(..., calibrated=False)`). The cause map is fitted on the first cause of every world that has
+a candidate (right when it is the world's cause); the `no_clear_cause` map on the worlds with no
+candidate (right when the world is a healthy control), as `rank` applies them. Only tuning seeds are read: the held-out seeds stay
 unseen (docs/diagnosis.md).
 """
 
@@ -36,9 +36,11 @@ def _raw_top(seed: int) -> tuple[str, float, bool]:
     with tempfile.TemporaryDirectory() as tmp:
         world = draw(seed, NOW)
         findings = diagnose(world, load_settings(data_dir=Path(tmp))).findings
-    top = rank(findings, calibrated=False)[0]
-    kind = "no_cause" if top.category == NO_CLEAR_CAUSE else "cause"
-    return kind, top.confidence, top.category == world.cause
+    ranked = rank(findings, calibrated=False)
+    causes = [h for h in ranked if h.category != NO_CLEAR_CAUSE]
+    if causes:  # the cause the calibrated ranking puts first
+        return "cause", causes[0].confidence, causes[0].category == world.cause
+    return "no_cause", ranked[0].confidence, world.cause == NO_CLEAR_CAUSE
 
 
 def render(calibration: Calibration) -> str:

@@ -44,7 +44,7 @@ LEAD_MINUTES = 3.0
 RANGE = re.compile(r"\[(\d+)([smh])(?::\w+)?\]")  # a PromQL range or subquery window: [5m], [10m:15s]
 RANGE_UNITS = {"s": 1, "m": 60, "h": 3600}
 CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
-UNEXPLAINED_CONFIDENCE = 0.4  # no_clear_cause when findings are breached but none anchors a cause
+UNEXPLAINED_FACTOR = 0.25  # scales no_clear_cause's raw value when findings moved but none anchors a cause
 
 
 Anchor = str | list[str]  # a finding id, or findings that must all be breached together
@@ -271,7 +271,8 @@ def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True
     candidates.sort(key=lambda h: (-h.confidence, -h.score, order.index(h.category)))
     top = candidates[0].confidence if candidates else None  # even when `limit` leaves no room for it
     doubt = _no_clear_cause(findings, top=top)
-    if maps:
+    if maps and any(f.status in MEASURED for f in findings):
+        # Calibrated on worlds that all had data: with nothing measured the raw doubt stands.
         _calibrate(candidates, doubt, maps)
     stronger = [c for c in candidates if c.confidence > doubt.confidence]
     weaker = [c for c in candidates if c.confidence <= doubt.confidence]
@@ -303,13 +304,17 @@ def _no_clear_cause(findings: Sequence[Finding], top: float | None) -> Hypothesi
     measured = [f for f in signals if f.status in MEASURED]
     healthy = [f.key for f in measured if not f.breached]
     if top is None:
-        moved = sorted(f.key for f in findings if f.breached)
+        moved = sorted(f.key for f in findings if f.breached and not is_chronic(f))
+        chronic = sorted(f.key for f in findings if f.breached and is_chronic(f))
         confidence = 0.8 if len(measured) * 2 >= len(signals) and signals else 0.4
         explanation = "No finding points at a cause."
         if moved:
-            # Something is abnormal, only not in a way any cause is anchored on: say so, unsure.
-            confidence = min(confidence, UNEXPLAINED_CONFIDENCE)
+            # Something changed, only not in a way any cause is anchored on: say so, unsure (its
+            # own raw value, so that the calibration can tell it from a calm or always-busy host).
+            confidence *= UNEXPLAINED_FACTOR
             explanation = f"Abnormal, but no cause's anchor signal is breached: {', '.join(moved)}."
+        if chronic:
+            explanation += f" Beyond their limits all window, so no sign of what changed: {', '.join(chronic)}."
         missing = [f.key for f in signals if f.status not in MEASURED]
         if missing:
             explanation += f" Unavailable data: {', '.join(missing)}."
