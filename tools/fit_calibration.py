@@ -6,8 +6,8 @@
 Each tuning world goes through the real pipeline (tests/worlds/fast.py) and the raw ranking
 (`rank(..., calibrated=False)`). The cause map is fitted on the first cause of every world that has
 a candidate (right when it is the world's cause); the `no_clear_cause` map on the worlds with no
-candidate (right when the world is a healthy control), as `rank` applies them. Only tuning seeds are read: the held-out seeds stay
-unseen (docs/diagnosis.md).
+candidate (right when the world is a healthy control), as `rank` applies them. Only tuning seeds
+are read: the held-out seeds stay unseen (docs/diagnosis.md).
 """
 
 from __future__ import annotations
