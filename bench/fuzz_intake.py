@@ -28,7 +28,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psycopg
@@ -50,6 +49,7 @@ from tests.fuzz.engine import (  # noqa: E402
     save,
     send_raw,
 )
+from tests.helpers.processes import wait_until_serving  # noqa: E402
 
 ADMIN_DSN = os.environ.get("BENCH_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 BODY_TIMEOUT = 2  # RCA_REQUEST_BODY_TIMEOUT_SECONDS: what a body that never ends costs
@@ -65,20 +65,6 @@ def rss_kib(pid: int) -> tuple[int, int]:
     """The process's resident set and its peak (VmRSS, VmHWM), in KiB."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
-
-
-def wait_until_up(base: str, proc: subprocess.Popen[Any]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"rca serve exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("rca serve did not come up within 60 s")
 
 
 def main() -> None:
@@ -118,7 +104,7 @@ def main() -> None:
                 stderr=subprocess.STDOUT,
             )
         base = f"http://127.0.0.1:{port}"
-        wait_until_up(base, proc)
+        wait_until_serving(base, proc)
         with httpx.Client(base_url=base, timeout=30) as client:
             seeded = [
                 client.post(corpus.WEBHOOK_PATH, json=seed, headers={"Authorization": f"Bearer {webhook_token}"})

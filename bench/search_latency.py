@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rca.store.digests import breached_key, build_document  # noqa: E402
+from tests.helpers.processes import wait_until_serving  # noqa: E402
 
 ADMIN_DSN = os.environ.get("BENCH_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 API_TOKEN = secrets.token_urlsafe(16)
@@ -340,20 +341,6 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
 
 
-def wait_until_up(base: str, proc: subprocess.Popen[Any]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"rca serve exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("rca serve did not come up within 60 s")
-
-
 def measure(base: str, count: int, incidents: int, seed: int) -> dict[str, list[float]]:
     rng = random.Random(seed + 1)
     auth = {"Authorization": f"Bearer {API_TOKEN}"}
@@ -496,7 +483,7 @@ def main() -> None:
         }
         proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "rca"), "serve", "--port", str(port)], env=env)
         base = f"http://127.0.0.1:{port}"
-        wait_until_up(base, proc)
+        wait_until_serving(base, proc)
         timings = measure(base, args.requests, args.incidents, args.seed)
         every = [t for values in timings.values() for t in values]
         print(f"\n{len(every)} requests over HTTP against {args.incidents:,} incidents (sequential, one client):")

@@ -11,10 +11,13 @@ import json
 from importlib import resources
 from typing import Any
 
+from tests.helpers.payloads import make_payload
+
 WEBHOOK_PATH = "/api/v1/alertmanager"
 SEARCH_PATH = "/api/v1/incidents"
 STARTS = "2026-01-15T10:00:00Z"
 GO_ZERO = "0001-01-01T00:00:00Z"
+RUNBOOK = "https://runbooks.example/llm-queue"
 
 
 def _alert(fingerprint: str, status: str = "firing", **labels: str) -> dict[str, Any]:
@@ -32,21 +35,8 @@ def _alert(fingerprint: str, status: str = "firing", **labels: str) -> dict[str,
 
 
 def _notification(group_key: str, alerts: list[dict[str, Any]], status: str = "firing") -> dict[str, Any]:
-    common = dict(alerts[0]["labels"])
-    for alert in alerts[1:]:
-        common = {k: v for k, v in common.items() if alert["labels"].get(k) == v}
-    return {
-        "version": "4",
-        "groupKey": group_key,
-        "truncatedAlerts": 0,
-        "status": status,
-        "receiver": "llm-rca",
-        "groupLabels": {"alertname": alerts[0]["labels"]["alertname"]},
-        "commonLabels": common,
-        "commonAnnotations": {"runbook": "https://runbooks.example/llm-queue"},
-        "externalURL": "http://alertmanager.example:9093",
-        "alerts": alerts,
-    }
+    """The helpers' notification, with a runbook annotation in common for the mutators to work on."""
+    return {**make_payload(group_key, alerts=alerts, status=status), "commonAnnotations": {"runbook": RUNBOOK}}
 
 
 def webhook_seeds() -> list[dict[str, Any]]:

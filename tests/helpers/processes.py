@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from celery import Celery
 
 from tests.helpers.paths import VENV_BIN
@@ -48,6 +50,19 @@ class Worker:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
+
+
+def wait_until_serving(base: str, proc: subprocess.Popen[Any], timeout: float = 60) -> None:
+    """Until `rca serve` at `base` answers /healthz; SystemExit if it exits or does not come up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"rca serve exited with {proc.returncode}")
+        with suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"rca serve did not come up within {timeout:g} s")
 
 
 def child_pids(pid: int) -> list[int]:
