@@ -9,7 +9,10 @@ Prometheus' answers computed from the world (tests/worlds/fast.py).
 `tuning` seeds (tests.worlds.generate.TUNING_SEEDS) are the ones to look at while changing the
 taxonomy, the profile or the engine model; `held-out` seeds are only ever reported. `--drop-support`
 runs every fault world twice, the second time with the series behind one of the true cause's
-measured supporting findings dropped (as a keep-list would), and reports the fall in AC@1.
+measured supporting findings dropped (as a keep-list would), and reports the fall in AC@1: over
+all of them, where another series of the host measured the finding instead (a fallback answered),
+and where the host had no other source for it (the evidence is gone: the answer should then not be
+a confident wrong one).
 """
 
 from __future__ import annotations
@@ -79,17 +82,38 @@ def _run(seed: int, drop_support: bool) -> tuple[Outcome, Outcome | None]:
     analysis = diagnose(world, _settings())
     outcome = Outcome(world, analysis.hypotheses, analysis.findings)
     reduced = without_one_support(world, outcome) if drop_support and world.cause != HEALTHY else None
-    dropped = Outcome(_light(reduced), diagnose(reduced, _settings()).hypotheses) if reduced else None
+    if reduced is None:
+        return replace(outcome, world=_light(world)), None
+    again = diagnose(reduced, _settings())
+    dropped = Outcome(_light(reduced), again.hypotheses, [f for f in again.findings if f.key == _dropped_key(reduced)])
     return replace(outcome, world=_light(world)), dropped
+
+
+def _dropped_key(world: World) -> str:
+    return next(n for n in world.notes if n.startswith("dropped ")).split()[1]
+
+
+def _covered(reduced: Outcome) -> bool:
+    """Another series of the host measured the dropped finding (a fallback answered)."""
+    return any(f.status in MEASURED for f in reduced.findings)
 
 
 def _by_dropped(pairs: list[tuple[Outcome, Outcome]]) -> dict[str, list[tuple[Outcome, Outcome]]]:
     """The pairs grouped by the finding whose series was dropped."""
     groups: dict[str, list[tuple[Outcome, Outcome]]] = {}
     for pair in pairs:
-        note = next(n for n in pair[1].world.notes if n.startswith("dropped "))
-        groups.setdefault(note.split()[1], []).append(pair)
+        groups.setdefault(_dropped_key(pair[1].world), []).append(pair)
     return groups
+
+
+def _drop_row(pairs: list[tuple[Outcome, Outcome]]) -> dict[str, float]:
+    reduced = [b for _, b in pairs]
+    return {
+        "n": len(pairs),
+        "AC@1": accuracy([a for a, _ in pairs])["AC@1"],
+        "AC@1_dropped": accuracy(reduced)["AC@1"],
+        "confident_wrong_dropped": sum(o.confident_wrong for o in reduced) / max(1, len(reduced)),
+    }
 
 
 def main() -> None:
@@ -109,15 +133,10 @@ def main() -> None:
     report["seconds_per_world"] = (time.perf_counter() - started) * args.jobs / max(1, len(runs))
     if args.drop_support:
         pairs = [(outcome, reduced) for outcome, reduced in runs if reduced is not None]
-        full, dropped = accuracy([a for a, _ in pairs]), accuracy([b for _, b in pairs])
-        report["drop_one_support"] = {"n": len(pairs), "AC@1": full["AC@1"], "AC@1_dropped": dropped["AC@1"]}
-        report["drop_one_support"]["by_finding"] = {
-            key: {
-                "n": len(members),
-                "AC@1": accuracy([a for a, _ in members])["AC@1"],
-                "AC@1_dropped": accuracy([b for _, b in members])["AC@1"],
-            }
-            for key, members in sorted(_by_dropped(pairs).items())
+        report["drop_one_support"] = _drop_row(pairs) | {
+            "another_source": _drop_row([pair for pair in pairs if _covered(pair[1])]),
+            "no_other_source": _drop_row([pair for pair in pairs if not _covered(pair[1])]),
+            "by_finding": {key: _drop_row(members) for key, members in sorted(_by_dropped(pairs).items())},
         }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -143,9 +162,16 @@ def print_report(r: dict) -> None:
     )
     if "drop_one_support" in r:
         d = r["drop_one_support"]
-        print(f"one support dropped (n={d['n']}): AC@1 {d['AC@1']:.3f} -> {d['AC@1_dropped']:.3f}")
-        for key, row in d["by_finding"].items():
-            print(f"  {key:24s} AC@1 {row['AC@1']:.3f} -> {row['AC@1_dropped']:.3f}  n={row['n']}")
+        for title, row in (
+            ("one support dropped", d),
+            ("  another source answered", d["another_source"]),
+            ("  no other source on the host", d["no_other_source"]),
+            *((f"  {key}", row) for key, row in d["by_finding"].items()),
+        ):
+            print(
+                f"{title:32s} AC@1 {row['AC@1']:.3f} -> {row['AC@1_dropped']:.3f}"
+                f"  confident wrong {row['confident_wrong_dropped']:.1%}  n={row['n']}"
+            )
     for title in ("per_cause", "per_stack", "by_severity", "by_minutes_since_onset", "by_missing_data"):
         print(f"{title}:")
         for name, a in r[title].items():

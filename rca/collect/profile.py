@@ -41,6 +41,11 @@ class QueryAlternative(BaseModel):
     promql: str
     stacks: list[str] | None = Field(default=None, description="serving stacks this query applies to; none = all")
     scope: Scope | None = Field(default=None, description="scope of this query; unset = the signal's scope")
+    threshold: float | None = Field(
+        default=None,
+        description="this query's own limit, where it measures the signal on another scale (throttled seconds "
+        "instead of throttled periods); unset = the signal's threshold",
+    )
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> QueryAlternative:
@@ -87,7 +92,17 @@ class SignalSpec(BaseModel):
     def _one_rule(self) -> SignalSpec:
         if (self.threshold is None) == (self.change is None):
             raise ValueError(f"signal {self.id}: set exactly one of threshold or change")
+        if self.change is not None and any(q.threshold is not None for q in self.queries):
+            raise ValueError(f"signal {self.id}: a query's own threshold needs a signal with a threshold, not a change")
         return self
+
+    def measured_by(self, source: str | None) -> SignalSpec:
+        """The signal as the alternative named `source` measures it: with that query's own
+        threshold where it has one (an operator's threshold override applies to the signal's)."""
+        alternative = next((q for q in self.queries if q.source == source), None)
+        if alternative is None or alternative.threshold is None:
+            return self
+        return self.model_copy(update={"threshold": alternative.threshold})
 
     def scope_of(self, alternative: QueryAlternative) -> str:
         """The scope an alternative runs in: its own, else the signal's."""

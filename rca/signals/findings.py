@@ -145,8 +145,9 @@ def _severity(spec: SignalSpec, verdict: _SeriesVerdict) -> float:
 
 
 def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding:
-    """One finding per signal: the worst of its series decides."""
-    spec = result.spec
+    """One finding per signal: the worst of its series decides, by the limit of the query that
+    answered."""
+    spec = result.spec.measured_by(result.source)
     base = FindingBase(
         key=spec.id,
         kind=spec.kind,

@@ -228,3 +228,22 @@ def test_profile_file_that_is_not_yaml_is_a_config_error(tmp_path: Path) -> None
 def test_missing_profile_lists_the_bundled_ones() -> None:
     with pytest.raises(ConfigError, match="vllm_dcgm"):
         load_profile("no_such_profile")
+
+
+def test_a_query_threshold_on_a_change_signal_is_refused(tmp_path: Path) -> None:
+    def mixed(raw: dict) -> None:
+        spec = next(s for s in raw["signals"] if s["id"] == "request_rate")
+        spec["queries"][0]["threshold"] = 3
+
+    with pytest.raises(ConfigError, match="request_rate.*needs a signal with a threshold"):
+        load_profile(str(write_profile(tmp_path, mixed)))
+
+
+def test_each_scope_is_found_by_more_than_one_series_of_each_exporter(profile: Profile) -> None:
+    """A keep-list that drops one series (the queue gauge, node_cpu_seconds_total) must not hide
+    the exporter: every scope's probe names several of each exporter's series."""
+    probes = {scope: set(spec.probe.split("|")) for scope, spec in profile.scopes.items()}
+    for prefix in ("vllm:", "sglang:", "tgi_", "nv_inference_"):
+        assert len({name for name in probes["serving"] if name.startswith(prefix)}) >= 2, prefix
+    assert len({name for name in probes["node"] if name.startswith("node_")}) >= 2
+    assert len(probes["pod"]) >= 2 and len(probes["gpu"]) >= 2

@@ -27,6 +27,7 @@ CPUS = 8
 PINNED = range(4, 8)
 NAMESPACE = "llm-serving"
 CFS_PERIODS_PER_SECOND = 10.0  # the default 100 ms CFS period
+THROTTLED_STALL = 0.3  # a throttled period holds each of the container's cores back for 30 % of it
 
 BASELINE: dict[str, float] = {
     "arrival_rate": 8.0,  # requests per second
@@ -99,6 +100,7 @@ PROMPT_BUCKETS = [
     65536,
     131072,
 ]  # to max-model-len
+INFERENCE_BUCKETS = [0.5, 1, 2, 5, 10, 20, 30, 60, 120]
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5]
 
@@ -201,6 +203,54 @@ def _histogram(
     return out
 
 
+def _pcie_throughput_counters(labels: dict[str, str], g: Callable) -> list[Series]:
+    """DCGM's default-counter PCIe fields (NVML's, in KB), beside or instead of the profiling ones."""
+    return [
+        Series(f"DCGM_FI_DEV_PCIE_{way}_THROUGHPUT", labels, rate=lambda p, t: g("pcie_bytes", 0.05)(p, t) / 1024)
+        for way in ("TX", "RX")
+    ]
+
+
+def _in_flight_histogram(name: str, labels: dict[str, str], buckets: list[float], in_flight_key: str) -> list[Series]:
+    """A per-request duration histogram of a state (waiting, running) whose requests number
+    `in_flight_key` on average: exponential with mean in_flight / arrival, so that the rate of its
+    sum is the number in flight (Little's law), as a real engine's histogram is."""
+
+    def mean(p: dict[str, float]) -> float:
+        return p[in_flight_key] / max(p["arrival_rate"], 1e-3)
+
+    out = [
+        Series(
+            f"{name}_bucket",
+            labels | {"le": str(le)},
+            rate=lambda p, t, le=le: p["arrival_rate"] * _exp_cdf(le, mean(p) * math.log(2)),
+        )
+        for le in buckets
+    ]
+    out.append(Series(f"{name}_bucket", labels | {"le": "+Inf"}, rate=lambda p, t: p["arrival_rate"]))
+    out.append(Series(f"{name}_count", labels, rate=lambda p, t: p["arrival_rate"]))
+    out.append(Series(f"{name}_sum", labels, rate=lambda p, t: p[in_flight_key]))
+    return out
+
+
+def _count_histogram(name: str, labels: dict[str, str], per_second_key: str) -> list[Series]:
+    """A per-request count histogram (preemptions of each finished request): Poisson counts whose
+    sum grows by `per_second_key` a second."""
+
+    def cdf(p: dict[str, float], k: int) -> float:
+        mean = p[per_second_key] / max(p["arrival_rate"], 1e-3)
+        return math.exp(-mean) * sum(mean**i / math.factorial(i) for i in range(k + 1))
+
+    out = [
+        Series(f"{name}_bucket", labels | {"le": str(k)}, rate=lambda p, t, k=k: p["arrival_rate"] * cdf(p, k))
+        for k in (0, 1, 2, 5, 10)
+    ]
+    out.append(Series(f"{name}_bucket", labels | {"le": "+Inf"}, rate=lambda p, t: p["arrival_rate"]))
+    out.append(Series(f"{name}_count", labels, rate=lambda p, t: p["arrival_rate"]))
+    out.append(Series(f"{name}_sum", labels, rate=lambda p, t: p[per_second_key]))
+    return out
+
+
 Gauge = Callable[..., Callable[[dict[str, float], float], float]]
 
 
@@ -230,6 +280,8 @@ def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         *_histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BUCKETS, "ttft"),
         *_histogram("vllm:inter_token_latency_seconds", vllm, ITL_BUCKETS, "itl"),
         *_histogram("vllm:request_queue_time_seconds", vllm, TTFT_BUCKETS, "queue_time"),
+        *_in_flight_histogram("vllm:request_inference_time_seconds", vllm, INFERENCE_BUCKETS, "running"),
+        *_count_histogram("vllm:request_num_preemptions", vllm, "preempt_rate"),
     ]
 
 
@@ -350,6 +402,7 @@ def _triton_trtllm(h: str, g: Gauge, port: int = 8002) -> list[Series]:
     return [
         Series("nv_inference_pending_request_count", labels, gauge=lambda p, t: 0.0),
         Series("nv_inference_request_success", labels, rate=lambda p, t: p["arrival_rate"]),
+        Series("nv_inference_count", labels, rate=lambda p, t: p["arrival_rate"]),  # core metrics, every model
         Series("nv_trt_llm_request_metrics", labels | {"request_type": "waiting"}, gauge=g("waiting", 0.2)),
         Series("nv_trt_llm_request_metrics", labels | {"request_type": "active"}, gauge=g("running", 0.05)),
         Series(
@@ -406,6 +459,7 @@ def _dcgm(dcgm: dict[str, str], g: Gauge, params: Callable[[dict[str, float], fl
         Series("DCGM_FI_DEV_MEM_COPY_UTIL", dcgm, gauge=lambda p, t: 100 * min(1.0, v("dram_active", 0.03)(p, t))),
         Series("DCGM_FI_PROF_PCIE_TX_BYTES", dcgm, gauge=v("pcie_bytes", 0.05)),
         Series("DCGM_FI_PROF_PCIE_RX_BYTES", dcgm, gauge=v("pcie_bytes", 0.05)),
+        *_pcie_throughput_counters(dcgm, v),
         Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=v("sm_clock", 0.005)),
         Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=v("gpu_temp", 0.02)),
         Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: params(p, t)["xid"]),
@@ -468,6 +522,11 @@ def host_series(host: Host) -> list[Series]:
             Series("container_spec_cpu_period", engine, gauge=lambda p, t: 100000.0),
             Series("container_cpu_cfs_periods_total", engine, rate=lambda p, t: CFS_PERIODS_PER_SECOND),
             Series("container_cpu_cfs_throttled_periods_total", engine, rate=throttled),
+            Series(
+                "container_cpu_cfs_throttled_seconds_total",
+                engine,
+                rate=lambda p, t: len(PINNED) * THROTTLED_STALL * throttled(p, t) / CFS_PERIODS_PER_SECOND,
+            ),
         ]
     if "dcgm_basic" in host.exporters:
         # dcgm-exporter without profiling (DCP) fields, e.g. on GPUs without DCP support: only
@@ -478,6 +537,7 @@ def host_series(host: Host) -> list[Series]:
             Series("DCGM_FI_DEV_SM_CLOCK", dcgm, gauge=g("sm_clock", 0.005)),
             Series("DCGM_FI_DEV_GPU_TEMP", dcgm, gauge=g("gpu_temp", 0.02)),
             Series("DCGM_FI_DEV_XID_ERRORS", dcgm, gauge=lambda p, t: p["xid"]),
+            *_pcie_throughput_counters(dcgm, g),
         ]
     if "dcgm" in host.exporters:
         healthy = replace(host, fault=None, extra=())

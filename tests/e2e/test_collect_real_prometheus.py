@@ -19,6 +19,17 @@ from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host, address
 
 pytestmark = pytest.mark.e2e
 WITH_PROCESS = frozenset({"serving", "dcgm", "node", "process"})
+# An operator's keep-list without the engine's gauges and preemption counter, and without the node's
+# CPU seconds: the histograms and the other node_exporter series are still scraped.
+KEEP_LIST_DROPS = frozenset(
+    {
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:num_requests_running",
+        "vllm:num_preemptions_total",
+        "node_cpu_seconds_total",
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +60,21 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             Host("proc-b", "cpu_launch_overhead", onset, exporters=WITH_PROCESS),
             Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True),
             Host("multi-a", "gpu_degraded", onset, gpus=4),
+            Host("keep-a", "kv_memory_pressure", onset, dropped=KEEP_LIST_DROPS),
+            Host(
+                "k8s-c",
+                "cpu_quota_throttling",
+                onset,
+                pod="vllm-k8s-c-0",
+                exporters=frozenset({"serving", "dcgm", "cadvisor"}),
+                dropped=frozenset({"container_cpu_cfs_throttled_periods_total", "container_cpu_usage_seconds_total"}),
+            ),
+            Host(
+                "sync-a",
+                "host_device_sync",
+                onset,
+                dropped=frozenset({"DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}),
+            ),
         ],
         start=now - 3 * 3600 - 15 * 60,
     )
@@ -325,3 +351,39 @@ def test_every_serving_query_of_the_stack_runs_and_returns_data(prometheus: str,
     if instance != "tri-a:8002":  # the fake Triton exports no prompt-length or ITL histograms
         missing = {k: f.detail for k, f in serving.items() if f.status == "unavailable"}
         assert not missing, missing
+
+
+def test_a_keep_list_without_the_engines_gauges_is_read_through_its_histograms(prometheus: str) -> None:
+    """Little's law: the seconds spent waiting (running) per second is the mean number waiting
+    (running); preemptions are also counted per finished request. The node stays in scope through
+    node_exporter's other series."""
+    result = _analyse(prometheus, {"instance": "keep-a:8000", "job": "vllm"})
+    findings = result["findings"]
+    assert findings["queue_median"].source.startswith("vLLM queue-time histogram"), findings["queue_median"].detail
+    assert findings["queue_median"].breached
+    assert findings["running_batch"].source.startswith("vLLM inference-time histogram")
+    assert findings["running_batch"].value == pytest.approx(12.0, rel=0.3)
+    assert findings["preemption_rate"].source.startswith("vLLM preemptions per finished request")
+    assert findings["preemption_rate"].breached
+    assert result["analysis"].collection.selectors["node"] is not None
+    assert findings["context_switch_rate"].status in ("ok", "breached")
+    assert result["top"] == "kv_memory_pressure"
+
+
+def test_cpu_throttling_falls_back_to_throttled_seconds_on_their_own_scale(prometheus: str) -> None:
+    alert = K8S_ALERT | {"instance": "k8s-c:8000", "pod": "vllm-k8s-c-0"}
+    result = _analyse(prometheus, alert)
+    assert result["analysis"].collection.selectors["pod"] is not None  # found without container_cpu_usage
+    throttling = result["findings"]["cpu_throttling"]
+    assert throttling.source.startswith("cAdvisor CFS throttled seconds"), throttling.detail
+    assert throttling.threshold == 0.05
+    assert throttling.breached and throttling.value == pytest.approx(0.3 * 0.6, rel=0.2)
+    assert result["top"] == "cpu_quota_throttling"
+
+
+def test_pcie_traffic_falls_back_to_dcgms_default_throughput_counters(prometheus: str) -> None:
+    result = _analyse(prometheus, {"instance": "sync-a:8000", "job": "vllm"})
+    pcie = result["findings"]["pcie_traffic"]
+    assert pcie.source.startswith("DCGM PCIe TX+RX throughput counters"), pcie.detail
+    assert pcie.breached
+    assert result["top"] == "host_device_sync"

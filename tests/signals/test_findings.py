@@ -356,3 +356,19 @@ def test_series_of_only_nan_becomes_unavailable() -> None:
     raw = [[at(m).timestamp(), "NaN"] for m in range(30, -1, -1)]
     finding = judged(spec(">", threshold=0.82), _samples(raw))
     assert finding.status == "unavailable"
+
+
+def test_a_query_on_another_scale_is_judged_by_its_own_threshold() -> None:
+    signal = spec(threshold=0.25).model_copy(
+        update={
+            "queries": [
+                QueryAlternative(source="periods", promql="x"),
+                QueryAlternative(source="seconds", promql="y", threshold=0.05),
+            ]
+        }
+    )
+    samples = series(step(0.006, 0.09, onset_minutes=20))
+    by_seconds = judge(SeriesResult(spec=signal, promql="y", source="seconds", series=[({}, samples)]), END, ALERT)
+    by_periods = judge(SeriesResult(spec=signal, promql="x", source="periods", series=[({}, samples)]), END, ALERT)
+    assert by_seconds.breached and by_seconds.threshold == 0.05
+    assert not by_periods.breached and by_periods.threshold == 0.25

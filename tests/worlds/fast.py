@@ -26,7 +26,7 @@ from rca.collect.prometheus import PrometheusSource, Window
 from rca.collect.target import target_from_alerts
 from rca.config import Settings
 from rca.pipeline import Analysis, analyse
-from tests.e2e.scenarios import ITL_BUCKETS, PROMPT_BUCKETS, TTFT_BUCKETS, host_series
+from tests.e2e.scenarios import ITL_BUCKETS, PROMPT_BUCKETS, THROTTLED_STALL, TTFT_BUCKETS, host_series
 from tests.worlds.generate import World
 
 Params = dict[str, float]
@@ -75,9 +75,14 @@ LAG_SECONDS = {"queue_median": 300.0}
 DEFAULT_LAG = 150.0
 # Alternatives that measure their signal otherwise than VALUE does, by a name in their query:
 # request counters that also count requests whose client gave up (the latency histograms do not),
-# the graphics engine's active time (a stalled kernel counts) and mean prompt lengths (the mean of
-# the exporters' exponential).
+# the graphics engine's active time (a stalled kernel counts), mean prompt lengths (the mean of
+# the exporters' exponential), queue depths by Little's law over the exporters' queue-time
+# histograms (whose median is the engine's mean: their mean is 1/ln 2 of it) and throttled seconds.
 BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
+    ("queue_median", "queue_time_seconds_sum", lambda p: p["arrival_rate"] * p["queue_time"] / math.log(2)),
+    ("queue_median", "tgi_request_queue_duration_sum", lambda p: p["arrival_rate"] * p["ttft"] * 0.5 / math.log(2)),
+    ("queue_median", "nv_inference_queue_duration_us", lambda p: p["arrival_rate"] * p["queue_time"]),
+    ("cpu_throttling", "throttled_seconds_total", lambda p: THROTTLED_STALL * p["throttled"]),
     ("request_rate", "vllm:request_success_total", lambda p: p["arrival_rate"] + p["aborted"]),
     ("request_rate", "tgi_request_count", lambda p: p["arrival_rate"] + p["aborted"]),
     (

@@ -154,13 +154,19 @@ NEEDS: dict[str, dict[str, Any]] = {
 }
 # Serving series a keep-list may drop, per stack: only ones a signal has another source for.
 DROPPABLE: dict[str, list[str]] = {
-    "vllm_v1": ["vllm:request_success_total", "vllm:num_requests_waiting", "vllm:prefix_cache_hits_total"],
-    "vllm_v0": ["vllm:request_success_total", "vllm:time_per_output_token_seconds"],
-    "vllm_v08": ["vllm:request_success_total"],
-    "sglang": ["sglang:e2e_request_latency_seconds", "sglang:prefill_effective_tokens_total"],
-    "tgi": ["tgi_request_count_total"],
-    "triton": ["nv_inference_request_success"],
-    "triton_trtllm": [],
+    "vllm_v1": [
+        "vllm:request_success_total",
+        "vllm:num_requests_waiting",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_requests_running",
+        "vllm:num_preemptions_total",
+    ],
+    "vllm_v0": ["vllm:request_success_total", "vllm:time_per_output_token_seconds", "vllm:num_requests_waiting"],
+    "vllm_v08": ["vllm:request_success_total", "vllm:num_requests_waiting"],
+    "sglang": ["sglang:e2e_request_latency_seconds", "sglang:prefill_effective_tokens_total", "sglang:num_queue_reqs"],
+    "tgi": ["tgi_request_count_total", "tgi_queue_size"],
+    "triton": ["nv_inference_request_success", "nv_inference_pending_request_count"],
+    "triton_trtllm": ["nv_inference_request_success"],
 }
 
 

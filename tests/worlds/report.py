@@ -6,7 +6,7 @@ and missing data."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,12 +71,16 @@ def _by(outcomes: list[Outcome], key: Callable[[Outcome], str]) -> dict[str, dic
     return {name: accuracy(members) for name, members in sorted(groups.items())}
 
 
-def _band(value: float, edges: Iterable[float]) -> str:
-    edges = list(edges)
-    for low, high in zip(edges, edges[1:], strict=False):
-        if value < high:
-            return f"{low:g}-{high:g}"
-    return f">={edges[-1]:g}"
+def _by_band(outcomes: list[Outcome], value: Callable[[Outcome], float], edges: list[float]) -> dict[str, Any]:
+    """Accuracy per band of `value` between consecutive `edges` (the last open-ended), in the
+    edges' order (not the labels' string order, where "12-20" would come before "6-12")."""
+    labels = [f"{low:g}-{high:g}" for low, high in zip(edges, edges[1:], strict=False)] + [f">={edges[-1]:g}"]
+
+    def band(o: Outcome) -> str:
+        return next((label for label, high in zip(labels, edges[1:], strict=False) if value(o) < high), labels[-1])
+
+    groups = _by(outcomes, band)
+    return {label: groups[label] for label in labels if label in groups}
 
 
 def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
@@ -102,8 +106,8 @@ def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
         },
         "per_cause": per_cause,
         "per_stack": per_stack,
-        "by_severity": _by(faults, lambda o: _band(o.world.severity, [0, 0.33, 0.67, 1.0])),
-        "by_minutes_since_onset": _by(faults, lambda o: _band(o.world.minutes_since_onset, [0, 6, 12, 20, 45])),
+        "by_severity": _by_band(faults, lambda o: o.world.severity, [0, 0.33, 0.67, 1.0]),
+        "by_minutes_since_onset": _by_band(faults, lambda o: o.world.minutes_since_onset, [0, 6, 12, 20, 45]),
         "by_missing_data": _by(faults, lambda o: "missing" if o.missing_data else "complete"),
         "confusion": {cause: dict(row) for cause, row in sorted(confusion.items())},
     }
