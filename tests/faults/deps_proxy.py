@@ -53,6 +53,14 @@ class QuietServer(ThreadingHTTPServer):
         pass  # a client that gave up on a slow answer is expected here
 
 
+def deepen_backlog(fake: Any) -> Any:
+    """A fake (a LoopbackServer) with a listen backlog for the eight queries the proxy relays at
+    once: the default 5 drops connections, which a 1 s client timeout reads as the dependency
+    timing out. Listening again on a listening socket only changes its backlog."""
+    fake.server.socket.listen(QuietServer.request_queue_size)
+    return fake
+
+
 def relay(
     upstream: tuple[str, int], method: str, path: str, headers: dict[str, str], body: bytes
 ) -> tuple[int, dict[str, str], bytes]:

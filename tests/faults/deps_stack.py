@@ -29,7 +29,7 @@ from tests.fakes.llm import FakeLLM, completion
 from tests.fakes.prometheus import StubPrometheus
 from tests.fakes.slack import TOKEN, FakeSlack
 from tests.fakes.traces import HEALTHY, FakeBackend, Store, TraceFactory
-from tests.faults.deps_proxy import FaultProxy, llm_poison, prometheus_poison, traces_poison
+from tests.faults.deps_proxy import FaultProxy, deepen_backlog, llm_poison, prometheus_poison, traces_poison
 from tests.helpers.brokers import claim_redis_db
 from tests.helpers.databases import create_database, drop_database, rows
 from tests.helpers.paths import VENV_BIN
@@ -136,6 +136,8 @@ def dependency_stack(home: Path, traces_backend: str) -> Iterator[Stack]:
         llm_fake = stack.enter_context(FakeLLM(lambda _body: completion(LLM_ANSWER)))
         slack = stack.enter_context(FakeSlack())
         stack.callback(setattr, slack, "delay", 0.0)  # let a hanging request go before the server stops
+        for fake in (prometheus_fake, traces_fake, llm_fake):
+            deepen_backlog(fake)
         wrong = TEMPO_WRONG_SHAPE if traces_backend == "tempo" else JAEGER_WRONG_SHAPE
         prometheus = stack.enter_context(
             FaultProxy(prometheus_fake.url, "prometheus", PROMETHEUS_WRONG_SHAPE, prometheus_poison, slow_seconds=2.5)

@@ -27,7 +27,7 @@ from rca.domain.status import FindingStatus
 from rca.traces.evidence import trace_findings
 from rca.traces.findings import SUMMARY_KEY
 from tests.fakes.traces import FakeBackend
-from tests.faults.deps_proxy import Fault, FaultProxy, QuietServer, relay, traces_poison
+from tests.faults.deps_proxy import Fault, FaultProxy, QuietServer, deepen_backlog, relay, traces_poison
 from tests.faults.deps_stack import JAEGER_WRONG_SHAPE, SERVICE, TEMPO_WRONG_SHAPE, trace_store
 from tests.helpers.loopback import LoopbackServer
 
@@ -112,7 +112,10 @@ def test_range_samples_of_the_wrong_shape_fail_that_query_only(values: Any) -> N
 def traces(request: pytest.FixtureRequest) -> Iterator[FaultProxy]:
     kind = request.param
     wrong = TEMPO_WRONG_SHAPE if kind == "tempo" else JAEGER_WRONG_SHAPE
-    with FakeBackend(kind, trace_store()) as fake, FaultProxy(fake.url, kind, wrong, traces_poison, 2.5) as proxy:
+    with (
+        deepen_backlog(FakeBackend(kind, trace_store())) as fake,
+        FaultProxy(fake.url, kind, wrong, traces_poison, 2.5) as proxy,
+    ):
         yield proxy
         proxy.set(Fault.HEALTHY)
 
@@ -204,7 +207,7 @@ TRACE_CASES = [
 def test_trace_answers_of_the_wrong_shape_after_the_service_list_leave_no_traces(
     kind: str, path: str, answer: Any
 ) -> None:
-    with FakeBackend(kind, trace_store()) as fake, ScriptedTraces(fake.url, path, answer) as scripted:
+    with deepen_backlog(FakeBackend(kind, trace_store())) as fake, ScriptedTraces(fake.url, path, answer) as scripted:
         summary = read_traces(kind, scripted.base)
     assert summary["status"] == FindingStatus.UNAVAILABLE, summary["detail"]
     assert f"not a {kind} answer" in summary["detail"] or "no traces" in summary["detail"], summary["detail"]
