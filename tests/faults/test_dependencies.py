@@ -123,8 +123,9 @@ def test_healthy_dependencies_give_the_llm_answer_with_metrics_and_traces(deps: 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_prometheus_fault(deps: Stack, fault: Fault) -> None:
     deps.prometheus.set(fault)
+    before = deps.prometheus.requests
     results = run(deps, f"prometheus-{fault}")
-    assert deps.prometheus.requests or fault == Fault.DOWN
+    assert (deps.prometheus.requests > before) != (fault == Fault.DOWN)  # the fault was met
     for found in results:
         investigation = found["investigation"]
         text = posted_once(deps, found["accepted"])
@@ -141,7 +142,10 @@ def test_prometheus_fault(deps: Stack, fault: Fault) -> None:
 @pytest.mark.parametrize("fault", FAULTS)
 def test_trace_backend_fault(deps: Stack, fault: Fault) -> None:
     deps.traces.set(fault)
-    for found in run(deps, f"jaeger-{fault}"):
+    before = deps.traces.requests
+    results = run(deps, f"jaeger-{fault}")
+    assert (deps.traces.requests > before) != (fault == Fault.DOWN)
+    for found in results:
         check_trace_fault(deps, found, fault)
 
 
@@ -165,7 +169,10 @@ def check_trace_fault(stack: Stack, found: dict, fault: Fault) -> None:
 @pytest.mark.parametrize("fault", FAULTS)
 def test_llm_fault(deps: Stack, fault: Fault) -> None:
     deps.llm.set(fault)
-    for found in run(deps, f"llm-{fault}"):
+    before = deps.llm.requests
+    results = run(deps, f"llm-{fault}")
+    assert (deps.llm.requests > before) != (fault == Fault.DOWN)
+    for found in results:
         investigation = found["investigation"]
         text = posted_once(deps, found["accepted"])
         assert missing(investigation) == BASELINE_MISSING  # the LLM is no evidence: nothing more is missing
