@@ -1,6 +1,7 @@
 """Pull the investigation window from Prometheus: probe the scopes, then run every signal's
 range query concurrently. Failures become data (`SeriesResult.error`), never exceptions, so a
-missing series or a Prometheus outage turns into an "unavailable" finding."""
+missing series, a Prometheus outage or an answer that is not Prometheus' (a proxy's error page,
+JSON of another shape) turns into an "unavailable" finding."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
@@ -20,6 +22,11 @@ from rca.collect.aliases import resolve_aliases
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
 
 Samples = list[tuple[float, float]]
+Series = list[tuple[dict[str, str], Samples]]
+
+
+class MalformedAnswer(PrometheusApiClientException):
+    """A 200 whose JSON is not a Prometheus query answer: handled as a failed query."""
 
 
 @dataclass(frozen=True)
@@ -69,15 +76,18 @@ class PrometheusSource:
         self.concurrency = concurrency
         self.client = PrometheusConnect(url=url, retry=retry, timeout=timeout, method="POST")
 
-    def _instant(self, promql: str, at: datetime) -> list[dict]:
+    def _instant(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+        """The instant vector's elements, each with its `metric` labels."""
         with counted_errors():
-            return self.client.custom_query(promql, params={"time": at.timestamp()})
+            return _elements(self.client.custom_query(promql, params={"time": at.timestamp()}), "value")
 
-    def _range(self, promql: str, window: Window) -> list[dict]:
+    def _range(self, promql: str, window: Window) -> Series:
+        """Each series of the range query with its finite samples."""
         with counted_errors():
-            return self.client.custom_query_range(
+            data = self.client.custom_query_range(
                 promql, start_time=window.start, end_time=window.end, step=f"{window.step_seconds}s"
             )
+            return [(item["metric"], _samples(item["values"])) for item in _elements(data, "values")]
 
     def aliases(
         self, identities: list[IdentitySpec], hosts: list[str], window: Window, pod: dict[str, str] | None = None
@@ -143,12 +153,10 @@ class PrometheusSource:
             promql = alternative.render(values)
             first_promql = first_promql or promql
             try:
-                data = self._range(promql, window)
+                series = [(labels, values_) for labels, values_ in self._range(promql, window) if values_]
             except (requests.RequestException, PrometheusApiClientException) as exc:
                 result.promql, result.error = promql, f"query failed: {_short(exc)}"
                 return result
-            series = [(item["metric"], _samples(item["values"])) for item in data]
-            series = [(labels, values_) for labels, values_ in series if values_]
             if series:
                 result.promql, result.source, result.series = promql, alternative.source, series
                 return result
@@ -190,7 +198,20 @@ class PrometheusSource:
         return Collection(window=window, selectors=selectors, results=results, stack=stack)
 
 
-def _samples(values: list[list]) -> Samples:
+def _elements(result: Any, samples_key: str) -> list[dict[str, Any]]:
+    """The `result` of a vector or matrix answer, checked: a list of objects, each with its labels
+    under `metric` and its sample(s) under `samples_key` (TypeError otherwise)."""
+    if not isinstance(result, list):
+        raise TypeError(f"result is {type(result).__name__}, not a list")
+    for item in result:
+        if not (isinstance(item, dict) and isinstance(item.get("metric"), dict) and samples_key in item):
+            raise TypeError(f"a result element is not an object with 'metric' and {samples_key!r}: {str(item)[:80]}")
+    return result
+
+
+def _samples(values: Any) -> Samples:
+    """[timestamp, "value"] pairs as floats, without NaN and infinities (ValueError or TypeError
+    when they are not pairs of numbers)."""
     out: Samples = []
     for ts, raw in values:
         value = float(raw)
@@ -222,15 +243,21 @@ def counted_errors() -> Iterator[None]:
     except QUERY_ERRORS as exc:
         metrics.PROMETHEUS_QUERY_ERRORS.labels(reason=error_reason(exc)).inc()
         raise
-    except (KeyError, TypeError):  # a 200 whose JSON is not a Prometheus answer
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a 200 whose JSON is no Prometheus answer
         metrics.PROMETHEUS_QUERY_ERRORS.labels(reason="bad_response").inc()
-        raise
+        raise MalformedAnswer(f"not a Prometheus answer ({type(exc).__name__}: {exc})") from None
 
 
 def _short(exc: BaseException) -> str:
+    """The reason in a few words: requests' own messages carry the whole query URL."""
     text = str(exc)
-    if isinstance(exc, requests.ConnectionError):
+    if isinstance(exc, requests.exceptions.RetryError):  # 5xx retried out: urllib3 says which status
+        cause = getattr(exc.args[0], "reason", None) if exc.args else None
+        text = f"HTTP error status ({cause or 'retries exhausted'})"
+    elif isinstance(exc, requests.ConnectionError):
         text = "connection refused or unreachable"
     elif isinstance(exc, requests.Timeout):
         text = "timed out"
+    elif isinstance(exc, requests.JSONDecodeError):
+        text = f"the answer is not JSON ({exc})"
     return text[:300]

@@ -9,7 +9,7 @@ from typing import Any
 
 from rca import metrics
 from rca.traces.client import TraceHTTP
-from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, phase_spans
+from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, names, phase_spans, reading
 
 
 def _is_error(tags: list[dict[str, Any]]) -> bool:
@@ -72,13 +72,17 @@ class JaegerSource:
         self.phases = phases or {}
 
     def services(self) -> list[str]:
-        return list(_payload(self.http.get_json("/api/services"), "services") or [])
+        answer = self.http.get_json("/api/services")
+        with reading("jaeger", "services"):
+            return names(_payload(answer, "services") or [])
 
     def search(self, service: str, start_us: int, end_us: int, limit: int) -> list[Trace]:
         """Up to `limit` whole traces of `service` that started within [start, end]."""
         params = {"service": service, "start": start_us, "end": end_us, "limit": limit}
-        data = _payload(self.http.get_json("/api/traces", params), "search") or []
-        return [parse_trace(raw, self.max_spans, self.phases) for raw in data if raw.get("spans")]
+        answer = self.http.get_json("/api/traces", params)
+        with reading("jaeger", "search"):
+            data = _payload(answer, "search") or []
+            return [parse_trace(raw, self.max_spans, self.phases) for raw in data if raw.get("spans")]
 
     def close(self) -> None:
         self.http.close()

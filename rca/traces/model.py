@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
+
+from rca import metrics
 
 
 class TraceSourceError(Exception):
@@ -13,6 +18,25 @@ class TraceSourceError(Exception):
     def __init__(self, message: str, reason: str = "bad_response") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+@contextmanager
+def reading(backend: str, what: str) -> Iterator[None]:
+    """Read a backend's decoded answer: JSON of another shape than its API's (a proxy's, another
+    version's) fails like a request that failed, as a TraceSourceError (`bad_response`), so the
+    investigation goes on without traces instead of failing."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        metrics.TRACE_QUERY_ERRORS.labels(backend=backend, reason="bad_response").inc()
+        raise TraceSourceError(f"{what}: not a {backend} answer ({type(exc).__name__}: {exc})") from None
+
+
+def names(values: Any) -> list[str]:
+    """A list of names (services), checked: TypeError unless every element is a string."""
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"expected a list of names, got {str(values)[:80]}")
+    return values
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from rca import metrics
 from rca.traces.client import TraceHTTP
-from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, TraceSummary, phase_spans
+from rca.traces.model import Span, SpanCap, Trace, TraceSourceError, TraceSummary, names, phase_spans, reading
 
 HEX = frozenset(string.hexdigits)
 STATUS_ERROR = (2, "2", "STATUS_CODE_ERROR")
@@ -97,8 +97,9 @@ class TempoSource:
 
     def services(self) -> list[str]:
         answer = self.http.get_json("/api/search/tag/service.name/values")
-        values = (answer or {}).get("tagValues") or []
-        return [v["value"] if isinstance(v, dict) else str(v) for v in values]
+        with reading("tempo", "services"):
+            values = (answer or {}).get("tagValues") or []
+            return names([v["value"] if isinstance(v, dict) else v for v in values])
 
     def find(self, service: str, start_us: int, end_us: int, limit: int) -> list[TraceSummary]:
         params = {
@@ -113,23 +114,27 @@ class TempoSource:
             metrics.TRACE_QUERY_ERRORS.labels(backend="tempo", reason="bad_response").inc()
             raise TraceSourceError("Tempo search: answer is not an object")
         hits = []
-        for item in answer.get("traces") or []:
-            start = int(item.get("startTimeUnixNano") or 0) // 1000
-            if start_us <= start <= end_us:  # Tempo's seconds are coarser than the slice edges
-                hits.append(
-                    TraceSummary(
-                        trace_id=hex_id(item["traceID"].rjust(32, "0")) or item["traceID"],
-                        start_us=start,
-                        duration_us=int(item.get("durationMs") or 0) * 1000,
-                        root_service=item.get("rootServiceName"),
-                        root_operation=item.get("rootTraceName"),
+        with reading("tempo", "search"):
+            for item in answer.get("traces") or []:
+                start = int(item.get("startTimeUnixNano") or 0) // 1000
+                if start_us <= start <= end_us:  # Tempo's seconds are coarser than the slice edges
+                    hits.append(
+                        TraceSummary(
+                            trace_id=hex_id(item["traceID"].rjust(32, "0")) or item["traceID"],
+                            start_us=start,
+                            duration_us=int(item.get("durationMs") or 0) * 1000,
+                            root_service=item.get("rootServiceName"),
+                            root_operation=item.get("rootTraceName"),
+                        )
                     )
-                )
         return hits[:limit]
 
     def trace(self, trace_id: str) -> Trace | None:
         raw = self.http.get_json(f"/api/traces/{trace_id}", missing_ok=True)
-        return None if raw is None else parse_otlp(raw, trace_id, self.max_spans, self.phases)
+        if raw is None:
+            return None
+        with reading("tempo", "trace"):
+            return parse_otlp(raw, trace_id, self.max_spans, self.phases)
 
     def _trace_or_error(self, trace_id: str) -> Trace | TraceSourceError | None:
         try:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rca.collect.profile import load_profile
-from rca.collect.prometheus import PrometheusSource, Window
+from rca.collect.prometheus import PrometheusSource, Series, Window
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 WINDOW = Window(start=NOW - timedelta(hours=1), end=NOW, step_seconds=15)
@@ -23,10 +23,10 @@ class Fake(PrometheusSource):
         self.answers = answers
         self.asked: list[str] = []
 
-    def _range(self, promql: str, window: Window) -> list[dict]:
+    def _range(self, promql: str, window: Window) -> Series:
         self.asked.append(promql)
         if any(fragment in promql for fragment, has in self.answers.items() if has):
-            return [{"metric": {}, "values": [[NOW.timestamp(), "0.9"]]}]
+            return [({}, [(NOW.timestamp(), 0.9)])]
         return []
 
 

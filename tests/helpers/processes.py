@@ -92,10 +92,12 @@ def running_worker(
     name: str,
     options: tuple[str, ...] = ("--no-beat", "--concurrency", "1"),
     log_name: str = "worker.log",
+    ready_timeout: float = 45,
 ) -> Iterator[Worker]:
     """`rca worker --no-beat --concurrency 1` (or with `options`) in `home`, yielded once it answers
     a ping, stopped by its pid afterwards; its output goes to `home/worker.log` for failure
-    messages. Its metrics port is off unless `env` sets RCA_WORKER_METRICS_PORT."""
+    messages. Its metrics port is off unless `env` sets RCA_WORKER_METRICS_PORT. `ready_timeout`:
+    how long its start may take (its pools' imports, on a loaded machine)."""
     log = home / log_name
     hostname = f"{name}-{uuid.uuid4().hex[:8]}@127.0.0.1"
     env = {"RCA_WORKER_METRICS_PORT": "0", **env}  # parallel sessions would fight over 9808; tests that want it set it
@@ -115,7 +117,7 @@ def running_worker(
                 raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")
             return bool(app.control.ping(destination=[hostname], timeout=0.5))
 
-        wait_for(ready, 45, "the Celery worker to answer a ping", interval=0.2)
+        wait_for(ready, ready_timeout, "the Celery worker to answer a ping", interval=0.2)
         yield worker
     finally:
         stop_process(process)
