@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from rca.collect.profile import load_profile
-from rca.collect.prometheus import PrometheusSource, Window
+from rca.collect.prometheus import PrometheusSource, Samples, Series, Window
 from rca.collect.target import target_from_alerts
 from rca.config import Settings
 from rca.pipeline import Analysis, analyse
@@ -137,20 +137,20 @@ class WorldSource(PrometheusSource):
             return [{"metric": {}, "value": [at.timestamp(), "1"]}]
         return []  # identity (alias) lookups: one host, nothing to join
 
-    def _range(self, promql: str, window: Window) -> list[dict[str, Any]]:
+    def _range(self, promql: str, window: Window) -> Series:
         for pattern, signal, names in self.alternatives:
             if pattern.fullmatch(promql):
                 if not all(self._has(n) for n in names):
                     return []
-                return [{"metric": {}, "values": self._values(signal, window, promql)}]
+                return [({}, self._values(signal, window, promql))]
         raise AssertionError(f"a query no profile alternative renders: {promql}")
 
-    def _values(self, signal: str, window: Window, promql: str) -> list[list[float | str]]:
+    def _values(self, signal: str, window: Window, promql: str) -> Samples:
         host, value = self.world.host, VALUE[signal]
         value = next((v for s, marker, v in BY_ALTERNATIVE if s == signal and marker in promql), value)
         lag = 0.0 if signal in GAUGES else LAG_SECONDS.get(signal, DEFAULT_LAG)
         jitter = random.Random(f"{self.world.seed}:{signal}")
-        out: list[list[float | str]] = []
+        out: Samples = []
         t = window.start.timestamp()
         end = window.end.timestamp()
         exact = signal in ("xid_errors", "gpu_throttle_reasons")  # codes, not measurements: no noise
@@ -158,7 +158,7 @@ class WorldSource(PrometheusSource):
             v = value(host.params(t - lag))
             if math.isfinite(v):
                 noisy = v if exact else v * (1 + jitter.gauss(0, self.noise))
-                out.append([t, repr(max(0.0, noisy))])
+                out.append((t, max(0.0, noisy)))
             t += window.step_seconds
         return out
 
