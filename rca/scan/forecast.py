@@ -88,8 +88,9 @@ def _normal_range(normal: list[float], baseline: float | None) -> tuple[float, f
     """(centre, spread) of the target's normal level; None without history to tell."""
     if len(normal) < MIN_NORMAL_SAMPLES:
         return None
-    centre = baseline if baseline is not None else statistics.median(normal)
-    mad = statistics.median(abs(v - centre) for v in normal)
+    own = statistics.median(normal)
+    centre = baseline if baseline is not None else own
+    mad = statistics.median(abs(v - own) for v in normal)  # the noise of the history, around its own level
     return centre, max(DEPARTURE_SIGMAS * MAD_TO_SIGMA * mad, RELATIVE_MARGIN * abs(centre), 1e-9)
 
 
