@@ -126,17 +126,24 @@ def _open_incident(session: Session, target: ServingTarget, assessment: Assessme
     return incident
 
 
-def _set_status(session: Session, incident: Incident, status: AlertStatus, text: str | None = None) -> None:
+def _set_status(session: Session, incident: Incident, status: AlertStatus, text: str | None = None) -> bool:
+    """Fire or resolve the warning's own alert, and the incident with it unless an SLA alert that
+    joined it still fires; True when the incident changed status."""
     now = utcnow()
-    incident.status = status
-    incident.updated_at = now
-    incident.resolved_at = now if status == AlertStatus.RESOLVED else None
+    for alert in incident.alerts:
+        if alert.alertname == ALERTNAME:
+            alert.status = status
+            alert.ends_at = now if status == AlertStatus.RESOLVED else None
+            alert.last_seen_at = now
     if text:
         incident.common_annotations = {**(incident.common_annotations or {}), "summary": text}
-    for alert in incident.alerts:
-        alert.status = status
-        alert.ends_at = now if status == AlertStatus.RESOLVED else None
-        alert.last_seen_at = now
+    incident.updated_at = now
+    if status == AlertStatus.RESOLVED and any(a.status == AlertStatus.FIRING for a in incident.alerts):
+        return False
+    changed = incident.status != status
+    incident.status = status
+    incident.resolved_at = now if status == AlertStatus.RESOLVED else None
+    return changed
 
 
 def _queue_investigation(session: Session, incident: Incident) -> int:
@@ -171,11 +178,12 @@ def record(
         session.flush()
         actions.investigations.append(_queue_investigation(session, incident))
     elif transition.after == ScanState.CLEARED and incident is not None:
-        _set_status(session, incident, AlertStatus.RESOLVED)
+        resolved = _set_status(session, incident, AlertStatus.RESOLVED)
         session.flush()
-        if owe_slack:
+        if resolved and owe_slack:
             notices.owe(session, incident.id)
-        actions.resolved.append(incident.id)
+        if resolved:
+            actions.resolved.append(incident.id)
     incident_id = incident.id if incident is not None and transition.after != ScanState.OK else None
     if incident is not None:
         digests.refresh(session, incident.id)

@@ -1,8 +1,9 @@
 """The scan on a real Prometheus and PostgreSQL: a fault develops over 20 minutes on one of three
 hosts (a growing surge: the queue builds, TTFT follows); the scan, replayed every 30 s of that
 history, warns for that host only, before its TTFT breaks the SLO, and stores the warning as an
-early-warning incident with a queued investigation. The healthy neighbour and a host whose cores
-are always busy beyond the 82 % threshold never leave `ok`."""
+early-warning incident with a queued investigation, which the pipeline runs like any other. The
+healthy neighbour and a host whose cores are always busy beyond the 82 % threshold never leave
+`ok`. The SLA alert that comes later joins the warning's incident through the webhook."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
+from rca.api.app import create_app
+from rca.pipeline import run_investigation
 from rca.scan.service import EarlyWarnings
 from rca.scan.states import ScanState
 from rca.store.db import session_scope
 from rca.store.incidents import IncidentFilter, search
-from rca.store.models import Incident, Investigation, ScanTarget, ScanTransition
+from rca.store.models import Hypothesis, Incident, Investigation, ScanTarget, ScanTransition
 from tests.e2e import promstack
 from tests.e2e.scenarios import Exporter, Fleet, Host
-from tests.helpers.service import make_settings
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.service import RecordingDispatcher, make_settings
 
 RAMP = 20 * 60
 
@@ -94,3 +99,23 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         hits, _, _ = search(session, filters=IncidentFilter(origin="early_warning"), sort="time", limit=10)
         assert [hit.incident_id for hit in hits] == [incident.id]
         assert search(session, filters=IncidentFilter(origin="alertmanager"), sort="time", limit=10)[0] == []
+
+    # The pipeline investigates the warning like an alert, and ranks the surge first.
+    assert run_investigation(settings, enqueued[0]) == "done"
+    with session_scope(pg_db) as session:
+        top = session.scalar(select(Hypothesis).where(Hypothesis.investigation_id == enqueued[0], Hypothesis.rank == 1))
+        assert top is not None and top.category == "arrival_surge"
+
+    # The SLA alert fires later for the same instance: it joins the warning's incident; its
+    # resolve leaves the incident open while the warning still stands.
+    sla = make_alert("fp-sla-a", alertname="LLMTTFTSLOBreach", instance="gpu-a:8000")
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        joined = post_webhook(client, make_payload('{}:{alertname="LLMTTFTSLOBreach"}', alerts=[sla]))
+        assert joined.status_code == 200, joined.text
+        resolved = make_payload('{}:{alertname="LLMTTFTSLOBreach"}', alerts=[{**sla, "status": "resolved"}])
+        assert post_webhook(client, resolved).status_code == 200
+    with session_scope(pg_db) as session:
+        assert session.scalar(select(func.count()).select_from(Incident)) == 1
+        incident = session.scalars(select(Incident)).one()
+        assert {a.alertname for a in incident.alerts} == {"EarlyWarning", "LLMTTFTSLOBreach"}
+        assert incident.status == "firing" and incident.origin == "early_warning"
