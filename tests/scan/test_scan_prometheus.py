@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from rca.api.app import create_app
+from rca.notify.message import from_incident
 from rca.pipeline import run_investigation
 from rca.scan.service import EarlyWarnings
 from rca.scan.states import ScanState
@@ -108,7 +109,11 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
 
     # The SLA alert fires later for the same instance: it joins the warning's incident; its
     # resolve leaves the incident open while the warning still stands.
-    sla = make_alert("fp-sla-a", alertname="LLMTTFTSLOBreach", instance="gpu-a:8000")
+    with session_scope(pg_db) as session:
+        warned_at = session.scalars(select(Incident.created_at)).one()
+    sla = make_alert(
+        "fp-sla-a", alertname="LLMTTFTSLOBreach", instance="gpu-a:8000", starts_at=warned_at + timedelta(minutes=9)
+    )
     with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
         joined = post_webhook(client, make_payload('{}:{alertname="LLMTTFTSLOBreach"}', alerts=[sla]))
         assert joined.status_code == 200, joined.text
@@ -119,3 +124,7 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         incident = session.scalars(select(Incident)).one()
         assert {a.alertname for a in incident.alerts} == {"EarlyWarning", "LLMTTFTSLOBreach"}
         assert incident.status == "firing" and incident.origin == "early_warning"
+        # Slack says it is an early warning, what moved since when, and how far ahead of the SLA alert.
+        summary = from_incident(incident, incident.investigations[0], None).summary or ""
+        assert summary.startswith("Early warning, before any SLA alert: ") and "moving since" in summary
+        assert "SLA alert LLMTTFTSLOBreach fired 9 min after the early warning" in summary
