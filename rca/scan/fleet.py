@@ -137,25 +137,24 @@ def assign(
 ) -> dict[str, SignalSeries]:
     """Each target's series of the signal: the first alternative, in the profile's order, that
     applies to its stack and has samples for it (its instance, or its machine for node series)."""
+    scopes = {alternative.tag: alternative.scope for alternative in query.alternatives}
     by_key: dict[tuple[str, str], Samples] = {}
     for row in rows:
         metric = row.get("metric", {})
-        index, instance = metric.get(ALTERNATIVE_LABEL), metric.get(GROUP_LABEL)
-        alternative = query.alternatives.get(index or "")
-        if alternative is None or not instance:
+        tag, instance = metric.get(ALTERNATIVE_LABEL, ""), metric.get(GROUP_LABEL)
+        if tag not in scopes or not instance:
             continue
-        key = instance if alternative.scope == "serving" else joined.of(host_from_label(instance))
+        key = instance if scopes[tag] == "serving" else joined.of(host_from_label(instance))
         samples = _samples(row.get("values", []))
         if samples:
-            by_key.setdefault((index or "", key), samples)
+            by_key.setdefault((tag, key), samples)
     found: dict[str, SignalSeries] = {}
-    ordered = sorted(query.alternatives.values(), key=lambda a: a.index)
     for target in targets:
-        for alternative in ordered:
+        for alternative in query.alternatives:
             if alternative.stacks is not None and target.stack not in alternative.stacks:
                 continue
             key = target.instance if alternative.scope == "serving" else target.machine
-            kept = by_key.get((str(alternative.index), key))
+            kept = by_key.get((alternative.tag, key))
             if kept:
                 found[target.instance] = SignalSeries(kept, alternative.source)
                 break

@@ -150,28 +150,44 @@ def violation_depths(depth: Samples, ttft: Samples, slo_seconds: float, step_sec
 
 
 @dataclass(frozen=True)
+class SloModel:
+    """The queue-depth Weibull of `rca.signals.slo`, fitted on the depths at which TTFT broke its
+    SLO, and which depths those were ("own: 23 violations, k=2.1, lambda=6.3"), or why there is none."""
+
+    fit: WeibullFit | None
+    description: str
+
+
+def slo_model(depths: list[float], scope: str) -> SloModel:
+    """The Weibull over these violation depths (`scope`: whose they are, "own" or "fleet")."""
+    try:
+        fit = fit_weibull(depths)
+    except NotEnoughViolations as exc:
+        return SloModel(None, f"no SLO model ({scope}): {exc}")
+    return SloModel(fit, f"{scope}: {fit.violations} violations, k={fit.shape:.2g}, lambda={fit.scale:.2g}")
+
+
+def model_for(own: list[float], fleet: SloModel) -> SloModel:
+    """The target's own model when it has MIN_VIOLATIONS, else the fleet's (fitted once per scan)."""
+    return slo_model(own, "own") if len(own) >= MIN_VIOLATIONS else fleet
+
+
+@dataclass(frozen=True)
 class SloForecast:
     """P(TTFT SLO breach) at the queue depth forecast for the horizon, and the model behind it."""
 
     probability: float | None
     depth_at_horizon: float | None
-    model: str  # "own: 23 violations, k=2.1, lambda=6.3", "fleet: ...", or why there is none
+    model: str
 
 
-def slo_forecast(
-    own: list[float], fleet: list[float], depth: SignalForecast | None, horizon_seconds: float
-) -> SloForecast:
-    """F(depth forecast at the horizon) under the Weibull of the target's own violation depths,
-    or the fleet's when the target has fewer than MIN_VIOLATIONS."""
+def slo_forecast(model: SloModel, depth: SignalForecast | None, horizon_seconds: float) -> SloForecast:
+    """F(depth forecast at the horizon) under the model: the depth now plus its rise, if rising."""
     if depth is None:
         return SloForecast(None, None, "no queue depth")
     rising = max(0.0, depth.slope_per_minute or 0.0) if depth.limit.comparison == ">" else 0.0
     at_horizon = depth.current + rising * horizon_seconds / 60
-    scope, depths = ("own", own) if len(own) >= MIN_VIOLATIONS else ("fleet", fleet)
-    try:
-        fit: WeibullFit = fit_weibull(depths)
-    except NotEnoughViolations as exc:
-        return SloForecast(None, at_horizon, f"no SLO model: {exc}")
-    probability = fit.probability(at_horizon)
-    model = f"{scope}: {fit.violations} violations, k={fit.shape:.2g}, lambda={fit.scale:.2g}"
-    return SloForecast(probability if math.isfinite(probability) else None, at_horizon, model)
+    if model.fit is None:
+        return SloForecast(None, at_horizon, model.description)
+    probability = model.fit.probability(at_horizon)
+    return SloForecast(probability if math.isfinite(probability) else None, at_horizon, model.description)

@@ -56,9 +56,12 @@ def per_instance(promql: str) -> str:
 
 @dataclass(frozen=True)
 class FleetAlternative:
-    """One alternative of a signal as the scan runs it: its position, source and scope."""
+    """One alternative of a signal as the scan runs it: its place in the profile's order, the
+    `rca_alternative` value of its series (alternatives with the same PromQL for different stacks
+    share one), its source and scope."""
 
     index: int
+    tag: str
     source: str
     scope: str
     stacks: tuple[str, ...] | None
@@ -66,11 +69,11 @@ class FleetAlternative:
 
 @dataclass(frozen=True)
 class FleetQuery:
-    """One signal for the whole fleet: the PromQL and what each `rca_alternative` value means."""
+    """One signal for the whole fleet: the PromQL and its alternatives, in the profile's order."""
 
     spec: SignalSpec
     promql: str
-    alternatives: dict[str, FleetAlternative]
+    alternatives: list[FleetAlternative]
 
 
 def _renderable(spec: SignalSpec, alternative: QueryAlternative, values: dict[str, str]) -> bool:
@@ -81,8 +84,8 @@ def fleet_query(spec: SignalSpec, params: dict[str, str]) -> FleetQuery | None:
     """The signal's alternatives that can run fleet-wide, in the profile's order, as one query;
     None when none can (a signal of the GPU or pod scope, or one whose parameters are unset)."""
     values = FLEET_SELECTORS | params
-    parts: list[str] = []
-    alternatives: dict[str, FleetAlternative] = {}
+    tags: dict[str, str] = {}  # PromQL -> its tag: each distinct query is evaluated once
+    alternatives: list[FleetAlternative] = []
     for index, alternative in enumerate(spec.queries):
         if not _renderable(spec, alternative, values):
             continue
@@ -90,11 +93,12 @@ def fleet_query(spec: SignalSpec, params: dict[str, str]) -> FleetQuery | None:
             promql = per_instance(alternative.render(values))
         except NotFleetWide:
             continue
-        parts.append(f'label_replace({promql}, "{ALTERNATIVE_LABEL}", "{index}", "", "")')
+        tag = tags.setdefault(promql, str(index))
         stacks = tuple(alternative.stacks) if alternative.stacks is not None else None
-        alternatives[str(index)] = FleetAlternative(index, alternative.source, spec.scope_of(alternative), stacks)
-    if not parts:
+        alternatives.append(FleetAlternative(index, tag, alternative.source, spec.scope_of(alternative), stacks))
+    if not alternatives:
         return None
+    parts = [f'label_replace({promql}, "{ALTERNATIVE_LABEL}", "{tag}", "", "")' for promql, tag in tags.items()]
     return FleetQuery(spec=spec, promql="\n or ".join(parts), alternatives=alternatives)
 
 

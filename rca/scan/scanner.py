@@ -3,8 +3,9 @@ in one range query per signal, and assess each target (forecasts and P(SLO breac
 
 A scan costs a fixed number of queries whatever the fleet's size: one for discovery, one per
 identity series of the profile, one range query per early signal and one for TTFT, plus, every
-BASELINE_REFRESH_SECONDS, one per signal for the level at the same hour the day before. It reads
-Prometheus only; `rca.scan.warnings` turns the assessments into states and incidents.
+BASELINE_REFRESH_SECONDS, one per signal for the level at the same hour the day before. The range
+queries read the whole history every BASELINE_REFRESH_SECONDS and the trend window in between.
+It reads Prometheus only; `rca.scan.warnings` turns the assessments into states and incidents.
 """
 
 from __future__ import annotations
@@ -18,12 +19,20 @@ from rca.collect.prometheus import PrometheusSource
 from rca.collect.promql import query_params
 from rca.config import Settings
 from rca.scan.fleet import FleetSource, Machines, ServingTarget, SignalSeries, assign, discover, fetch, machines
-from rca.scan.forecast import Limit, SignalForecast, forecast_signal, slo_forecast, violation_depths
+from rca.scan.forecast import (
+    Limit,
+    SignalForecast,
+    forecast_signal,
+    model_for,
+    slo_forecast,
+    slo_model,
+    violation_depths,
+)
 from rca.scan.queries import FleetQuery, early_signals, fleet_query
 from rca.scan.states import Assessment
 from rca.signals.slo import DEPTH_SIGNAL, TTFT_SIGNAL
 
-BASELINE_REFRESH_SECONDS = 600
+BASELINE_REFRESH_SECONDS = 600  # the history before the trend window and the day before, re-read this often
 TTFT_SLO_TITLE = "TTFT p95 against its SLO"
 
 
@@ -70,6 +79,8 @@ class Scanner:
     limits: dict[str, Limit] = field(init=False)
     _yesterday: dict[str, dict[str, float]] = field(default_factory=dict, init=False)
     _yesterday_at: float | None = field(default=None, init=False)
+    _history: dict[str, dict[str, SignalSeries]] = field(default_factory=dict, init=False)
+    _history_at: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         file_config = self.settings.file_config()
@@ -102,6 +113,33 @@ class Scanner:
         self._yesterday, self._yesterday_at = found, now
         return found
 
+    def _series(
+        self, targets: list[ServingTarget], joined: Machines, start: datetime, end: datetime, step: int
+    ) -> dict[str, dict[str, SignalSeries]]:
+        """Every signal's series over [start, end]. The whole history is read every
+        BASELINE_REFRESH_SECONDS; in between only the trend window is, and the older samples
+        (the baseline, the SLO model's violations) come from the last read: a quarter of the
+        points per scan with the defaults."""
+        now = end.timestamp()
+        stale = self._history_at is None or not 0 <= now - self._history_at < BASELINE_REFRESH_SECONDS
+        if stale:
+            self._history = fetch(self.source, self.queries, targets, joined, start, end, step)
+            self._history_at = now
+            return self._history
+        recent_start = end - timedelta(minutes=self.settings.scan_trend_minutes)
+        recent = fetch(self.source, self.queries, targets, joined, recent_start, end, step)
+        first, split = start.timestamp(), recent_start.timestamp()
+        merged: dict[str, dict[str, SignalSeries]] = {}
+        for signal, by_target in recent.items():
+            before = self._history.get(signal, {})
+            merged[signal] = {}
+            for instance, found in by_target.items():
+                older = before.get(instance)
+                kept = [(ts, v) for ts, v in older.samples if first <= ts < split] if older else []
+                merged[signal][instance] = SignalSeries(kept + found.samples, found.source)
+        self._history = merged
+        return merged
+
     def scan(self, at: datetime) -> ScanReport:
         started = time.perf_counter()
         before = self.source.queries
@@ -110,7 +148,7 @@ class Scanner:
         step = step_for(self.settings)
         end = datetime.fromtimestamp(at.timestamp() // step * step, at.tzinfo)
         start = end - timedelta(minutes=self.settings.scan_history_minutes)
-        series = fetch(self.source, self.queries, targets, joined, start, end, step) if targets else {}
+        series = self._series(targets, joined, start, end, step) if targets else {}
         yesterday = self._day_before(targets, joined, at) if targets else {}
         assessments = self._assess(targets, series, yesterday, at.timestamp(), step)
         return ScanReport(
@@ -139,7 +177,7 @@ class Scanner:
                 ttft = series.get(TTFT_SIGNAL, {}).get(target.instance)
                 if depth and ttft:
                     own[target.instance] = violation_depths(depth.samples, ttft.samples, slo_seconds, step)
-        fleet = [depth for depths in own.values() for depth in depths]
+        fleet = slo_model([depth for depths in own.values() for depth in depths], "fleet")
         assessments: dict[str, Assessment] = {}
         for target in targets:
             forecasts: dict[str, SignalForecast] = {}
@@ -151,6 +189,7 @@ class Scanner:
                 forecast = forecast_signal(limit, found.samples, found.source, now, trend_seconds, day_before)
                 if forecast is not None:
                     forecasts[signal] = forecast
-            slo = slo_forecast(own.get(target.instance, []), fleet, forecasts.get(DEPTH_SIGNAL), horizon)
+            model = model_for(own.get(target.instance, []), fleet)
+            slo = slo_forecast(model, forecasts.get(DEPTH_SIGNAL), horizon)
             assessments[target.instance] = Assessment(at=now, signals=list(forecasts.values()), slo=slo)
         return assessments

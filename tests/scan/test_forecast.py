@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rca.scan.forecast import Limit, forecast_signal, slo_forecast, violation_depths
+from rca.scan.forecast import Limit, forecast_signal, model_for, slo_forecast, slo_model, violation_depths
 
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
 HIT_RATE = Limit("prefix_cache_hit_rate", "Prefix-cache hit rate", "ratio", "<", 0.61)
@@ -73,10 +73,12 @@ def test_a_target_that_stopped_reporting_is_not_judged() -> None:
 def test_the_slo_forecast_uses_the_fleet_model_when_the_target_has_too_few_violations() -> None:
     rising = forecast_signal(QUEUE, series(lambda t: 1.0 + max(0.0, (t - (NOW - 900)) / 60 * 0.4)), "t", NOW, TREND)
     fleet = [4.0 + 0.25 * i for i in range(20)]
-    slo = slo_forecast([5.0], fleet, rising, horizon_seconds=600)
+    slo = slo_forecast(model_for([5.0], slo_model(fleet, "fleet")), rising, horizon_seconds=600)
     assert slo.probability is not None and slo.model.startswith("fleet: 20 violations")
     assert slo.depth_at_horizon is not None and rising is not None and slo.depth_at_horizon > rising.current
-    none = slo_forecast([], [], rising, horizon_seconds=600)
+    own = slo_forecast(model_for(fleet[:10], slo_model([], "fleet")), rising, horizon_seconds=600)
+    assert own.probability is not None and own.model.startswith("own: 10 violations")
+    none = slo_forecast(model_for([], slo_model([], "fleet")), rising, horizon_seconds=600)
     assert none.probability is None and "no SLO model" in none.model
 
 
