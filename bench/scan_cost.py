@@ -103,7 +103,8 @@ def main() -> None:
         print(f"backfilled {args.targets} targets, {series} series in {time.perf_counter() - began:.0f} s")
         proc, url = promstack.start_prometheus(work, promstack.free_port(), None)
         try:
-            settings = Settings(prometheus_url=url)
+            # A generous query timeout: the figure is the scan's time, however long it is.
+            settings = Settings(prometheus_url=url, prometheus_timeout_seconds=300)
             scanner = Scanner(settings, prometheus_fleet_source(settings))
             at = datetime.fromtimestamp(end - 30, UTC)
             first = scanner.scan(at)

@@ -19,6 +19,8 @@ from sqlalchemy import func, select
 from rca.api.app import create_app
 from rca.notify.message import from_incident
 from rca.pipeline import run_investigation
+from rca.scan.backtest import backtest
+from rca.scan.scanner import prometheus_fleet_source
 from rca.scan.service import EarlyWarnings
 from rca.scan.states import ScanState
 from rca.store.db import session_scope
@@ -128,3 +130,19 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         summary = from_incident(incident, incident.investigations[0], None).summary or ""
         assert summary.startswith("Early warning, before any SLA alert: ") and "moving since" in summary
         assert "SLA alert LLMTTFTSLOBreach fired 9 min after the early warning" in summary
+
+
+def test_the_backtest_finds_the_warning_ahead_of_the_breach_and_no_false_one(
+    fleet_prometheus: tuple[str, float, float], tmp_path: Path
+) -> None:
+    url, onset, now = fleet_prometheus
+    settings = make_settings("sqlite://", tmp_path, prometheus_url=url, scan_interval_seconds=30)
+    start, end = (datetime.fromtimestamp(t, UTC) for t in (onset - 120, now - 60))
+    result = backtest(settings, prometheus_fleet_source(settings), start, end)
+    assert result.targets == 3 and result.scans == int((end - start).total_seconds() // 30) + 1
+    assert [w.instance for w in result.warnings] == ["gpu-a:8000"] and result.false_warnings == []
+    assert [b.instance for b in result.breaches] == ["gpu-a:8000"] and result.missed == []
+    lead = result.breaches[0].lead_seconds
+    assert lead is not None and lead >= 0  # the warning did not wait for TTFT to break its SLO
+    one = backtest(settings, prometheus_fleet_source(settings), start, end, target="gpu-b:8000")
+    assert one.targets == 1 and one.warnings == [] and one.breaches == []

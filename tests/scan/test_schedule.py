@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import threading
+from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
+from rca.cli import parse_duration
 from rca.jobs.scan import start_scans
 from tests.helpers.service import make_settings
 
@@ -32,3 +37,10 @@ def test_a_scan_that_cannot_reach_prometheus_is_logged_and_retried(tmp_path: Pat
     thread.join(timeout=15)
     assert not thread.is_alive()
     assert "scan failed" in caplog.text  # type: ignore[attr-defined]
+
+
+def test_backtest_durations_are_prometheus_style() -> None:
+    assert parse_duration("7d") == timedelta(days=7) and parse_duration("90m") == timedelta(minutes=90)
+    for bad in ("7", "d", "0h", "1.5h", "7w"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_duration(bad)
