@@ -17,7 +17,7 @@ PROMETHEUS = "http://127.0.0.1:9"
 
 
 def test_the_scan_is_on_with_prometheus_and_off_when_disabled_or_without_it(tmp_path: Path) -> None:
-    assert make_settings("sqlite://", tmp_path, prometheus_url=PROMETHEUS).scan_active
+    assert make_settings("sqlite://", tmp_path, prometheus_url=PROMETHEUS, scan_enabled=None).scan_active
     assert not make_settings("sqlite://", tmp_path, prometheus_url=PROMETHEUS, scan_enabled=False).scan_active
     assert not make_settings("sqlite://", tmp_path, scan_enabled=True).scan_active
 
@@ -28,7 +28,9 @@ def test_no_scan_thread_starts_when_the_scan_is_off(tmp_path: Path) -> None:
 
 
 def test_a_scan_that_cannot_reach_prometheus_is_logged_and_retried(tmp_path: Path, caplog: object) -> None:
-    settings = make_settings("sqlite://", tmp_path, prometheus_url=PROMETHEUS, scan_interval_seconds=1)
+    settings = make_settings(
+        "sqlite://", tmp_path, prometheus_url=PROMETHEUS, scan_enabled=None, scan_interval_seconds=1
+    )
     stop = threading.Event()
     thread = start_scans(settings, print, print, stop)
     assert thread is not None
