@@ -9,12 +9,13 @@ joins an alert's host (`rca.collect.aliases`), but for the whole fleet at once.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from rca.collect.profile import Profile
 from rca.collect.prometheus import Samples, counted_errors
@@ -124,12 +125,8 @@ class SignalSeries:
 
 
 def _samples(values: list[list]) -> Samples:
-    out: Samples = []
-    for ts, raw in values:
-        value = float(raw)
-        if value == value and abs(value) != float("inf"):
-            out.append((float(ts), value))
-    return out
+    """A range answer's [[time, "value"], ...] as floats, without NaN and infinities."""
+    return [(float(ts), float(raw)) for ts, raw in values if math.isfinite(float(raw))]
 
 
 def assign(
@@ -176,10 +173,3 @@ def fetch(
         futures = {q.spec.id: pool.submit(source.range, q.promql, start, end, step) for q in queries}
         rows = {signal: future.result() for signal, future in futures.items()}
     return {q.spec.id: assign(q, rows[q.spec.id], targets, joined) for q in queries}
-
-
-def history_window(at: datetime, minutes: int, step: int) -> tuple[datetime, datetime]:
-    """[at - minutes, at], aligned to the step so consecutive scans read the same grid."""
-    end_ts = at.timestamp() // step * step
-    end = datetime.fromtimestamp(end_ts, at.tzinfo)
-    return end - timedelta(minutes=minutes), end

@@ -26,6 +26,7 @@ from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.domain.values import format_value
 from rca.scan.fleet import ServingTarget
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
+from rca.signals.slo import TTFT_SIGNAL
 from rca.store import digests, notices
 from rca.store.models import Alert, Incident, Investigation, ScanTarget, ScanTransition
 
@@ -68,7 +69,7 @@ def summary(assessment: Assessment, policy: Policy) -> str:
             text += f", forecast to cross in ~{signal.cross_in_seconds / 60:.0f} min"
         parts.append(text)
     slo = assessment.slo
-    ttft = next((s for s in assessment.signals if s.limit.title.startswith("TTFT") and s.limit.comparison == ">"), None)
+    ttft = next((s for s in assessment.signals if s.limit.signal == TTFT_SIGNAL), None)
     if ttft is not None and ttft.breached:
         parts.append("TTFT already beyond its SLO")
     elif ttft is not None and ttft.cross_in_seconds is not None:
