@@ -28,7 +28,9 @@ def run_scans(
     a failed scan (Prometheus or the database down) is logged and the next one tries again."""
     warnings: EarlyWarnings | None = None
     while not stop.is_set():
-        if leading():
+        if not leading():
+            warnings = None  # another scheduler may move the states meanwhile: read them again when back
+        else:
             try:
                 warnings = warnings or EarlyWarnings.from_settings(settings)
                 _, actions = warnings.tick(datetime.now(UTC))
