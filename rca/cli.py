@@ -15,7 +15,7 @@ import sys
 import textwrap
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -268,6 +268,50 @@ def cmd_beat(settings: Settings, args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     run_scheduler(settings, create_app(settings), stop, args.parent_pid)
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90m`, `6h`, `7d` (Prometheus' units s, m, h, d) as a timedelta."""
+    number, unit = text.strip()[:-1], text.strip()[-1:]
+    if unit not in DURATION_UNITS or not number.isdigit() or int(number) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90m, 6h or 7d")
+    return timedelta(seconds=int(number) * DURATION_UNITS[unit])
+
+
+def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
+    from rca.scan.backtest import backtest
+    from rca.scan.scanner import prometheus_fleet_source
+
+    if not settings.prometheus_url:
+        _fail("RCA_PROMETHEUS_URL: not set; the backtest replays the scan over Prometheus history")
+    _quiet_http_retries()
+    now = datetime.now(UTC)
+    end = now - (args.until or timedelta(0))
+    start = now - args.since
+    if start >= end:
+        _fail("--since: must reach further back than --until")
+    result = backtest(settings, prometheus_fleet_source(settings), start, end, args.target)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+        return
+    summary = result.as_dict()
+    print(f"{result.scans} scans of {result.targets} targets, {summary['start']} to {summary['end']}")
+    for verdict in result.breaches:
+        when = datetime.fromtimestamp(verdict.breach_at, UTC)
+        lead = f"warned {verdict.lead_seconds / 60:.1f} min ahead" if verdict.lead_seconds is not None else "MISSED"
+        print(f"  breach {verdict.instance} at {when:%Y-%m-%d %H:%M} UTC: {lead}")
+    for warning in result.false_warnings:
+        when = datetime.fromtimestamp(warning.start, UTC)
+        print(f"  false warning {warning.instance} at {when:%Y-%m-%d %H:%M} UTC: {warning.reason}")
+    median = summary["median_lead_seconds"]
+    print(
+        f"warnings {len(result.warnings)}, breaches {len(result.breaches)}, missed {len(result.missed)}, "
+        f"false warnings {len(result.false_warnings)}, median lead "
+        + (f"{float(median) / 60:.1f} min" if isinstance(median, int | float) else "n/a")
+    )
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
@@ -692,6 +736,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inv.add_argument("--json", action="store_true", help="machine-readable output")
     inv.set_defaults(func=cmd_investigate)
+
+    backtest = command(
+        "backtest",
+        "replay the early-warning scan over Prometheus history",
+        "Run the fleet scan at every RCA_SCAN_INTERVAL_SECONDS of the past (same queries, forecasts "
+        "and states as live, nothing written) and report each warning, its lead time before the TTFT "
+        "SLO breach over the same history, the breaches it missed and the warnings no breach followed.",
+    )
+    backtest.add_argument("--since", required=True, type=parse_duration, help="how far back: 90m, 6h, 7d")
+    backtest.add_argument("--until", type=parse_duration, help="stop this long before now (default: now)")
+    backtest.add_argument("--target", help="one serving instance (host:port) instead of the whole fleet")
+    backtest.add_argument("--json", action="store_true", help="print the result as JSON")
+    backtest.set_defaults(func=cmd_backtest)
 
     demo = command(
         "demo",

@@ -90,7 +90,19 @@ SWEEPER_REENQUEUED = Counter(
 SWEEPER_SLACK_REQUEUED = Counter(
     "rca_sweeper_slack_requeued_total", "Owed Slack notices the sweeper handed to the Slack queue again."
 )
+SCANS = Counter("rca_scans_total", "Fleet scans finished (rca/scan).")
+SCAN_QUERIES = Counter("rca_scan_queries_total", "PromQL queries the fleet scans sent.")
+SCAN_TARGETS = Counter("rca_scan_targets_total", "Serving targets the fleet scans assessed, summed over scans.")
+SCAN_DURATION = Histogram(
+    "rca_scan_duration_seconds", "Wall time of one fleet scan.", buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+)
+SCAN_TRANSITIONS = Counter(
+    "rca_scan_transitions_total", "Early-warning state changes of serving targets, by the state entered.", ["state"]
+)
+SCAN_STATES = ("ok", "watch", "warning", "cleared")  # rca.scan.states.ScanState
 
+for _state in SCAN_STATES:
+    SCAN_TRANSITIONS.labels(state=_state)
 for _code, _outcome in WEBHOOK_OUTCOMES.items():
     WEBHOOK_REQUESTS.labels(outcome=_outcome, code=str(_code))
 for _status in (InvestigationStatus.DONE, InvestigationStatus.FAILED):
@@ -120,6 +132,14 @@ def investigation_finished(status: str, seconds: float) -> None:
     """Count a finished investigation (done or failed) and its duration."""
     INVESTIGATIONS.labels(status=status).inc()
     INVESTIGATION_DURATION.labels(status=status).observe(seconds)
+
+
+def scan_finished(targets: int, queries: int, seconds: float) -> None:
+    """Count one fleet scan and its cost."""
+    SCANS.inc()
+    SCAN_TARGETS.inc(targets)
+    SCAN_QUERIES.inc(queries)
+    SCAN_DURATION.observe(seconds)
 
 
 def llm_usage(prompt_tokens: int, completion_tokens: int, cost: float) -> None:

@@ -85,6 +85,10 @@ def list_incidents(
     category: Annotated[str | None, Query(max_length=64, description="top-ranked root-cause category")] = None,
     confirmed: Annotated[bool | None, Query(description="whether an engineer confirmed the cause")] = None,
     confirmed_category: Annotated[str | None, Query(max_length=64)] = None,
+    origin: Annotated[
+        Literal["alertmanager", "early_warning"] | None,
+        Query(description="who opened it: an Alertmanager alert, or the fleet scan's early warning"),
+    ] = None,
     since: AwareDatetime | None = None,
     until: AwareDatetime | None = None,
     sort: Annotated[Literal["relevance", "time"] | None, Query(description="default: relevance with q")] = None,
@@ -117,6 +121,7 @@ def list_incidents(
         category=category,
         confirmed=confirmed,
         confirmed_category=confirmed_category,
+        origin=origin,
     )
     after = decode_cursor(cursor, order, filters) if cursor else None
     hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
@@ -148,6 +153,7 @@ def incident_out(incident: Incident) -> IncidentOut:
         common_labels=incident.common_labels,
         common_annotations=incident.common_annotations,
         external_url=incident.external_url,
+        origin=incident.origin,
         created_at=incident.created_at,
         updated_at=incident.updated_at,
         resolved_at=incident.resolved_at,

@@ -159,6 +159,7 @@ class IncidentOut(BaseModel):
     common_labels: dict[str, str]
     common_annotations: dict[str, str]
     external_url: str | None
+    origin: str = Field(default="alertmanager", description="alertmanager, or early_warning (the fleet scan)")
     created_at: datetime
     updated_at: datetime
     resolved_at: datetime | None

@@ -81,6 +81,16 @@ class Settings(BaseSettings):
     # lasts without a heartbeat before the sweep hands it to another worker (rca/jobs/lease.py).
     sweep_interval_seconds: float = Field(default=15.0, gt=0, le=3600)
     investigation_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
+    # The fleet scan (rca/scan): early warnings before the SLA alert. Unset RCA_SCAN_ENABLED = on
+    # whenever RCA_PROMETHEUS_URL is set (`scan_active`); false turns it off.
+    scan_enabled: bool | None = None
+    scan_interval_seconds: float = Field(default=30.0, ge=1, le=3600)
+    scan_history_minutes: int = Field(default=60, ge=15, le=24 * 60)  # range each scan reads
+    scan_trend_minutes: int = Field(default=15, ge=3, le=180)  # window of the Theil-Sen trend
+    scan_horizon_minutes: float = Field(default=10.0, gt=0, le=240)  # "watch": forecast to cross within this
+    scan_sustain_scans: int = Field(default=3, ge=1, le=100)  # breached this many scans in a row: "warning"
+    scan_calm_seconds: float = Field(default=300.0, ge=0, le=86400)  # calm this long: "cleared" / back to "ok"
+    scan_slo_probability: float = Field(default=0.8, gt=0, le=1)  # P(SLO breach) that warns at once
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     slack_webhook_url: SecretStr | None = None
     slack_bot_token: SecretStr | None = None
@@ -223,6 +233,11 @@ class Settings(BaseSettings):
     def llm_configured(self) -> bool:
         """True when an LLM endpoint is set; otherwise the rules analyst writes the hypotheses."""
         return bool(self.llm_base_url and self.llm_model)
+
+    @property
+    def scan_active(self) -> bool:
+        """True when the fleet scan runs: RCA_SCAN_ENABLED, else whenever Prometheus is configured."""
+        return bool(self.prometheus_url) and self.scan_enabled is not False
 
     @property
     def effective_database_url(self) -> str:

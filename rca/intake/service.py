@@ -13,10 +13,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rca.collect.target import host_from_label
+from rca.config import TargetConfig
 from rca.domain.clock import utcnow
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.intake.schema import WebhookAlert, WebhookPayload
-from rca.store import digests, notices
+from rca.store import digests, early_warnings, notices
 from rca.store.models import Alert, Incident, Investigation, Notification
 
 ACTIVE_INVESTIGATION = (InvestigationStatus.QUEUED, InvestigationStatus.RUNNING)
@@ -113,7 +115,7 @@ def record_notification(
     """Store the notification and its alerts; decide whether a new investigation is needed. With
     `owe_slack` (Slack is configured), a resolve notice is owed to Slack in this transaction, so
     that the sweeper delivers it if its enqueue after the commit is lost."""
-    incident = _open_incident(session, payload.groupKey)
+    incident = _open_incident(session, payload.groupKey) or _early_warning_of(session, payload)
     if incident is None and payload.status == AlertStatus.RESOLVED:
         # A resolve notice for a group we already closed (or never saw firing).
         incident = _latest_incident(session, payload.groupKey)
@@ -127,9 +129,16 @@ def record_notification(
     now = utcnow()
     incident.notification_count += 1
     incident.updated_at = now
-    incident.common_labels = payload.commonLabels
-    incident.common_annotations = payload.commonAnnotations
+    joined = incident.origin == early_warnings.ORIGIN  # the scan's incident keeps its own labels and text
+    if not joined:
+        incident.common_labels = payload.commonLabels
+        incident.common_annotations = payload.commonAnnotations
     resolved_now = payload.status == AlertStatus.RESOLVED and incident.status != AlertStatus.RESOLVED
+    if resolved_now and joined:  # resolved once the warning has cleared too
+        session.flush()
+        resolved_now = not session.scalar(
+            select(Alert.id).where(Alert.incident_id == incident.id, Alert.status == AlertStatus.FIRING).limit(1)
+        )
     if resolved_now:
         incident.status = AlertStatus.RESOLVED
         incident.resolved_at = now
@@ -145,6 +154,15 @@ def record_notification(
     return IntakeResult(
         incident_id=incident.id, created=created, investigation_id=investigation_id, resolved_now=resolved_now
     )
+
+
+def _early_warning_of(session: Session, payload: WebhookPayload) -> Incident | None:
+    """The scan's early-warning incident these alerts join (rca/store/early_warnings.py)."""
+    instances = sorted({a.labels["instance"] for a in payload.alerts if a.labels.get("instance")})
+    names = TargetConfig().host_labels
+    hosts = sorted({host_from_label(a.labels[n]) for a in payload.alerts for n in names if a.labels.get(n)})
+    fingerprints = [a.fingerprint for a in payload.alerts]
+    return early_warnings.joined_incident(session, instances, hosts, fingerprints)
 
 
 def _request_investigation(session: Session, incident: Incident, reason: str) -> int | None:

@@ -20,7 +20,8 @@ import threading
 from celery import Celery
 
 from rca.config import Settings
-from rca.jobs.celery_app import run_sweep
+from rca.jobs.celery_app import INVESTIGATE, INVESTIGATIONS_QUEUE, SLACK_NOTIFY, SLACK_QUEUE, run_sweep
+from rca.jobs.scan import start_scans
 from rca.store.locks import SingletonLock
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,16 @@ def run_scheduler(settings: Settings, app: Celery, stop: threading.Event, parent
     return when `stop` is set or the parent is gone."""
     lock = SingletonLock(settings.effective_database_url, LOCK_NAME)
     state = "starting"  # "holding" or "standing by", logged when it changes
+    holding = threading.Event()  # the early-warning scan (rca/jobs/scan.py) runs only while set
+    start_scans(
+        settings,
+        lambda investigation_id: app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE),
+        lambda incident_id, event: (
+            settings.slack_enabled and app.send_task(SLACK_NOTIFY, args=[incident_id, event], queue=SLACK_QUEUE)
+        ),
+        stop,
+        holding.is_set,
+    )
     try:
         while not stop.is_set():
             if parent_pid is not None and os.getppid() != parent_pid:
@@ -39,13 +50,16 @@ def run_scheduler(settings: Settings, app: Celery, stop: threading.Event, parent
                 return
             try:
                 if lock.acquire():
+                    holding.set()
                     if state != "holding":
                         log.info("scheduler: holding the lock; sweeping every %gs", settings.sweep_interval_seconds)
                         state = "holding"
                     swept = run_sweep(app, settings)
                     if swept:
                         log.info("scheduler: re-enqueued %d", swept)
-                elif state != "standing by":
+                else:
+                    holding.clear()
+                if not holding.is_set() and state != "standing by":
                     log.info("scheduler: another scheduler holds the lock; standing by")
                     state = "standing by"
             except Exception as exc:  # the database or the broker blinked: try again next tick

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from rca.config import Settings
 from rca.jobs.investigate import investigate
+from rca.jobs.scan import start_scans
 from rca.jobs.slack import deliver_with_retries
 from rca.jobs.sweep import SWEPT, owed_notices, sweep
 
@@ -26,6 +27,7 @@ class InlineDispatcher:
         self._stop = threading.Event()
         self._sweeper = threading.Thread(target=self._sweep_forever, name="sweeper", daemon=True)
         self._sweeper.start()
+        self._scanner = start_scans(settings, self.enqueue, self.notify, self._stop)  # early warnings (rca/scan)
 
     def enqueue(self, investigation_id: int) -> bool:
         self.pool.submit(investigate, self.settings, investigation_id, self.notify)

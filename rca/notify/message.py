@@ -75,6 +75,25 @@ def incident_labels(incident: Incident) -> dict[str, str]:
     return {**(firing[0].labels if firing else {}), **(incident.common_labels or {})}
 
 
+EARLY_WARNING = "early_warning"  # Incident.origin of the fleet scan's incidents (rca/scan)
+EARLY_WARNING_ALERT = "EarlyWarning"
+
+
+def _summary(incident: Incident, annotations: dict[str, str]) -> str | None:
+    """The alert's summary; for an early warning, the scan's (signals, since when, forecast) and
+    how long before the SLA alert it came, once one joined."""
+    summary = annotations.get("summary") or annotations.get("description")
+    if incident.origin != EARLY_WARNING:
+        return summary
+    sla = [a for a in incident.alerts if a.alertname != EARLY_WARNING_ALERT]
+    if not sla:
+        return summary
+    first = min(sla, key=lambda a: a.starts_at)
+    minutes = (first.starts_at - incident.created_at).total_seconds() / 60
+    when = f"{minutes:.0f} min after" if minutes >= 0 else f"{-minutes:.0f} min before"
+    return f"{summary}. SLA alert {first.alertname} fired {when} the early warning"
+
+
 def from_incident(
     incident: Incident, investigation: Investigation, public_url: str | None, precedent: Precedent | None = None
 ) -> IncidentMessage:
@@ -88,7 +107,7 @@ def from_incident(
         target=_target(incident, investigation),
         status=incident.status,
         severity=labels.get("severity"),
-        summary=annotations.get("summary") or annotations.get("description"),
+        summary=_summary(incident, annotations),
         hypotheses=[
             HypothesisLine(h.category, h.confidence, _why(h.title, h.explanation)) for h in investigation.hypotheses
         ],

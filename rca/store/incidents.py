@@ -32,6 +32,7 @@ class IncidentFilter:
     category: str | None = None  # top-ranked root cause of the latest finished investigation
     confirmed: bool | None = None  # an engineer confirmed (or corrected) the cause
     confirmed_category: str | None = None
+    origin: str | None = None  # "alertmanager" or "early_warning" (the fleet scan)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Hit:
     confirmed_category: str | None
     breached: list[str]
     score: float | None = None
+    origin: str = "alertmanager"  # who opened it: a webhook, or the fleet scan ("early_warning")
 
 
 def _conditions(
@@ -89,6 +91,8 @@ def _conditions(
         checked.append(fts.contains(session, d.labels, f"alertname={filters.alertname}"))
     checked += [fts.contains(session, d.labels, f"{name}={value}") for name, value in filters.labels]
     checked += [fts.contains(session, d.breached, key) for key in filters.signals]
+    if filters.origin:
+        checked.append(d.incident_id.in_(select(Incident.id).where(Incident.origin == filters.origin)))
     return ordered, checked
 
 
@@ -256,6 +260,7 @@ def hits(session: Session, incident_ids: list[int], scores: Mapping[int, float |
             d.top_confidence,
             d.confirmed_category,
             d.breached,
+            i.origin,
         )
         .join(i, i.id == d.incident_id)
         .where(d.incident_id.in_(incident_ids))

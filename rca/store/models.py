@@ -100,6 +100,8 @@ class Incident(Base):
     # Slack is behind that count and cleared by the delivery that brings it up to date.
     slack_owed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     slack_owed_since: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    # Who opened it: "alertmanager" (a webhook) or "early_warning" (the fleet scan, rca/scan).
+    origin: Mapped[str] = mapped_column(StorableString(16), default="alertmanager", server_default="alertmanager")
 
     alerts: Mapped[list[Alert]] = relationship(back_populates="incident", order_by="Alert.id")
     investigations: Mapped[list[Investigation]] = relationship(back_populates="incident", order_by="Investigation.id")
@@ -367,3 +369,32 @@ class ApiToken(Base):
         UniqueConstraint("name", name="uq_api_tokens_name"),
         UniqueConstraint("token_hash", name="uq_api_tokens_token_hash"),
     )
+
+
+class ScanTarget(Base):
+    """The fleet scan's state of one serving target (rca/scan/states.py), written on each transition."""
+
+    __tablename__ = "scan_targets"
+
+    instance: Mapped[str] = mapped_column(StorableString(255), primary_key=True)
+    host: Mapped[str] = mapped_column(StorableString(255))
+    state: Mapped[str] = mapped_column(StorableString(16))  # ok | watch | warning | cleared
+    since: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The early-warning incident, while the target is in warning or cleared (at most one per target).
+    incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ScanTransition(Base):
+    """One change of a target's scan state, with the reason and the figures behind it."""
+
+    __tablename__ = "scan_transitions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance: Mapped[str] = mapped_column(StorableString(255), index=True)
+    before: Mapped[str] = mapped_column(StorableString(16))
+    after: Mapped[str] = mapped_column(StorableString(16))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    reason: Mapped[str] = mapped_column(StorableText)
+    figures: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"), index=True)

@@ -259,6 +259,7 @@ def service_stack(
                 "RCA_DATABASE_URL": database_url,
                 "RCA_BROKER_URL": broker_url,
                 "RCA_PROMETHEUS_URL": prom_url,
+                "RCA_SCAN_ENABLED": "false",  # these stacks test alerts; tests/scan tests the scan
                 "RCA_WEBHOOK_TOKEN": webhook_token,
                 "RCA_API_TOKENS": api_token,
                 "RCA_PORT": str(api_port),

@@ -27,6 +27,8 @@ def make_settings(database_url: str, tmp_path: Path, **overrides: Any) -> Settin
         "webhook_token": WEBHOOK_TOKEN,
         "api_tokens": API_TOKEN,
         "prometheus_url": None,
+        # No background fleet scan beside what a test drives itself (tests/scan turn it on).
+        "scan_enabled": False,
     }
     values.update(overrides)
     return load_settings(**values)

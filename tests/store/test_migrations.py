@@ -35,6 +35,8 @@ APP_TABLES = {
     "incident_digests",
     "feedback",
     "api_tokens",
+    "scan_targets",
+    "scan_transitions",
 }
 
 

@@ -1,0 +1,125 @@
+"""Replay the scan over history: which warnings it would have raised, how far ahead of the TTFT
+SLO breach, which breaches it missed and which warnings no breach followed.
+
+The scan runs at each step of [start, end] exactly as it runs live (same queries, forecasts and
+states, `at` set in the past), and nothing is written. The SLO condition is the scan's own TTFT
+signal beyond `slo_ttft_seconds` over the same history; a breach starts when it holds after at
+least RCA_SCAN_CALM_SECONDS without it. An operator tunes horizons and thresholds on their own
+fleet with this before turning warnings on (`rca backtest`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from rca.config import Settings
+from rca.scan.fleet import FleetSource
+from rca.scan.scanner import Scanner
+from rca.scan.service import policy_of
+from rca.scan.states import Assessment, ScanState, TargetMemory, advance
+from rca.signals.slo import TTFT_SIGNAL
+
+
+@dataclass
+class Episode:
+    """One target's warning, or one SLO breach, from when to when (unix seconds)."""
+
+    instance: str
+    start: float
+    end: float | None = None
+    reason: str = ""
+
+
+@dataclass
+class Verdict:
+    """A breach and the warning before it (lead > 0: the warning came first)."""
+
+    instance: str
+    breach_at: float
+    warned_at: float | None
+    lead_seconds: float | None
+
+
+@dataclass
+class BacktestResult:
+    start: float
+    end: float
+    scans: int
+    targets: int
+    warnings: list[Episode] = field(default_factory=list)
+    breaches: list[Verdict] = field(default_factory=list)
+    false_warnings: list[Episode] = field(default_factory=list)
+
+    @property
+    def missed(self) -> list[Verdict]:
+        return [b for b in self.breaches if b.warned_at is None]
+
+    def as_dict(self) -> dict[str, object]:
+        leads = sorted(b.lead_seconds for b in self.breaches if b.lead_seconds is not None)
+        return {
+            "start": datetime.fromtimestamp(self.start, UTC).isoformat(),
+            "end": datetime.fromtimestamp(self.end, UTC).isoformat(),
+            "scans": self.scans,
+            "targets": self.targets,
+            "warnings": [asdict(w) for w in self.warnings],
+            "breaches": [asdict(b) for b in self.breaches],
+            "missed": len(self.missed),
+            "false_warnings": [asdict(w) for w in self.false_warnings],
+            "median_lead_seconds": leads[len(leads) // 2] if leads else None,
+        }
+
+
+def _ttft_breached(assessment: Assessment) -> bool:
+    return any(s.limit.signal == TTFT_SIGNAL and s.breached for s in assessment.signals)
+
+
+def backtest(
+    settings: Settings,
+    source: FleetSource,
+    start: datetime,
+    end: datetime,
+    target: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BacktestResult:
+    """Scan every RCA_SCAN_INTERVAL_SECONDS of [start, end]; `target` keeps one instance."""
+    scanner = Scanner(settings, source)
+    policy = policy_of(settings)
+    step = timedelta(seconds=settings.scan_interval_seconds)
+    memories: dict[str, TargetMemory] = {}
+    open_warning: dict[str, Episode] = {}
+    last_breached: dict[str, float] = {}
+    result = BacktestResult(start=start.timestamp(), end=end.timestamp(), scans=0, targets=0)
+    seen: set[str] = set()
+    at = start
+    while at <= end:
+        report = scanner.scan(at)
+        result.scans += 1
+        for instance, assessment in report.assessments.items():
+            if target and instance != target:
+                continue
+            seen.add(instance)
+            now = assessment.at
+            memory, transition = advance(memories.get(instance, TargetMemory()), assessment, policy)
+            memories[instance] = memory
+            if transition and transition.after == ScanState.WARNING:
+                open_warning[instance] = Episode(instance, now, reason=transition.reason)
+                result.warnings.append(open_warning[instance])
+            elif transition and transition.after == ScanState.CLEARED and instance in open_warning:
+                open_warning.pop(instance).end = now
+            if _ttft_breached(assessment):
+                previous = last_breached.get(instance)
+                if previous is None or now - previous > policy.calm_seconds:
+                    warning = open_warning.get(instance)
+                    warned = warning.start if warning else None
+                    lead = now - warned if warned is not None else None
+                    result.breaches.append(Verdict(instance, now, warned, lead))
+                last_breached[instance] = now
+        if progress:
+            progress(result.scans)
+        at += step
+    result.targets = len(seen)
+    breached_during = {(b.instance, b.warned_at) for b in result.breaches if b.warned_at is not None}
+    result.false_warnings = [w for w in result.warnings if (w.instance, w.start) not in breached_during]
+    return result

@@ -1,0 +1,175 @@
+"""The fleet as Prometheus shows it: every serving target, its machine, and its signals' recent
+series, in a fixed number of queries whatever the fleet's size.
+
+A target is a serving instance (`instance` of an engine's series: two engines on one host are two
+targets). Its machine is joined to node-scope series (node_exporter, process-exporter) through the
+host name in their `instance` and through the profile's identity series, as an investigation
+joins an alert's host (`rca.collect.aliases`), but for the whole fleet at once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rca.collect.profile import Profile
+from rca.collect.prometheus import Samples, counted_errors
+from rca.collect.target import host_from_label
+from rca.scan.queries import ALTERNATIVE_LABEL, GROUP_LABEL, FleetQuery, discovery_query, identity_query
+
+IDENTITY_LOOKBACK_SECONDS = 600
+
+InstantQuery = Callable[[str, datetime], list[dict]]
+RangeQuery = Callable[[str, datetime, datetime, int], list[dict]]
+
+
+@dataclass(frozen=True)
+class ServingTarget:
+    """One serving instance and the machine it runs on."""
+
+    instance: str
+    host: str  # the machine's name, as the instance spells it (port and domain dropped)
+    machine: str  # the machine's identity across exporters: one spelling chosen for all of them
+    job: str | None
+    stack: str | None  # the first profile stack whose own metric names it exports
+
+
+@dataclass
+class FleetSource:
+    """Instant and range queries, counted (the scan reports its own cost)."""
+
+    instant_query: InstantQuery
+    range_query: RangeQuery
+    concurrency: int = 8
+    queries: int = 0  # how many this source asked (the scan's cost)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _count(self) -> None:
+        with self._lock:  # range queries run on a pool
+            self.queries += 1
+
+    def instant(self, promql: str, at: datetime) -> list[dict]:
+        self._count()
+        with counted_errors():
+            return self.instant_query(promql, at)
+
+    def range(self, promql: str, start: datetime, end: datetime, step: int) -> list[dict]:
+        self._count()
+        with counted_errors():
+            return self.range_query(promql, start, end, step)
+
+
+class Machines:
+    """Union of host spellings that identity series say are one machine."""
+
+    def __init__(self) -> None:
+        self._parent: dict[str, str] = {}
+
+    def of(self, host: str) -> str:
+        parent = self._parent.setdefault(host, host)
+        if parent != host:
+            parent = self._parent[host] = self.of(parent)
+        return parent
+
+    def join(self, spellings: list[str]) -> None:
+        roots = sorted({self.of(s) for s in spellings})
+        for root in roots[1:]:
+            self._parent[root] = roots[0]
+
+
+def machines(source: FleetSource, profile: Profile, at: datetime) -> Machines:
+    """Every machine's spellings, one query per identity series of the profile."""
+    joined = Machines()
+    for spec in profile.identities:
+        labels = spec.same + spec.leads_to_same
+        for row in source.instant(identity_query(spec.metric, labels, IDENTITY_LOOKBACK_SECONDS), at):
+            metric = row.get("metric", {})
+            joined.join([host_from_label(metric[name]) for name in labels if metric.get(name)])
+    return joined
+
+
+def discover(source: FleetSource, profile: Profile, at: datetime, joined: Machines) -> list[ServingTarget]:
+    """Every instance exporting a serving metric, with its stack and machine, sorted by instance."""
+    names: dict[str, set[str]] = {}
+    jobs: dict[str, str | None] = {}
+    for row in source.instant(discovery_query(profile), at):
+        metric = row.get("metric", {})
+        instance = metric.get(GROUP_LABEL)
+        if instance:
+            names.setdefault(instance, set()).add(metric.get("__name__", ""))
+            jobs.setdefault(instance, metric.get("job"))
+    serving = re.compile(profile.scopes["serving"].probe)
+    stacks = [(name, re.compile(stack.probe)) for name, stack in profile.stacks.items()]
+    targets = []
+    for instance in sorted(names):
+        exported = names[instance]
+        if not any(serving.fullmatch(name) for name in exported):
+            continue
+        stack = next((name for name, probe in stacks if any(probe.fullmatch(n) for n in exported)), None)
+        host = host_from_label(instance)
+        targets.append(ServingTarget(instance, host, joined.of(host), jobs[instance], stack))
+    return targets
+
+
+@dataclass(frozen=True)
+class SignalSeries:
+    """A target's samples of one signal and the alternative that gave them."""
+
+    samples: Samples
+    source: str
+
+
+def _samples(values: list[list]) -> Samples:
+    """A range answer's [[time, "value"], ...] as floats, without NaN and infinities."""
+    return [(float(ts), float(raw)) for ts, raw in values if math.isfinite(float(raw))]
+
+
+def assign(
+    query: FleetQuery, rows: list[dict], targets: list[ServingTarget], joined: Machines
+) -> dict[str, SignalSeries]:
+    """Each target's series of the signal: the first alternative, in the profile's order, that
+    applies to its stack and has samples for it (its instance, or its machine for node series)."""
+    scopes = {alternative.tag: alternative.scope for alternative in query.alternatives}
+    by_key: dict[tuple[str, str], Samples] = {}
+    for row in rows:
+        metric = row.get("metric", {})
+        tag, instance = metric.get(ALTERNATIVE_LABEL, ""), metric.get(GROUP_LABEL)
+        if tag not in scopes or not instance:
+            continue
+        key = instance if scopes[tag] == "serving" else joined.of(host_from_label(instance))
+        samples = _samples(row.get("values", []))
+        if samples:
+            by_key.setdefault((tag, key), samples)
+    found: dict[str, SignalSeries] = {}
+    for target in targets:
+        for alternative in query.alternatives:
+            if alternative.stacks is not None and target.stack not in alternative.stacks:
+                continue
+            key = target.instance if alternative.scope == "serving" else target.machine
+            kept = by_key.get((alternative.tag, key))
+            if kept:
+                found[target.instance] = SignalSeries(kept, alternative.source)
+                break
+    return found
+
+
+def fetch(
+    source: FleetSource,
+    queries: list[FleetQuery],
+    targets: list[ServingTarget],
+    joined: Machines,
+    start: datetime,
+    end: datetime,
+    step: int,
+) -> dict[str, dict[str, SignalSeries]]:
+    """Every signal's series for every target over [start, end]: one range query per signal,
+    run concurrently. Returns {signal id: {instance: series}}."""
+    with ThreadPoolExecutor(max_workers=source.concurrency) as pool:
+        futures = {q.spec.id: pool.submit(source.range, q.promql, start, end, step) for q in queries}
+        rows = {signal: future.result() for signal, future in futures.items()}
+    return {q.spec.id: assign(q, rows[q.spec.id], targets, joined) for q in queries}

@@ -1,0 +1,193 @@
+"""Where each signal of a target stands and where it is heading: current value against its
+threshold, a robust trend (Theil-Sen, `scipy.stats.theilslopes`), the time left before it
+crosses, and whether it has left the target's own normal range at all.
+
+The normal range is the target's history, not the fleet's: a host that always runs its cores at
+85 % is past the 82 % threshold but not degrading, and only a departure from its own baseline
+(the same hour yesterday when Prometheus still has it, else the history before the trend window)
+counts. The probability of a TTFT SLO breach comes from the queue-depth Weibull model of
+`rca.signals.slo`, fitted on the target's own violations or, when it has too few, the fleet's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from scipy.stats import theilslopes
+
+from rca.collect.prometheus import Samples
+from rca.signals.findings import COMPARE, DEPARTURE_SIGMAS, MAD_TO_SIGMA, MIN_NORMAL_SAMPLES, departure
+from rca.signals.slo import MIN_VIOLATIONS, NotEnoughViolations, WeibullFit, align, fit_weibull
+
+CURRENT_SECONDS = 120  # "now" is the median of the last two minutes: one noisy sample moves nothing
+MIN_TREND_POINTS = 6
+TREND_CONFIDENCE = 0.90  # a trend counts when this confidence interval of its slope excludes zero
+RELATIVE_MARGIN = 0.05  # a departure is at least 5 % of the baseline, however flat the history
+
+
+@dataclass(frozen=True)
+class Limit:
+    """What a signal is judged against: the profile's threshold (or the TTFT SLO)."""
+
+    signal: str
+    title: str
+    unit: str
+    comparison: str  # ">" or "<"
+    threshold: float
+
+
+@dataclass(frozen=True)
+class SignalForecast:
+    """One signal of one target at one scan."""
+
+    limit: Limit
+    source: str
+    current: float
+    baseline: float | None  # the target's own normal level; None without enough history
+    slope_per_minute: float | None  # Theil-Sen over the trend window; None when too few points
+    cross_in_seconds: float | None  # until it crosses the threshold at this trend; None: not heading there
+    breached: bool  # beyond the threshold now
+    departed: bool  # beyond its own normal range, in the direction of the threshold
+    moving_since: float | None  # unix time it left its normal range, when departed
+
+    @property
+    def degrading(self) -> bool:
+        """Beyond its threshold and away from its own normal: a host busy as always is not."""
+        return self.breached and self.departed
+
+    def figures(self) -> dict[str, float | str | bool | None]:
+        """What a transition stores about this signal."""
+        return {
+            "signal": self.limit.signal,
+            "source": self.source,
+            "current": self.current,
+            "threshold": self.limit.threshold,
+            "comparison": self.limit.comparison,
+            "baseline": self.baseline,
+            "slope_per_minute": self.slope_per_minute,
+            "cross_in_seconds": self.cross_in_seconds,
+            "breached": self.breached,
+            "departed": self.departed,
+            "moving_since": self.moving_since,
+        }
+
+
+def _trend(samples: Samples, now: float, trend_seconds: float) -> tuple[float, float, float] | None:
+    """(slope, low, high) per minute over the trend window, or None with too few points."""
+    window = [(ts, v) for ts, v in samples if ts >= now - trend_seconds]
+    if len(window) < MIN_TREND_POINTS or len({v for _, v in window}) < 2:
+        return (0.0, 0.0, 0.0) if len(window) >= MIN_TREND_POINTS else None
+    minutes = [(ts - now) / 60 for ts, _ in window]
+    slope, _, low, high = theilslopes([v for _, v in window], minutes, alpha=TREND_CONFIDENCE)
+    return float(slope), float(low), float(high)
+
+
+def _normal_range(normal: list[float], baseline: float | None) -> tuple[float, float] | None:
+    """(centre, spread) of the target's normal level; None without history to tell."""
+    if len(normal) < MIN_NORMAL_SAMPLES:
+        return None
+    own = statistics.median(normal)
+    centre = baseline if baseline is not None else own
+    mad = statistics.median(abs(v - own) for v in normal)  # the noise of the history, around its own level
+    return centre, max(DEPARTURE_SIGMAS * MAD_TO_SIGMA * mad, RELATIVE_MARGIN * abs(centre), 1e-9)
+
+
+def forecast_signal(
+    limit: Limit,
+    samples: Samples,
+    source: str,
+    now: float,
+    trend_seconds: float,
+    yesterday: float | None = None,
+) -> SignalForecast | None:
+    """The signal's forecast at `now` from its samples (oldest first); None when it has no
+    sample in the last CURRENT_SECONDS (a target that stopped reporting is not judged on old data).
+
+    `yesterday` is the target's level at the same hour the day before, when known: it is the
+    baseline then, the history before the trend window otherwise."""
+    recent = [v for ts, v in samples if now - CURRENT_SECONDS <= ts <= now]
+    if not recent:
+        return None
+    current = statistics.median(recent)
+    compare = COMPARE[limit.comparison]
+    breached = compare(current, limit.threshold)
+    sign = 1.0 if limit.comparison == ">" else -1.0
+    trend = _trend(samples, now, trend_seconds)
+    cross_in = None
+    if trend is not None and not breached:
+        slope, low, high = trend
+        heading = (low > 0) if sign > 0 else (high < 0)  # the whole interval points at the threshold
+        if heading and slope != 0:
+            cross_in = max(0.0, (limit.threshold - current) / slope * 60)
+    normal_samples = [v for ts, v in samples if ts < now - trend_seconds]
+    normal = _normal_range(normal_samples, yesterday)
+    if normal is None:
+        baseline, departed = yesterday, True  # nothing says this level is normal for it
+    else:
+        baseline, spread = normal
+        departed = sign * (current - baseline) > spread
+    moving_since = None
+    if departed:
+        moving_since = departure(samples, now, normal_samples, limit.comparison) if normal else now
+    return SignalForecast(
+        limit=limit,
+        source=source,
+        current=current,
+        baseline=baseline,
+        slope_per_minute=trend[0] if trend else None,
+        cross_in_seconds=cross_in,
+        breached=breached,
+        departed=departed,
+        moving_since=moving_since,
+    )
+
+
+def violation_depths(depth: Samples, ttft: Samples, slo_seconds: float, step_seconds: float) -> list[float]:
+    """Queue depths at which TTFT broke its SLO, as `rca.signals.slo` pairs them."""
+    return [d for _, d, t in align(depth, ttft, tolerance=step_seconds / 2) if t > slo_seconds and d > 0]
+
+
+@dataclass(frozen=True)
+class SloModel:
+    """The queue-depth Weibull of `rca.signals.slo`, fitted on the depths at which TTFT broke its
+    SLO, and which depths those were ("own: 23 violations, k=2.1, lambda=6.3"), or why there is none."""
+
+    fit: WeibullFit | None
+    description: str
+
+
+def slo_model(depths: list[float], scope: str) -> SloModel:
+    """The Weibull over these violation depths (`scope`: whose they are, "own" or "fleet")."""
+    try:
+        fit = fit_weibull(depths)
+    except NotEnoughViolations as exc:
+        return SloModel(None, f"no SLO model ({scope}): {exc}")
+    return SloModel(fit, f"{scope}: {fit.violations} violations, k={fit.shape:.2g}, lambda={fit.scale:.2g}")
+
+
+def model_for(own: list[float], fleet: SloModel) -> SloModel:
+    """The target's own model when it has MIN_VIOLATIONS, else the fleet's (fitted once per scan)."""
+    return slo_model(own, "own") if len(own) >= MIN_VIOLATIONS else fleet
+
+
+@dataclass(frozen=True)
+class SloForecast:
+    """P(TTFT SLO breach) at the queue depth forecast for the horizon, and the model behind it."""
+
+    probability: float | None
+    depth_at_horizon: float | None
+    model: str
+
+
+def slo_forecast(model: SloModel, depth: SignalForecast | None, horizon_seconds: float) -> SloForecast:
+    """F(depth forecast at the horizon) under the model: the depth now plus its rise, if rising."""
+    if depth is None:
+        return SloForecast(None, None, "no queue depth")
+    rising = max(0.0, depth.slope_per_minute or 0.0) if depth.limit.comparison == ">" else 0.0
+    at_horizon = depth.current + rising * horizon_seconds / 60
+    if model.fit is None:
+        return SloForecast(None, at_horizon, model.description)
+    probability = model.fit.probability(at_horizon)
+    return SloForecast(probability if math.isfinite(probability) else None, at_horizon, model.description)

@@ -1,0 +1,150 @@
+"""A target's early-warning state, moved by each scan's assessment with hysteresis.
+
+    ok --(a signal forecast to cross within the horizon, or degrading)--> watch
+    watch --(degrading for `sustain` scans in a row, or P(SLO breach) >= `slo_probability`
+             with a crossing forecast)--> warning
+    watch --(calm for `calm_seconds`)--> ok
+    warning --(calm for `calm_seconds`)--> cleared
+    cleared --(degrading for `sustain` scans again)--> warning (the same incident, reopened)
+    cleared --(calm for another `calm_seconds`)--> ok
+
+"Degrading" is a signal beyond its threshold and away from the target's own normal level
+(`SignalForecast.degrading`); "calm" is no signal degrading and none forecast to cross. Every
+leaving of a state waits for a streak or a calm period, so a target hovering at a threshold does
+not flap, and a target has at most one warning open (the scan stores it with its incident).
+Pure: no clock, no database; `rca.scan.warnings` stores what it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from rca.scan.forecast import SignalForecast, SloForecast
+
+
+class ScanState(StrEnum):
+    OK = "ok"
+    WATCH = "watch"
+    WARNING = "warning"
+    CLEARED = "cleared"
+
+
+@dataclass(frozen=True)
+class Policy:
+    horizon_seconds: float = 600.0
+    sustain: int = 3
+    calm_seconds: float = 300.0
+    slo_probability: float = 0.8
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Everything one scan found about one target."""
+
+    at: float
+    signals: list[SignalForecast]
+    slo: SloForecast | None = None
+
+    @property
+    def degrading(self) -> list[SignalForecast]:
+        return [s for s in self.signals if s.degrading]
+
+    def crossing(self, horizon_seconds: float) -> list[SignalForecast]:
+        """Signals forecast to cross their threshold within the horizon, soonest first."""
+        soon = [s for s in self.signals if s.cross_in_seconds is not None and s.cross_in_seconds <= horizon_seconds]
+        return sorted(soon, key=lambda s: s.cross_in_seconds or 0.0)
+
+    def calm(self, horizon_seconds: float) -> bool:
+        return not self.degrading and not self.crossing(horizon_seconds)
+
+    def slo_likely(self, policy: Policy) -> bool:
+        """A TTFT SLO breach forecast soon with high probability."""
+        probability = self.slo.probability if self.slo else None
+        return (
+            probability is not None
+            and probability >= policy.slo_probability
+            and bool(self.degrading or self.crossing(policy.horizon_seconds))
+        )
+
+
+@dataclass(frozen=True)
+class TargetMemory:
+    """What the scan remembers of a target between scans."""
+
+    state: ScanState = ScanState.OK
+    since: float | None = None  # when it entered `state`
+    streak: int = 0  # scans in a row with a degrading signal
+    calm_since: float | None = None  # first scan of the current calm run
+    incident_id: int | None = None  # the warning's incident, kept while warning or cleared
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A change of state, with the reason in words and the figures behind it."""
+
+    before: ScanState
+    after: ScanState
+    at: float
+    reason: str
+    figures: dict[str, object] = field(default_factory=dict)
+
+
+def _figures(assessment: Assessment) -> dict[str, object]:
+    slo = assessment.slo
+    return {
+        "signals": [s.figures() for s in assessment.signals],
+        "slo_probability": slo.probability if slo else None,
+        "slo_depth_at_horizon": slo.depth_at_horizon if slo else None,
+        "slo_model": slo.model if slo else None,
+    }
+
+
+def _names(signals: list[SignalForecast]) -> str:
+    return ", ".join(s.limit.signal for s in signals)
+
+
+def _reason_to_warn(assessment: Assessment, memory: TargetMemory, policy: Policy) -> str | None:
+    degrading = assessment.degrading
+    if degrading and memory.streak >= policy.sustain:
+        return f"{_names(degrading)} beyond threshold and own baseline for {memory.streak} scans"
+    if assessment.slo_likely(policy):
+        probability = assessment.slo.probability if assessment.slo else None
+        return f"TTFT SLO breach forecast with p = {probability:.2f}"
+    return None
+
+
+def advance(memory: TargetMemory, assessment: Assessment, policy: Policy) -> tuple[TargetMemory, Transition | None]:
+    """The target's memory after this scan, and the transition it made, if any."""
+    now = assessment.at
+    calm = assessment.calm(policy.horizon_seconds)
+    memory = replace(
+        memory,
+        streak=memory.streak + 1 if assessment.degrading else 0,
+        calm_since=(memory.calm_since or now) if calm else None,
+    )
+    calm_for = now - memory.calm_since if memory.calm_since is not None else 0.0
+
+    def move(after: ScanState, reason: str) -> tuple[TargetMemory, Transition]:
+        keep = after in (ScanState.WARNING, ScanState.CLEARED)
+        moved = replace(memory, state=after, since=now, incident_id=memory.incident_id if keep else None)
+        return moved, Transition(memory.state, after, now, reason, _figures(assessment))
+
+    state = memory.state
+    if state in (ScanState.OK, ScanState.WATCH, ScanState.CLEARED):
+        reason = _reason_to_warn(assessment, memory, policy)
+        if reason:
+            return move(ScanState.WARNING, reason)
+    if state == ScanState.OK and not calm:
+        crossing = assessment.crossing(policy.horizon_seconds)
+        if crossing:
+            first = crossing[0]
+            return move(ScanState.WATCH, f"{first.limit.signal} forecast to cross in {first.cross_in_seconds:.0f} s")
+        return move(ScanState.WATCH, f"{_names(assessment.degrading)} beyond threshold and own baseline")
+    if state == ScanState.WATCH and calm and calm_for >= policy.calm_seconds:
+        return move(ScanState.OK, f"calm for {calm_for:.0f} s")
+    if state == ScanState.WARNING and calm and calm_for >= policy.calm_seconds:
+        return move(ScanState.CLEARED, f"calm for {calm_for:.0f} s")
+    if state == ScanState.CLEARED and calm and memory.since is not None and now - memory.since >= policy.calm_seconds:
+        return move(ScanState.OK, f"calm for {calm_for:.0f} s after the warning cleared")
+    return memory, None

@@ -1,0 +1,148 @@
+"""The scan on a real Prometheus and PostgreSQL: a fault develops over 20 minutes on one of three
+hosts (a growing surge: the queue builds, TTFT follows); the scan, replayed every 30 s of that
+history, warns for that host only, before its TTFT breaks the SLO, and stores the warning as an
+early-warning incident with a queued investigation, which the pipeline runs like any other. The
+healthy neighbour and a host whose cores are always busy beyond the 82 % threshold never leave
+`ok`. The SLA alert that comes later joins the warning's incident through the webhook."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from rca.api.app import create_app
+from rca.notify.message import from_incident
+from rca.pipeline import run_investigation
+from rca.scan.backtest import backtest
+from rca.scan.scanner import prometheus_fleet_source
+from rca.scan.service import EarlyWarnings
+from rca.scan.states import ScanState
+from rca.store.db import session_scope
+from rca.store.incidents import IncidentFilter, search
+from rca.store.models import Hypothesis, Incident, Investigation, ScanTarget, ScanTransition
+from tests.e2e import promstack
+from tests.e2e.scenarios import Exporter, Fleet, Host
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.service import RecordingDispatcher, make_settings
+
+RAMP = 20 * 60
+
+
+@pytest.fixture(scope="module")
+def fleet_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float, float]]:
+    """Prometheus holding 2 h of three hosts; the fault starts 24 minutes before `now`."""
+    assert promstack.PROMETHEUS and promstack.PROMTOOL, "apt-get install -y prometheus"
+    workdir = tmp_path_factory.mktemp("scan")
+    now = time.time()
+    onset = now - 24 * 60
+    fleet = Fleet(
+        [
+            Host("gpu-a", "arrival_surge", onset, ramp=RAMP),
+            Host("gpu-b", None, onset),
+            Host("gpu-busy", None, onset, normal=(("pinned_busy", 0.88),)),
+        ],
+        start=now - 2 * 3600,
+    )
+    promstack.backfill(fleet, now, workdir / "tsdb", workdir)
+    with Exporter(fleet, time.time) as exporter:
+        proc, url = promstack.start_prometheus(workdir, exporter.port, None)
+        try:
+            yield url, onset, now
+        finally:
+            proc.stop()
+
+
+def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
+    fleet_prometheus: tuple[str, float, float], pg_db: str, tmp_path: Path
+) -> None:
+    url, onset, now = fleet_prometheus
+    settings = make_settings(pg_db, tmp_path, prometheus_url=url, scan_interval_seconds=30)
+    warnings = EarlyWarnings.from_settings(settings)
+    enqueued: list[int] = []
+    first_warning: float | None = None
+    ttft_breached: float | None = None
+    at = onset - 120
+    while at < now - 60:
+        report, actions = warnings.tick(datetime.fromtimestamp(at, UTC))
+        assert {t.instance for t in report.targets} == {"gpu-a:8000", "gpu-b:8000", "gpu-busy:8000"}
+        # A fixed cost: discovery, the identity series, a range query per signal (and its day-before).
+        scanner = warnings.scanner
+        assert report.queries <= 1 + len(scanner.profile.identities) + 2 * len(scanner.queries)
+        enqueued += actions.investigations
+        states = warnings.memories or {}
+        if first_warning is None and states["gpu-a:8000"].state == ScanState.WARNING:
+            first_warning = at
+        ttft = next(s for s in report.assessments["gpu-a:8000"].signals if s.limit.signal == "ttft_p95")
+        if ttft_breached is None and ttft.breached:
+            ttft_breached = at
+        at += 30
+
+    assert first_warning is not None, "no warning for the degrading host"
+    assert ttft_breached is None or first_warning <= ttft_breached + 60
+    with session_scope(pg_db) as session:
+        rows = {row.instance: row for row in session.scalars(select(ScanTarget))}
+        assert set(rows) == {"gpu-a:8000"}  # the others never left ok: nothing stored for them
+        assert rows["gpu-a:8000"].state == ScanState.WARNING
+        transitions = list(session.scalars(select(ScanTransition).order_by(ScanTransition.id)))
+        assert [(t.before, t.after) for t in transitions] == [("ok", "watch"), ("watch", "warning")]
+        assert all(t.reason and t.figures["signals"] for t in transitions)
+        incident = session.get(Incident, rows["gpu-a:8000"].incident_id)
+        assert incident is not None and incident.origin == "early_warning" and incident.status == "firing"
+        assert incident.common_labels["instance"] == "gpu-a:8000"
+        assert incident.common_annotations["summary"].startswith("Early warning")
+        assert incident.alerts[0].starts_at.timestamp() < first_warning  # when the signals started moving
+        queued = list(session.scalars(select(Investigation.id).where(Investigation.incident_id == incident.id)))
+        assert queued == enqueued and len(queued) == 1
+        hits, _, _ = search(session, filters=IncidentFilter(origin="early_warning"), sort="time", limit=10)
+        assert [hit.incident_id for hit in hits] == [incident.id]
+        assert search(session, filters=IncidentFilter(origin="alertmanager"), sort="time", limit=10)[0] == []
+
+    # The pipeline investigates the warning like an alert, and ranks the surge first.
+    assert run_investigation(settings, enqueued[0]) == "done"
+    with session_scope(pg_db) as session:
+        top = session.scalar(select(Hypothesis).where(Hypothesis.investigation_id == enqueued[0], Hypothesis.rank == 1))
+        assert top is not None and top.category == "arrival_surge"
+
+    # The SLA alert fires later for the same instance: it joins the warning's incident; its
+    # resolve leaves the incident open while the warning still stands.
+    with session_scope(pg_db) as session:
+        warned_at = session.scalars(select(Incident.created_at)).one()
+    sla = make_alert(
+        "fp-sla-a", alertname="LLMTTFTSLOBreach", instance="gpu-a:8000", starts_at=warned_at + timedelta(minutes=9)
+    )
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        joined = post_webhook(client, make_payload('{}:{alertname="LLMTTFTSLOBreach"}', alerts=[sla]))
+        assert joined.status_code == 200, joined.text
+        resolved = make_payload('{}:{alertname="LLMTTFTSLOBreach"}', alerts=[{**sla, "status": "resolved"}])
+        assert post_webhook(client, resolved).status_code == 200
+    with session_scope(pg_db) as session:
+        assert session.scalar(select(func.count()).select_from(Incident)) == 1
+        incident = session.scalars(select(Incident)).one()
+        assert {a.alertname for a in incident.alerts} == {"EarlyWarning", "LLMTTFTSLOBreach"}
+        assert incident.status == "firing" and incident.origin == "early_warning"
+        # Slack says it is an early warning, what moved since when, and how far ahead of the SLA alert.
+        summary = from_incident(incident, incident.investigations[0], None).summary or ""
+        assert summary.startswith("Early warning, before any SLA alert: ") and "moving since" in summary
+        assert "SLA alert LLMTTFTSLOBreach fired 9 min after the early warning" in summary
+
+
+def test_the_backtest_finds_the_warning_ahead_of_the_breach_and_no_false_one(
+    fleet_prometheus: tuple[str, float, float], tmp_path: Path
+) -> None:
+    url, onset, now = fleet_prometheus
+    settings = make_settings("sqlite://", tmp_path, prometheus_url=url, scan_interval_seconds=30)
+    start, end = (datetime.fromtimestamp(t, UTC) for t in (onset - 120, now - 60))
+    result = backtest(settings, prometheus_fleet_source(settings), start, end)
+    assert result.targets == 3 and result.scans == int((end - start).total_seconds() // 30) + 1
+    assert [w.instance for w in result.warnings] == ["gpu-a:8000"] and result.false_warnings == []
+    assert [b.instance for b in result.breaches] == ["gpu-a:8000"] and result.missed == []
+    lead = result.breaches[0].lead_seconds
+    assert lead is not None and lead >= 0  # the warning did not wait for TTFT to break its SLO
+    one = backtest(settings, prometheus_fleet_source(settings), start, end, target="gpu-b:8000")
+    assert one.targets == 1 and one.warnings == [] and one.breaches == []

@@ -1,0 +1,75 @@
+"""Warnings in the database: one incident per target, resolved when cleared, reopened when the
+target warns again, and kept open while an SLA alert that joined it still fires."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+
+from rca.scan.fleet import ServingTarget
+from rca.scan.forecast import Limit, SignalForecast
+from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
+from rca.scan.warnings import Actions, load_memories, record
+from rca.store.db import session_scope
+from rca.store.models import Alert, Incident, Investigation, ScanTransition
+
+TARGET = ServingTarget("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
+QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
+POLICY = Policy()
+ASSESSMENT = Assessment(
+    at=1_800_000_000.0,
+    signals=[SignalForecast(QUEUE, "test", 6.2, 1.1, 0.4, None, True, True, 1_799_999_500.0)],
+)
+
+
+def step(url: str, memory: TargetMemory, before: ScanState, after: ScanState) -> tuple[TargetMemory, Actions]:
+    actions = Actions()
+    transition = Transition(before, after, ASSESSMENT.at, f"{before} to {after}", {"signals": []})
+    with session_scope(url) as session:
+        memory = record(session, TARGET, transition, memory, ASSESSMENT, POLICY, owe_slack=False, actions=actions)
+    return memory, actions
+
+
+def test_a_target_keeps_one_incident_through_clearing_and_warning_again(pg_db: str) -> None:
+    memory, opened = step(pg_db, TargetMemory(), ScanState.WATCH, ScanState.WARNING)
+    assert memory.incident_id is not None and len(opened.investigations) == 1
+    with session_scope(pg_db) as session:
+        incident = session.get(Incident, memory.incident_id)
+        assert incident is not None and incident.origin == "early_warning" and incident.status == "firing"
+        assert "Median waiting requests 6.2" in incident.common_annotations["summary"]
+
+    memory, cleared = step(pg_db, memory, ScanState.WARNING, ScanState.CLEARED)
+    assert cleared.resolved == [memory.incident_id]
+    memory, again = step(pg_db, memory, ScanState.CLEARED, ScanState.WARNING)
+    assert len(again.investigations) == 1
+    with session_scope(pg_db) as session:
+        assert session.scalar(select(func.count()).select_from(Incident)) == 1
+        incident = session.get(Incident, memory.incident_id)
+        assert incident is not None and incident.status == "firing" and incident.resolved_at is None
+        assert session.scalar(select(func.count()).select_from(Investigation)) == 2
+        assert session.scalar(select(func.count()).select_from(ScanTransition)) == 3
+        assert load_memories(session)["gpu-a:8000"].state == ScanState.WARNING
+
+
+def test_clearing_leaves_the_incident_open_while_a_joined_sla_alert_fires(pg_db: str) -> None:
+    memory, _ = step(pg_db, TargetMemory(), ScanState.OK, ScanState.WARNING)
+    with session_scope(pg_db) as session:
+        sla = Alert(
+            incident_id=memory.incident_id,
+            fingerprint="fp-sla",
+            alertname="LLMTTFTSLOBreach",
+            status="firing",
+            labels={"instance": "gpu-a:8000"},
+            annotations={},
+            starts_at=datetime.now(UTC),
+            raw={},
+        )
+        session.add(sla)
+    memory, cleared = step(pg_db, memory, ScanState.WARNING, ScanState.CLEARED)
+    assert cleared.resolved == []
+    with session_scope(pg_db) as session:
+        incident = session.get(Incident, memory.incident_id)
+        assert incident is not None and incident.status == "firing"
+        own = session.scalars(select(Alert).where(Alert.alertname == "EarlyWarning")).one()
+        assert own.status == "resolved"
