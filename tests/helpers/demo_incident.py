@@ -17,9 +17,10 @@ from rca.collect.replay import Recording, ReplayServer
 
 
 def demo_payload(alert_start: float, group: str, **annotations: str) -> dict[str, Any]:
-    """The recorded incident's webhook as `rca demo` sends it, with extra annotations."""
+    """The recorded incident's webhook as `rca demo` sends it, with annotations of one's own."""
     payload = json.loads(resources.files("rca.samples").joinpath(DEMO_ALERT).read_text())
     payload["groupKey"] += f"/{group}"
+    payload["commonAnnotations"].update(annotations)
     for alert in payload["alerts"]:
         alert["startsAt"] = datetime.fromtimestamp(alert_start, UTC).isoformat()
         alert["annotations"].update(annotations)
