@@ -430,6 +430,8 @@ def _next_steps(base: str, api_token: str, incident: dict[str, Any], serving: bo
         "  past incidents with the same evidence:",
         f"    {curl} {base}/api/v1/incidents/{incident['id']}/similar",
         f"  the whole API: {base}/docs",
+        "  the incident page, with a chart per breached finding (sign in with the API token above):",
+        f"    {base}/incidents/{incident['id']}",
     ]
 
 

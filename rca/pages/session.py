@@ -65,7 +65,7 @@ def csrf_token(request: Request, response: Response | None = None) -> str:
     secret = request.cookies.get(SESSION_COOKIE)
     if secret and not _settings(request).api_allow_unauthenticated:
         return hmac.new(secret.encode(), b"rca-pages-csrf", hashlib.sha256).hexdigest()
-    nonce = request.cookies.get(NONCE_COOKIE) or request.state.__dict__.get("csrf_nonce")
+    nonce = request.cookies.get(NONCE_COOKIE) or getattr(request.state, "csrf_nonce", None)
     if nonce is None:
         nonce = secrets.token_urlsafe(32)
         request.state.csrf_nonce = nonce
