@@ -6,6 +6,7 @@ an alert annotation's <script> shown as text, never run."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +37,27 @@ return painted;
 
 @pytest.fixture
 def investigated(pg_db: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """`rca serve`'s app on a live port, and the demo incident it investigated (as the API shows it)."""
-    with replayed_window() as (prometheus_url, alert_start):
+    """`rca serve`'s app on a live port, and the demo incident it investigated (as the API shows
+    it). The recorded Prometheus is gone by the time the pages are read: they draw what was kept."""
+    with ExitStack() as prometheus:
+        prometheus_url, alert_start = prometheus.enter_context(replayed_window())
         app = create_site(make_settings(pg_db, tmp_path, prometheus_url=prometheus_url))
         with LiveServer(app) as server:
-            payload = demo_payload(alert_start, "browser", description=INJECTED)
-            reply = httpx.post(f"{server.url}/api/v1/alertmanager", json=payload, headers=WEBHOOK_AUTH)
-            assert reply.status_code == 200, reply.text
-            incident_url = f"{server.url}/api/v1/incidents/{reply.json()['incident_id']}"
+            # An earlier incident with the same evidence, then the one the test reads.
+            for group, description in (("browser-earlier", "the same fault, earlier"), ("browser", INJECTED)):
+                payload = demo_payload(alert_start, group, description=description)
+                reply = httpx.post(f"{server.url}/api/v1/alertmanager", json=payload, headers=WEBHOOK_AUTH)
+                assert reply.status_code == 200, reply.text
+                incident_url = f"{server.url}/api/v1/incidents/{reply.json()['incident_id']}"
 
-            def finished() -> dict[str, Any] | None:
-                incident = httpx.get(incident_url, headers=API_AUTH).json()
-                done = incident["investigation"] and incident["investigation"]["status"] == "done"
-                return incident if done else None
+                def finished() -> dict[str, Any] | None:
+                    incident = httpx.get(incident_url, headers=API_AUTH).json()  # noqa: B023 - called at once
+                    done = incident["investigation"] and incident["investigation"]["status"] == "done"
+                    return incident if done else None
 
-            yield server.url, wait_for(finished, 60, "the demo incident's investigation")
+                incident = wait_for(finished, 60, f"the investigation of {group}")
+            prometheus.close()
+            yield server.url, incident
 
 
 @pytest.fixture
@@ -101,6 +108,9 @@ def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
     timeline = browser.find_element(By.ID, "timeline").text
     assert "alert fired" in timeline and f"investigation {inv['id']} done" in timeline
     assert "UTC)" in timeline, "times in the viewer's zone with UTC beside them"
+
+    # The earlier incident with the same evidence is listed as similar.
+    assert f"#{incident['id'] - 1} " in browser.find_element(By.ID, "similar").text
 
     # The annotation's markup is shown as text and never ran.
     shown = [dd.get_attribute("textContent") for dd in browser.find_elements(By.CSS_SELECTOR, "dd.annotation")]
