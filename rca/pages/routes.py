@@ -30,7 +30,6 @@ Viewer = Annotated[Principal, Depends(web_session.principal)]
 IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 PAGE_SIZE = 25
 MAX_FORM_BYTES = 16_384
-FILTERS = ("q", "status", "alertname", "label", "category", "confirmed", "confirmed_category")
 
 
 def _settings(request: Request) -> Settings:
@@ -104,6 +103,7 @@ def incident_list(
     status_: Annotated[str | None, Query(alias="status")] = None,
     alertname: str | None = None,
     label: str | None = None,
+    signal: str | None = None,
     category: str | None = None,
     confirmed: str | None = None,
     confirmed_category: str | None = None,
@@ -115,6 +115,7 @@ def incident_list(
         "status": _blank_to_none(status_),
         "alertname": _blank_to_none(alertname),
         "label": _blank_to_none(label),
+        "signal": _blank_to_none(signal),
         "category": _blank_to_none(category),
         "confirmed": _blank_to_none(confirmed),
         "confirmed_category": _blank_to_none(confirmed_category),
@@ -134,7 +135,7 @@ def incident_list(
                     status_=given["status"],  # type: ignore[arg-type]  # checked above
                     alertname=given["alertname"],
                     label=[given["label"]] if given["label"] else [],
-                    signal=[],
+                    signal=[given["signal"]] if given["signal"] else [],
                     category=given["category"],
                     confirmed=None if given["confirmed"] is None else given["confirmed"] == "yes",
                     confirmed_category=given["confirmed_category"],

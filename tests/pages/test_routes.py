@@ -132,6 +132,15 @@ def test_pages_are_open_when_the_api_is(pg_db: str, tmp_path: Path) -> None:
         assert client.get("/stats").status_code == 200
 
 
+def test_the_list_filters_as_the_api_does(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    row = f'data-incident="{incident_id}"'
+    for params in ({"signal": "kv_cache_usage"}, {"category": "kv_memory_pressure"}, {"confirmed": "no"}):
+        assert row in client.get("/", params=params, headers=API_AUTH).text, params
+    for params in ({"signal": "gpu_xid_errors"}, {"category": "arrival_surge"}, {"status": "resolved"}):
+        assert row not in client.get("/", params=params, headers=API_AUTH).text, params
+
+
 def test_an_unknown_incident_is_a_404_page_and_a_bad_search_says_why(client: TestClient) -> None:
     missing = client.get("/incidents/999", headers=API_AUTH)
     assert missing.status_code == 404 and "Incident 999 not found" in missing.text
