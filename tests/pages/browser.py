@@ -3,6 +3,7 @@ loopback unresolvable: the pages must work with no internet."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,8 @@ def _binary(names: tuple[str, ...], package: str) -> str:
     pytest.fail(f"no {names[0]}: `apt-get install -y {package}` (.ci/run installs it); the page tests drive it")
 
 
-def chromium(profile: Path) -> webdriver.Chrome:
+def chromium(profile: Path, timezone: str = "UTC") -> webdriver.Chrome:
+    """Headless chromium whose viewer lives in `timezone` (an IANA name)."""
     options = webdriver.ChromeOptions()
     options.binary_location = _binary(("chromium", "chromium-browser"), "chromium")
     for argument in (
@@ -35,7 +37,8 @@ def chromium(profile: Path) -> webdriver.Chrome:
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(executable_path=_binary(("chromedriver",), "chromium-driver"))
+    environment = {name: value for name, value in os.environ.items() if name != "TZ"} | {"TZ": timezone}
+    service = Service(executable_path=_binary(("chromedriver",), "chromium-driver"), env=environment)
     return webdriver.Chrome(options=options, service=service)
 
 

@@ -5,8 +5,10 @@ an alert annotation's <script> shown as text, never run."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from tests.helpers.waiting import wait_for
 from tests.pages.browser import chromium, full_page_screenshot
 
 INJECTED = '<script>window.__injected = 1</script><img src=x onerror="window.__injected = 2">'
+VIEWER_ZONE = "Asia/Kolkata"  # UTC+05:30 all year: the page must show its times, and UTC beside them
+SHOWN_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \((\d\d:\d\d:\d\d) UTC\)")
 SCREENSHOTS = ("incident-list.png", "incident-page.png")
 
 # Paints a chart's canvas leaves: how many pixels are not blank.
@@ -62,7 +66,7 @@ def investigated(pg_db: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, An
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[WebDriver]:
-    driver = chromium(tmp_path / "chromium-profile")
+    driver = chromium(tmp_path / "chromium-profile", timezone=VIEWER_ZONE)
     try:
         yield driver
     finally:
@@ -107,7 +111,12 @@ def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
     assert [c.get_attribute("data-category") for c in causes] == [h["category"] for h in inv["hypotheses"]]
     timeline = browser.find_element(By.ID, "timeline").text
     assert "alert fired" in timeline and f"investigation {inv['id']} done" in timeline
-    assert "UTC)" in timeline, "times in the viewer's zone with UTC beside them"
+    shown = SHOWN_TIME.findall(timeline)
+    assert shown, "times in the viewer's zone with UTC beside them"
+    for local, utc in shown:
+        moved = datetime.strptime(local, "%Y-%m-%d %H:%M:%S") - timedelta(hours=5, minutes=30)
+        assert f"{moved:%H:%M:%S}" == utc, (local, utc)
+    assert "(UTC+05:30), UTC in brackets" in browser.find_element(By.TAG_NAME, "footer").text
 
     # The earlier incident with the same evidence is listed as similar.
     assert f"#{incident['id'] - 1} " in browser.find_element(By.ID, "similar").text
