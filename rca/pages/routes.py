@@ -14,15 +14,17 @@ from fastapi.responses import RedirectResponse, Response
 
 from rca.api import incidents as incident_api
 from rca.api.auth import Principal, principal_for
-from rca.api.schemas import AccuracyOut, FeedbackIn, SimilarPage, Verdict
+from rca.api.schemas import AccuracyOut, FeedbackIn, Verdict
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
+from rca.domain.status import InvestigationStatus
 from rca.pages import session as web_session
 from rca.pages import views
 from rca.pages.render import render, site_url
 from rca.store import evidence as evidence_store
 from rca.store import feedback as feedback_store
 from rca.store import incidents as incident_store
+from rca.store import similar as similar_store
 from rca.store.db import session_scope
 
 router = APIRouter(include_in_schema=False)
@@ -59,8 +61,8 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 @router.get("/signin")
-def signin_page(request: Request, next: str = "/") -> Response:  # noqa: A002 - the conventional name
-    return render(request, "signin.html", {"next": web_session.safe_next(next), "error": None})
+def signin_page(request: Request, next_path: Annotated[str, Query(alias="next")] = "/") -> Response:
+    return render(request, "signin.html", {"next": web_session.safe_next(next_path), "error": None})
 
 
 @router.post("/signin")
@@ -170,9 +172,15 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
         if row is None:
             return None
         incident = incident_api.incident_out(row)
-        inv = incident.investigation
+        # The evidence of the latest finished investigation stays while a newer one runs.
+        done = [i for i in incident.investigations if i.status == InvestigationStatus.DONE]
+        inv = done[-1] if done else incident.investigation
         series = evidence_store.load(session, inv.id) if inv else {}
-        similar: SimilarPage = incident_api.similar_incidents(session, incident_id, limit=5)
+        similar = (
+            similar_store.find(session, target, limit=5)
+            if (target := similar_store.signature(session, incident_id))
+            else []
+        )
         feedback = [incident_api.feedback_out(f) for f in feedback_store.history(session, incident_id)]
     return {
         "incident": incident,
@@ -180,7 +188,7 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
         "evidence": views.evidence(settings, inv, series) if inv else None,
         "findings": {f.id: f for f in inv.findings} if inv else {},
         "timeline": views.timeline(incident, feedback),
-        "similar": similar.items,
+        "similar": similar,
         "feedback": feedback,
         "confirmed": feedback[-1] if feedback else None,
         "alerts": [(alert, views.web_url(alert.generator_url)) for alert in incident.alerts],
