@@ -141,6 +141,16 @@ def test_the_list_filters_as_the_api_does(client: TestClient, pg_db: str) -> Non
         assert row not in client.get("/", params=params, headers=API_AUTH).text, params
 
 
+def test_the_evidence_stays_while_a_newer_investigation_is_queued(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    second = make_payload(group_key="pages", alerts=[make_alert("fp-pages"), make_alert("fp-pages-2")])
+    assert post_webhook(client, second).status_code == 200
+    latest = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()["investigation"]
+    assert latest["status"] == "queued" and latest["hypotheses"] == []
+    page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    assert 'data-category="kv_memory_pressure"' in page and "investigation 1 done" in page
+
+
 def test_an_unknown_incident_is_a_404_page_and_a_bad_search_says_why(client: TestClient) -> None:
     missing = client.get("/incidents/999", headers=API_AUTH)
     assert missing.status_code == 404 and "Incident 999 not found" in missing.text
