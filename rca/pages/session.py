@@ -45,12 +45,14 @@ def principal(request: Request) -> Principal:
     if settings.api_allow_unauthenticated:
         return Principal("anonymous", ALL_SCOPES)
     if request.headers.get("authorization"):
-        return require_api_token(request, None)  # a wrong token is a 401, as on the API
-    secret = request.cookies.get(SESSION_COOKIE)
-    found = principal_for(settings, secret) if secret else None
+        found: Principal | None = require_api_token(request, None)  # a wrong token is a 401, as on the API
+    else:
+        secret = request.cookies.get(SESSION_COOKIE)
+        found = principal_for(settings, secret) if secret else None
     if found is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise SignInRequired(target)
+    require_scope(found, "read")
     return found
 
 
