@@ -10,6 +10,8 @@ pages there are. Then, sequentially over HTTP with a bearer token, it measures:
 
 - `incident`: `/incidents/{id}` of those rich incidents and of loaded ones;
 - `list`: `/` (newest first), with status, top cause, confirmed, full-text filters, and the next page by cursor;
+- the same reads through the JSON API (`/api/v1/incidents/{id}` plus its `/similar`, and the search), to
+  tell what the pages add from what the reads cost;
 
 and prints p50/p95/max per kind (client-side wall time on loopback, which includes the transfer),
 and the bytes of one incident page and every file it loads (as sent: the service does not compress).
@@ -84,28 +86,32 @@ def measure(base: str, token: str, rich: list[int], incidents: int, requests: in
     timings: dict[str, list[float]] = defaultdict(list)
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
 
-        def timed(kind: str, path: str, params: dict[str, str] | None = None) -> httpx.Response:
+        def get(*paths: str, params: dict[str, str] | None = None) -> tuple[float, httpx.Response]:
+            """Milliseconds for these requests one after the other, and the last answer."""
             t = time.perf_counter()
-            reply = client.get(path, params=params)
-            timings[kind].append((time.perf_counter() - t) * 1000)
-            if reply.status_code != 200:
-                raise SystemExit(f"{path} {params} -> {reply.status_code} {reply.text[:300]}")
-            return reply
+            for path in paths:
+                reply = client.get(path, params=params)
+                if reply.status_code != 200:
+                    raise SystemExit(f"{path} {params} -> {reply.status_code} {reply.text[:300]}")
+            return (time.perf_counter() - t) * 1000, reply
 
         for warm in range(10):
-            client.get(f"/incidents/{rich[warm % len(rich)]}")
-            client.get("/")
-        timings.clear()
+            get(f"/incidents/{rich[warm % len(rich)]}", "/")
         for n in range(requests):
             if n % 2:
-                timed("incident (investigated, with charts)", f"/incidents/{rng.choice(rich)}")
+                timings["incident (investigated, with charts)"].append(get(f"/incidents/{rng.choice(rich)}")[0])
             else:
-                timed("incident (loaded)", f"/incidents/{rng.randint(incidents // 2, incidents)}")
-            params = dict(rng.choice(LIST_PARAMS))
-            page = timed("list", "/", params)
+                timings["incident (loaded)"].append(get(f"/incidents/{rng.randint(incidents // 2, incidents)}")[0])
+            elapsed, page = get("/", params=dict(rng.choice(LIST_PARAMS)))
+            timings["list"].append(elapsed)
             found = re.search(r'href="/\?([^"]*cursor=[^"]*)" rel="next"', page.text)
             if found and n % 4 == 0:
-                timed("list (next page)", "/?" + found.group(1).replace("&amp;", "&"))
+                timings["list (next page)"].append(get("/?" + found.group(1).replace("&amp;", "&"))[0])
+            if n % 4 == 1:  # the same reads through the JSON API: what the pages add, what the reads cost
+                chosen = rng.choice(rich)
+                both = (f"/api/v1/incidents/{chosen}", f"/api/v1/incidents/{chosen}/similar")
+                timings["API: incident + similar (JSON)"].append(get(*both)[0])
+                timings["API: list (JSON)"].append(get("/api/v1/incidents", params=dict(rng.choice(LIST_PARAMS)))[0])
     return timings
 
 
