@@ -110,6 +110,7 @@ def incident_list(
     confirmed: str | None = None,
     confirmed_category: str | None = None,
     cursor: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = PAGE_SIZE,
 ) -> Response:
     """The search form and one page of results; blank form fields mean no filter."""
     given = {
@@ -144,13 +145,15 @@ def incident_list(
                     since=None,
                     until=None,
                     sort=None,
-                    limit=PAGE_SIZE,
+                    limit=limit,
                     cursor=_blank_to_none(cursor),
                     total=False,
                 )
         except RequestValidationError as exc:
             errors = _errors(exc)
-    kept = {name: value for name, value in given.items() if value}
+    kept = {name: value for name, value in given.items() if value} | (
+        {"limit": str(limit)} if limit != PAGE_SIZE else {}
+    )
     next_url = f"?{urlencode(kept | {'cursor': page.next_cursor})}" if page and page.next_cursor else None
     context = {
         "viewer": viewer,

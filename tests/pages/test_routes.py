@@ -151,6 +151,18 @@ def test_the_evidence_stays_while_a_newer_investigation_is_queued(client: TestCl
     assert 'data-category="kv_memory_pressure"' in page and "investigation 1 done" in page
 
 
+def test_the_list_pages_by_the_apis_cursor(client: TestClient) -> None:
+    for group in ("older", "newer"):
+        assert (
+            post_webhook(client, make_payload(group_key=group, alerts=[make_alert(f"fp-{group}")])).status_code == 200
+        )
+    first = client.get("/", params={"limit": 1}, headers=API_AUTH).text
+    found = re.search(r'href="/\?([^"]+)" rel="next"', first)
+    assert found and "cursor=" in found.group(1) and 'data-incident="2"' in first and 'data-incident="1"' not in first
+    second = client.get("/?" + found.group(1).replace("&amp;", "&"), headers=API_AUTH).text
+    assert 'data-incident="1"' in second and 'data-incident="2"' not in second and 'rel="next"' not in second
+
+
 def test_an_unknown_incident_is_a_404_page_and_a_bad_search_says_why(client: TestClient) -> None:
     missing = client.get("/incidents/999", headers=API_AUTH)
     assert missing.status_code == 404 and "Incident 999 not found" in missing.text
