@@ -146,4 +146,13 @@ def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
     assert "all 1 100% 100%" in overall, overall
     assert top in browser.find_element(By.ID, "by-category").text
 
+    # Readable in dark mode: the page and its charts take the dark colours.
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    )
+    browser.get(f"{base}/incidents/{incident['id']}")
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "figure.chart[data-drawn]")) == len(breached))
+    background = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(15, 20, 25)", background
+
     assert _console_errors(browser) == []
