@@ -100,7 +100,7 @@ def _prepare_database(settings: Settings) -> None:
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     import uvicorn
 
-    from rca.api.app import create_app
+    from rca.pages.site import create_site
 
     _check_auth_settings(settings)
     _prepare_database(settings)
@@ -113,7 +113,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
         "sqlite" if settings.effective_database_url.startswith("sqlite") else "postgresql",
     )
     uvicorn.run(
-        create_app(settings),
+        create_site(settings),
         host=args.host or settings.host,
         port=args.port or settings.port,
         log_level=settings.log_level.lower(),
@@ -474,6 +474,8 @@ def _next_steps(base: str, api_token: str, incident: dict[str, Any], serving: bo
         "  past incidents with the same evidence:",
         f"    {curl} {base}/api/v1/incidents/{incident['id']}/similar",
         f"  the whole API: {base}/docs",
+        "  the incident page, with a chart per breached finding (sign in with the API token above):",
+        f"    {base}/incidents/{incident['id']}",
     ]
 
 
@@ -484,8 +486,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
     import httpx
     import uvicorn
 
-    from rca.api.app import create_app
     from rca.collect.replay import Recording, ReplayServer
+    from rca.pages.site import create_site
     from rca.report import no_data_reason, render, use_colour, written_by
 
     if "RCA_LOG_LEVEL" not in os.environ:  # the demo's output is the report, not the service's log
@@ -508,7 +510,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
         )
         _prepare_database(settings)
         port = args.port or _free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(create_site(settings), host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         base = f"http://127.0.0.1:{port}"

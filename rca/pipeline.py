@@ -30,10 +30,12 @@ from rca.domain.analyst import AnalystRecord
 from rca.domain.coverage import NO_PROMETHEUS
 from rca.domain.evidence import Hypothesis
 from rca.domain.result import InvestigationResult, change_key
+from rca.domain.series import EvidenceSeries
 from rca.domain.status import Analyst, InvestigationStatus
 from rca.signals.findings import Finding, judge_all
+from rca.signals.series import evidence_series
 from rca.signals.slo import slo_finding
-from rca.store import investigations, similar
+from rca.store import evidence, investigations, similar
 from rca.store.answers import DatabaseAnswerCache
 from rca.store.db import session_scope
 from rca.traces.evidence import trace_findings
@@ -50,6 +52,7 @@ class Analysis:
     collect_seconds: float
     analyst: AnalystRecord | None = None  # who wrote the hypotheses (rca/analyst), with its accounting
     rules: list[Hypothesis] = field(default_factory=list)  # the rules' ranking, whoever wrote `hypotheses`
+    evidence: list[EvidenceSeries] = field(default_factory=list)  # the findings' series, kept for their page
 
     def rules_only(self, reason: str) -> Analysis:
         """This analysis with the rules' ranking as the answer and the LLM's audit trail dropped
@@ -162,6 +165,7 @@ def analyse(
         collect_seconds=collect_seconds,
         analyst=analyst.record,
         rules=rules,
+        evidence=evidence_series(collection, findings, target.alert_start),
     )
 
 
@@ -196,6 +200,13 @@ def _precedents(
     ]
 
 
+def _save(url: str, investigation_id: int, analysis: Analysis, total_seconds: float, owe_slack: bool) -> None:
+    """The result and the findings' series in one transaction."""
+    with session_scope(url) as session:
+        investigations.save_result(session, investigation_id, analysis.result(total_seconds), owe_slack=owe_slack)
+        evidence.save(session, investigation_id, analysis.evidence)
+
+
 def run_investigation(settings: Settings, investigation_id: int) -> str:
     """Run one stored investigation to completion; safe to call again for the same id.
 
@@ -226,8 +237,7 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
     )
     total_seconds = time.perf_counter() - started
     try:
-        with session_scope(url) as session:
-            investigations.save_result(session, investigation_id, analysis.result(total_seconds), owe_slack=slack)
+        _save(url, investigation_id, analysis, total_seconds, slack)
     except StatementError as exc:
         if isinstance(exc, OperationalError) or not _llm_wrote(analysis):
             raise  # the database blinked (the runner retries), or the rules' own answer failed: a bug
@@ -237,8 +247,7 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
             "investigation %s: the LLM's answer could not be stored; storing the rules answer", investigation_id
         )
         analysis = analysis.rules_only(f"{STORE_REFUSED}: {type(exc.orig or exc).__name__}: {exc.orig or exc}")
-        with session_scope(url) as session:
-            investigations.save_result(session, investigation_id, analysis.result(total_seconds), owe_slack=slack)
+        _save(url, investigation_id, analysis, total_seconds, slack)
     metrics.investigation_finished(InvestigationStatus.DONE, total_seconds)
     top = analysis.hypotheses[0]
     log.info(

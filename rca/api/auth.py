@@ -119,14 +119,20 @@ def require_api_token(
     presented = _presented_secrets(request, allow_basic=False)
     if not presented:
         raise _unauthorized("missing credentials: send 'Authorization: Bearer <API token>'")
+    principal = principal_for(settings, presented[0])
+    if principal is None:
+        raise _unauthorized("invalid API token")
+    return principal
+
+
+def principal_for(settings: Settings, secret: str) -> Principal | None:
+    """Whom an API token names, however it was presented (a header, the pages' session cookie);
+    None when it is no token of this service."""
     configured = [t.get_secret_value() for t in settings.api_tokens]
-    matched = [position for position, token in enumerate(configured, start=1) if _matches(presented, [token])]
+    matched = [position for position, token in enumerate(configured, start=1) if _matches([secret], [token])]
     if matched:
         return Principal(f"env-token-{matched[0]}", ALL_SCOPES)
-    stored = _lookup_stored(settings.effective_database_url, presented[0])
-    if stored is None:
-        raise _unauthorized("invalid API token")
-    return Principal(stored.name, stored.scopes)
+    return _lookup_stored(settings.effective_database_url, secret)
 
 
 def _require(scope: str) -> Callable[[Principal], Principal]:

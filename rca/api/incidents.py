@@ -217,7 +217,7 @@ def similar_incidents(
     )
 
 
-def _feedback_out(row: Feedback) -> FeedbackOut:
+def feedback_out(row: Feedback) -> FeedbackOut:
     return FeedbackOut(
         id=row.id,
         incident_id=row.incident_id,
@@ -274,7 +274,7 @@ def post_feedback(
     except feedback_store.FeedbackError as exc:
         raise unprocessable(("body", "hypotheses"), str(exc), "unknown_rank") from None
     session.flush()
-    return _feedback_out(row)
+    return feedback_out(row)
 
 
 @router.get(
@@ -286,4 +286,4 @@ def post_feedback(
 def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[FeedbackOut]:
     if session.get(Incident, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-    return [_feedback_out(row) for row in feedback_store.history(session, incident_id)]
+    return [feedback_out(row) for row in feedback_store.history(session, incident_id)]

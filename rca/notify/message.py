@@ -116,7 +116,7 @@ def from_incident(
             for f in investigation.findings
             if f.breached
         ],
-        incident_url=f"{public_url}/api/v1/incidents/{incident.id}" if public_url else None,
+        incident_url=f"{public_url}/incidents/{incident.id}" if public_url else None,
         generator_url=next((a.generator_url for a in incident.alerts if a.generator_url), None),
         external_url=incident.external_url,
         analyst=investigation.analyst,
@@ -127,7 +127,7 @@ def from_incident(
         tokens=_tokens(investigation),
         cost_usd=investigation.estimated_cost,
         precedent=precedent,
-        precedent_url=f"{public_url}/api/v1/incidents/{precedent.incident_id}" if precedent and public_url else None,
+        precedent_url=f"{public_url}/incidents/{precedent.incident_id}" if precedent and public_url else None,
     )
 
 

@@ -398,3 +398,21 @@ class ScanTransition(Base):
     reason: Mapped[str] = mapped_column(StorableText)
     figures: Mapped[dict[str, Any]] = mapped_column(JSONType)
     incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"), index=True)
+
+
+class EvidenceSeriesRow(Base):
+    """A finding's series, downsampled and kept with its investigation (rca.domain.series bounds
+    the size), so that the incident page draws it without Prometheus."""
+
+    __tablename__ = "evidence_series"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    investigation_id: Mapped[int] = mapped_column(ForeignKey("investigations.id", ondelete="CASCADE"), index=True)
+    finding_key: Mapped[str] = mapped_column(StorableString(64))
+    labels: Mapped[dict[str, str]] = mapped_column(JSONType)
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    step_seconds: Mapped[int] = mapped_column(Integer)
+    values: Mapped[list[float | None]] = mapped_column(JSONType)  # values[i] at start + i * step_seconds
+    baseline_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("investigation_id", "finding_key", name="uq_evidence_series_finding"),)

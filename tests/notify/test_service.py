@@ -264,7 +264,7 @@ def test_embedded_mode_posts_after_the_investigation_and_shows_every_attempt(
         ("reply", "ok", 200, None),
     ]
     assert body["slack"]["status"] == "delivered" and body["slack"]["ts"] == json.loads(accepted.answer)["ts"]
-    assert f"https://rca.example/api/v1/incidents/{incident_id}" in json.dumps(accepted.payload)
+    assert f"https://rca.example/incidents/{incident_id}" in json.dumps(accepted.payload)
 
 
 def test_slack_outage_never_affects_the_investigation(
@@ -366,7 +366,7 @@ def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_conf
     assert deliver(settings, now, "investigation").status == "delivered"
     assert deliver(settings, unrelated, "investigation").status == "delivered"
     cited, alone = (json.dumps(post.payload["blocks"]) for post in slack.posts())
-    assert f"*Last time* (<https://rca.example/api/v1/incidents/{past}|#{past}>" in cited
+    assert f"*Last time* (<https://rca.example/incidents/{past}|#{past}>" in cited
     assert "`cpu_quota_throttling`, confirmed by an engineer" in cited  # the engineer's cause, not the ranking's
     assert "Last time" not in alone  # nothing before it looks alike
 

@@ -29,6 +29,7 @@ APP_TABLES = {
     "notifications",
     "investigations",
     "findings",
+    "evidence_series",
     "hypotheses",
     "slack_deliveries",
     "slack_attempts",

@@ -1,0 +1,73 @@
+"""Rendering a page: the Jinja2 environment (autoescaped, templates in the package), the filters
+the templates use, and the headers every page carries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from rca.domain.values import format_value
+from rca.pages import session as web_session
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC_DIR = Path(__file__).parent / "static"
+STATIC_PATH = "/assets"
+UPLOT = "vendor/uplot-1.6.32"  # static/vendor/README.md: version, integrity, hashes
+
+# Scripts and styles from this origin only (no inline script: chart data travels in JSON blocks,
+# which are not run); forms post only here; no framing, no <base>.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",  # the search words and cursors stay on this site
+    "Cache-Control": "no-store",  # incident data, per viewer
+}
+
+
+def _utc(value: datetime | None) -> str:
+    return f"{value:%Y-%m-%d %H:%M:%S} UTC" if value else "-"
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "-"
+
+
+environment = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=True,  # every template: labels, annotations, span attributes and LLM text are untrusted
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+environment.filters["utc"] = _utc
+environment.filters["percent"] = _percent
+environment.filters["value"] = format_value
+
+
+def site_url(request: Request, path: str) -> str:
+    """`path` on this site, behind a proxy that strips a path prefix too."""
+    return str(request.scope.get("root_path", "")).rstrip("/") + path
+
+
+def render(request: Request, template: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    """The page, with its forms' CSRF token and the site's root path, and the pages' headers."""
+    response = HTMLResponse("", status_code=status_code, headers=HEADERS)
+    page = context | {
+        "root": site_url(request, ""),
+        "assets": site_url(request, STATIC_PATH),
+        "uplot": UPLOT,
+        "csrf_token": web_session.csrf_token(request, response),
+        "signed_in": web_session.SESSION_COOKIE in request.cookies,
+    }
+    response.body = response.render(environment.get_template(template).render(page))
+    response.headers["content-length"] = str(len(response.body))
+    return response

@@ -1,0 +1,158 @@
+"""The pages in a real browser: sign in, the incident that the demo's recorded window produces
+(breached findings with their kept series), a chart drawn per breached finding, the causes and the
+timeline, feedback that confirms a cause and shows in the list and /stats, no console errors, and
+an alert annotation's <script> shown as text, never run."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from rca.pages.site import create_site
+from tests.helpers.demo_incident import demo_payload, replayed_window
+from tests.helpers.service import API_AUTH, API_TOKEN, WEBHOOK_AUTH, LiveServer, make_settings
+from tests.helpers.waiting import wait_for
+from tests.pages.browser import chromium, full_page_screenshot
+
+INJECTED = '<script>window.__injected = 1</script><img src=x onerror="window.__injected = 2">'
+VIEWER_ZONE = "Asia/Kolkata"  # UTC+05:30 all year: the page must show its times, and UTC beside them
+SHOWN_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \((\d\d:\d\d:\d\d) UTC\)")
+SCREENSHOTS = ("incident-list.png", "incident-page.png")
+
+# Paints a chart's canvas leaves: how many pixels are not blank.
+PAINTED = """
+const canvas = arguments[0];
+const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+let painted = 0;
+for (let i = 3; i < pixels.length; i += 4) if (pixels[i] > 0) painted++;
+return painted;
+"""
+
+
+@pytest.fixture
+def investigated(pg_db: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`rca serve`'s app on a live port, and the demo incident it investigated (as the API shows
+    it). The recorded Prometheus is gone by the time the pages are read: they draw what was kept."""
+    with ExitStack() as prometheus:
+        prometheus_url, alert_start = prometheus.enter_context(replayed_window())
+        app = create_site(make_settings(pg_db, tmp_path, prometheus_url=prometheus_url))
+        with LiveServer(app) as server:
+            # An earlier incident with the same evidence, then the one the test reads.
+            for group, description in (("browser-earlier", "the same fault, earlier"), ("browser", INJECTED)):
+                payload = demo_payload(alert_start, group, description=description)
+                reply = httpx.post(f"{server.url}/api/v1/alertmanager", json=payload, headers=WEBHOOK_AUTH)
+                assert reply.status_code == 200, reply.text
+                incident_url = f"{server.url}/api/v1/incidents/{reply.json()['incident_id']}"
+
+                def finished() -> dict[str, Any] | None:
+                    incident = httpx.get(incident_url, headers=API_AUTH).json()  # noqa: B023 - called at once
+                    done = incident["investigation"] and incident["investigation"]["status"] == "done"
+                    return incident if done else None
+
+                incident = wait_for(finished, 60, f"the investigation of {group}")
+            prometheus.close()
+            yield server.url, incident
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    driver = chromium(tmp_path / "chromium-profile", timezone=VIEWER_ZONE)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _console_errors(driver: WebDriver) -> list[dict[str, Any]]:
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
+    investigated: tuple[str, dict[str, Any]], browser: WebDriver, tmp_path: Path
+) -> None:
+    base, incident = investigated
+    inv = incident["investigation"]
+    breached = [f["id"] for f in inv["findings"] if f["breached"] and f["kind"] != "trace"]
+    assert breached, "the demo incident has breached findings"
+    wait = WebDriverWait(browser, 20)
+
+    # A browser without a session is sent to sign in, then back where it was going.
+    browser.get(f"{base}/incidents/{incident['id']}")
+    assert browser.current_url.startswith(f"{base}/signin?next="), browser.current_url
+    browser.find_element(By.NAME, "token").send_keys(API_TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "#signin button").click()
+    wait.until(lambda d: d.current_url == f"{base}/incidents/{incident['id']}")
+    [cookie] = [c for c in browser.get_cookies() if c["name"] == "rca_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and not cookie["secure"]  # plain http here
+    assert browser.execute_script("return document.cookie").find("rca_session") == -1
+    assert API_TOKEN not in browser.page_source and API_TOKEN not in browser.current_url
+
+    # One chart per breached finding, each drawn: the series and its threshold on a painted canvas.
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "figure.chart[data-drawn]")) == len(breached))
+    figures = browser.find_elements(By.CSS_SELECTOR, "figure.chart")
+    assert sorted(f.get_attribute("data-key") for f in figures) == sorted(breached)
+    for figure in figures:
+        assert figure.get_attribute("data-drawn") == "2", "series and threshold"
+        canvas = figure.find_element(By.TAG_NAME, "canvas")
+        assert browser.execute_script(PAINTED, canvas) > 2000, f"{figure.get_attribute('data-key')}: blank chart"
+
+    # The ranked causes with their findings, and the timeline.
+    causes = browser.find_elements(By.CSS_SELECTOR, "li.cause")
+    assert [c.get_attribute("data-category") for c in causes] == [h["category"] for h in inv["hypotheses"]]
+    timeline = browser.find_element(By.ID, "timeline").text
+    assert "alert fired" in timeline and f"investigation {inv['id']} done" in timeline
+    shown = SHOWN_TIME.findall(timeline)
+    assert shown, "times in the viewer's zone with UTC beside them"
+    for local, utc in shown:
+        moved = datetime.strptime(local, "%Y-%m-%d %H:%M:%S") - timedelta(hours=5, minutes=30)
+        assert f"{moved:%H:%M:%S}" == utc, (local, utc)
+    assert "(UTC+05:30), UTC in brackets" in browser.find_element(By.TAG_NAME, "footer").text
+
+    # The earlier incident with the same evidence is listed as similar.
+    assert f"#{incident['id'] - 1} " in browser.find_element(By.ID, "similar").text
+
+    # The annotation's markup is shown as text and never ran.
+    shown = [dd.get_attribute("textContent") for dd in browser.find_elements(By.CSS_SELECTOR, "dd.annotation")]
+    assert INJECTED in shown, shown
+    assert browser.execute_script("return window.__injected") is None
+    full_page_screenshot(browser, tmp_path / SCREENSHOTS[1])
+
+    # Feedback confirms the top cause; the page, the list and /stats show it.
+    top = inv["hypotheses"][0]["category"]
+    Select(browser.find_element(By.NAME, "category")).select_by_value(top)
+    browser.find_element(By.NAME, "note").send_keys("confirmed from the browser test")
+    browser.find_element(By.CSS_SELECTOR, "#feedback-form button").click()
+    wait.until(lambda d: d.find_elements(By.ID, "confirmed"))
+    assert top in browser.find_element(By.ID, "confirmed").text
+
+    browser.get(f"{base}/")
+    row = browser.find_element(By.CSS_SELECTOR, f"tr[data-incident='{incident['id']}']")
+    assert row.find_element(By.CSS_SELECTOR, ".confirmed-cause").text == top
+    assert row.find_element(By.CSS_SELECTOR, ".top-cause").text.startswith(top)
+    full_page_screenshot(browser, tmp_path / SCREENSHOTS[0])
+
+    browser.get(f"{base}/stats")
+    overall = browser.find_element(By.ID, "overall").text
+    assert "all 1 100% 100%" in overall, overall
+    assert top in browser.find_element(By.ID, "by-category").text
+
+    # Readable in dark mode: the page and its charts take the dark colours.
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    )
+    browser.get(f"{base}/incidents/{incident['id']}")
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "figure.chart[data-drawn]")) == len(breached))
+    background = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(15, 20, 25)", background
+
+    assert _console_errors(browser) == []

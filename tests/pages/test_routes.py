@@ -1,0 +1,170 @@
+"""The pages without a browser: closed without a token, the sign-in cookie's flags, CSRF on every
+form, scopes, open redirects refused, untrusted text escaped and untrusted URLs never linked."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from rca.pages.site import create_site
+from rca.store import tokens
+from rca.store.db import session_scope
+from tests.helpers.history import finish_investigation
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.service import API_AUTH, API_TOKEN, RecordingDispatcher, make_settings
+
+SCRIPT = "<script>window.__injected = 1</script>"
+
+
+def site(url: str, tmp_path: Path, **settings: Any) -> TestClient:
+    return TestClient(create_site(make_settings(url, tmp_path, **settings), dispatcher=RecordingDispatcher()))
+
+
+@pytest.fixture
+def client(pg_db: str, tmp_path: Path) -> Iterator[TestClient]:
+    with site(pg_db, tmp_path) as client:
+        yield client
+
+
+def open_incident(client: TestClient, url: str, generator_url: str = "http://prometheus.example:9090/graph") -> int:
+    alert = make_alert("fp-pages") | {"generatorURL": generator_url}
+    payload = make_payload(group_key="pages", alerts=[alert])
+    payload["commonAnnotations"] = {"description": SCRIPT}
+    reply = post_webhook(client, payload)
+    assert reply.status_code == 200, reply.text
+    incident_id: int = reply.json()["incident_id"]
+    finish_investigation(url, incident_id, ["kv_cache_usage", "queue_median"], ["kv_memory_pressure", "arrival_surge"])
+    return incident_id
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def sign_in(client: TestClient, token: str = API_TOKEN) -> Any:
+    form = client.get("/signin")
+    return client.post(
+        "/signin", data={"token": token, "csrf_token": csrf_of(form.text), "next": "/stats"}, follow_redirects=False
+    )
+
+
+def test_pages_are_closed_without_a_token_and_a_wrong_bearer_is_refused(client: TestClient) -> None:
+    for path in ("/", "/incidents/1", "/stats"):
+        reply = client.get(path, follow_redirects=False)
+        assert reply.status_code == 303 and reply.headers["location"].startswith("/signin"), path
+    assert client.get("/stats", headers={"Authorization": "Bearer nope"}).status_code == 401
+    page = client.get("/stats", headers=API_AUTH)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'; script-src 'self'" in page.headers["content-security-policy"]
+
+
+def test_sign_in_sets_an_httponly_strict_cookie_and_never_shows_the_token(client: TestClient) -> None:
+    refused = sign_in(client, "not-a-token")
+    assert refused.status_code == 401 and "not an API token" in refused.text and "rca_session" not in client.cookies
+    reply = sign_in(client)
+    assert reply.status_code == 303 and reply.headers["location"] == "/stats"
+    cookie = next(h for h in reply.headers.get_list("set-cookie") if h.startswith("rca_session="))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Secure" not in cookie
+    page = client.get("/stats")
+    assert page.status_code == 200 and API_TOKEN not in page.text
+
+
+def test_the_cookie_is_secure_behind_https(pg_db: str, tmp_path: Path) -> None:
+    app = create_site(make_settings(pg_db, tmp_path), dispatcher=RecordingDispatcher())
+    with TestClient(app, base_url="https://rca.example") as client:
+        cookie = next(h for h in sign_in(client).headers.get_list("set-cookie") if h.startswith("rca_session="))
+    assert "Secure" in cookie
+
+
+def test_sign_in_and_feedback_need_the_pages_csrf_token(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    assert client.post("/signin", data={"token": API_TOKEN}).status_code == 403
+    sign_in(client)
+    page = client.get(f"/incidents/{incident_id}")
+    form = {"category": "arrival_surge", "note": "n"}
+    for forged in ({}, {"csrf_token": "0" * 64}):
+        reply = client.post(f"/incidents/{incident_id}/feedback", data=form | forged, follow_redirects=False)
+        assert reply.status_code == 403, forged
+    assert "Confirmed cause" not in client.get(f"/incidents/{incident_id}").text
+    token = csrf_of(page.text)
+    reply = client.post(f"/incidents/{incident_id}/feedback", data=form | {"csrf_token": token}, follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == f"/incidents/{incident_id}#feedback"
+    assert "Confirmed cause: <b>arrival_surge</b>" in client.get(f"/incidents/{incident_id}").text
+    verdicts = client.get(f"/api/v1/incidents/{incident_id}/feedback", headers=API_AUTH).json()[-1]["hypotheses"]
+    assert verdicts == [{"rank": 1, "correct": False}, {"rank": 2, "correct": True}]
+
+
+def test_a_read_token_reads_but_gives_no_feedback(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    with session_scope(pg_db) as session:
+        reader = tokens.create(session, "reader", "read")
+    sign_in(client, reader)
+    page = client.get(f"/incidents/{incident_id}")
+    assert page.status_code == 200 and "feedback-form" not in page.text
+    form = {"category": "arrival_surge", "csrf_token": csrf_of(page.text)}
+    assert client.post(f"/incidents/{incident_id}/feedback", data=form).status_code == 403
+
+
+def test_untrusted_text_is_escaped_and_untrusted_urls_are_not_links(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db, generator_url="javascript:alert(1)")
+    html = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    assert SCRIPT not in html and "&lt;script&gt;window.__injected = 1&lt;/script&gt;" in html
+    assert "javascript:" not in html, "an alert's generator URL of another scheme became a link"
+
+
+def test_sign_in_returns_only_to_a_path_of_this_site(client: TestClient) -> None:
+    for target in ("//evil.example/x", "https://evil.example/", "/\\evil.example"):
+        form = client.get("/signin")
+        data = {"token": API_TOKEN, "csrf_token": csrf_of(form.text), "next": target}
+        assert client.post("/signin", data=data, follow_redirects=False).headers["location"] == "/", target
+
+
+def test_pages_are_open_when_the_api_is(pg_db: str, tmp_path: Path) -> None:
+    with site(pg_db, tmp_path, api_allow_unauthenticated=True) as client:
+        assert client.get("/", follow_redirects=False).status_code == 200
+        assert client.get("/stats").status_code == 200
+
+
+def test_the_list_filters_as_the_api_does(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    row = f'data-incident="{incident_id}"'
+    for params in ({"signal": "kv_cache_usage"}, {"category": "kv_memory_pressure"}, {"confirmed": "no"}):
+        assert row in client.get("/", params=params, headers=API_AUTH).text, params
+    for params in ({"signal": "gpu_xid_errors"}, {"category": "arrival_surge"}, {"status": "resolved"}):
+        assert row not in client.get("/", params=params, headers=API_AUTH).text, params
+
+
+def test_the_evidence_stays_while_a_newer_investigation_is_queued(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    second = make_payload(group_key="pages", alerts=[make_alert("fp-pages"), make_alert("fp-pages-2")])
+    assert post_webhook(client, second).status_code == 200
+    latest = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()["investigation"]
+    assert latest["status"] == "queued" and latest["hypotheses"] == []
+    page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    assert 'data-category="kv_memory_pressure"' in page and "investigation 1 done" in page
+
+
+def test_the_list_pages_by_the_apis_cursor(client: TestClient) -> None:
+    for group in ("older", "newer"):
+        assert (
+            post_webhook(client, make_payload(group_key=group, alerts=[make_alert(f"fp-{group}")])).status_code == 200
+        )
+    first = client.get("/", params={"limit": 1}, headers=API_AUTH).text
+    found = re.search(r'href="/\?([^"]+)" rel="next"', first)
+    assert found and "cursor=" in found.group(1) and 'data-incident="2"' in first and 'data-incident="1"' not in first
+    second = client.get("/?" + found.group(1).replace("&amp;", "&"), headers=API_AUTH).text
+    assert 'data-incident="1"' in second and 'data-incident="2"' not in second and 'rel="next"' not in second
+
+
+def test_an_unknown_incident_is_a_404_page_and_a_bad_search_says_why(client: TestClient) -> None:
+    missing = client.get("/incidents/999", headers=API_AUTH)
+    assert missing.status_code == 404 and "Incident 999 not found" in missing.text
+    listed = client.get("/", params={"q": "!!!", "status": ""}, headers=API_AUTH)
+    assert listed.status_code == 200 and "no searchable words" in listed.text
