@@ -506,6 +506,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                 "api_tokens": [SecretStr(api_token)],
                 "prometheus_url": prometheus_url,
                 "broker_url": None,
+                # The recording holds one investigation's window, not a fleet to scan.
+                "scan_enabled": False if not args.payload else settings.scan_enabled,
             }
         )
         _prepare_database(settings)
