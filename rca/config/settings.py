@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     # lasts without a heartbeat before the sweep hands it to another worker (rca/jobs/lease.py).
     sweep_interval_seconds: float = Field(default=15.0, gt=0, le=3600)
     investigation_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
+    # Runs handed out (by intake or the sweep) before the sweep gives an investigation up as
+    # failed instead of re-queueing it: one that crashes its worker or times out every time.
+    investigation_max_attempts: int = Field(default=3, ge=1, le=100)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     slack_webhook_url: SecretStr | None = None
     slack_bot_token: SecretStr | None = None
@@ -89,6 +92,9 @@ class Settings(BaseSettings):
     slack_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
     slack_max_attempts: int = Field(default=6, ge=1, le=50)
     slack_retry_backoff_seconds: float = Field(default=2.0, gt=0, le=600)
+    # A notice Slack refused for good stays owed and is tried again after this long (a fixed
+    # token or channel then gets its post), instead of being dropped.
+    slack_failed_retry_seconds: float = Field(default=900.0, ge=1, le=86400)
     public_url: str | None = None
     traces_backend: Literal["none", "jaeger", "tempo"] = "none"
     traces_url: str | None = Field(default=None, validate_default=True)

@@ -95,15 +95,16 @@ def retry_transient(task: Task, exc: Exception) -> Exception:
 
 def run_sweep(app: Celery, settings: Settings) -> int:
     """Re-enqueue investigations whose enqueue was lost (broker down at intake) or whose worker died
-    (their lease lapsed), and the Slack notices owed that no task delivered (rca.store.notices)."""
+    (their lease lapsed), and the Slack notices owed that no task delivered (rca.store.notices),
+    those of investigations given up first."""
     older_than = timedelta(seconds=settings.sweep_after_seconds)
-    ids = sweep(settings, older_than)
-    for investigation_id in ids:
+    found = sweep(settings, older_than)
+    for investigation_id in found.requeued:
         app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE)
-    owed = owed_notices(settings, older_than)
+    owed = found.gave_up + owed_notices(settings, older_than)
     for incident_id in owed:
         app.send_task(SLACK_NOTIFY, args=[incident_id, SWEPT], queue=SLACK_QUEUE)
-    return len(ids) + len(owed)
+    return len(found.requeued) + len(owed)
 
 
 @worker_process_init.connect

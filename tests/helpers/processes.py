@@ -74,6 +74,12 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: children, theirs, and so on."""
+    found = child_pids(pid)
+    return found + [d for child in found for d in descendants(child)]
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie waiting for its parent."""
     try:
@@ -92,6 +98,7 @@ def running_worker(
     name: str,
     options: tuple[str, ...] = ("--no-beat", "--concurrency", "1"),
     log_name: str = "worker.log",
+    ready_timeout: float = 45,
 ) -> Iterator[Worker]:
     """`rca worker --no-beat --concurrency 1` (or with `options`) in `home`, yielded once it answers
     a ping, stopped by its pid afterwards; its output goes to `home/worker.log` for failure
@@ -115,7 +122,7 @@ def running_worker(
                 raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")
             return bool(app.control.ping(destination=[hostname], timeout=0.5))
 
-        wait_for(ready, 45, "the Celery worker to answer a ping", interval=0.2)
+        wait_for(ready, ready_timeout, "the Celery worker to answer a ping", interval=0.2)
         yield worker
     finally:
         stop_process(process)
