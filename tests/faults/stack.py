@@ -27,7 +27,6 @@ from tests.helpers.payloads import make_alert, make_payload
 from tests.helpers.processes import Worker, running_worker, stop_process, subprocess_env, wait_until_serving
 from tests.helpers.service import API_TOKEN, WEBHOOK_AUTH, WEBHOOK_TOKEN, make_settings
 from tests.helpers.slack import CHANNEL
-from tests.helpers.waiting import wait_for
 
 # Seconds, compressed from the defaults (30 s lease, 15 s sweep, 60 s grace) so that a crash is
 # taken over within seconds: the bound the tests assert is still the documented minute.
@@ -167,21 +166,21 @@ class FaultStack:
                 time.sleep(1)
         raise AssertionError(f"still refused after {attempts} rounds: {burst.refused}")
 
-    def settle(self, burst: Burst, timeout: float, what: str = "every accepted alert") -> Audit:
-        """Wait until every accepted alert of `burst` is investigated and posted, then a little more
-        for any duplicate; the audit. Times out with what is still missing."""
-        last: list[Audit] = []
-
-        def settled() -> bool:
-            last[:] = [audit(self.db_url, self.slack, burst)]
-            return last[0].settled
-
-        try:
-            wait_for(settled, timeout, f"{what} to be investigated and posted", interval=0.25)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}: {last[0].problems() if last else 'no audit'}") from None
+    def wait(self, burst: Burst, timeout: float) -> Audit:
+        """Wait until every accepted alert of `burst` is investigated and posted (or `timeout`
+        seconds passed), then a little more for any duplicate; the audit then."""
+        deadline = time.monotonic() + timeout
+        while not audit(self.db_url, self.slack, burst).settled and time.monotonic() < deadline:
+            time.sleep(0.25)
         time.sleep(DUPLICATES_GRACE)
         return audit(self.db_url, self.slack, burst)
+
+    def settle(self, burst: Burst, timeout: float, what: str = "every accepted alert") -> Audit:
+        """`wait`, failing with what is still missing when it times out."""
+        report = self.wait(burst, timeout)
+        if not report.settled:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}: {report.problems()}")
+        return report
 
 
 @contextmanager

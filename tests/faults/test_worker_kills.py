@@ -11,26 +11,34 @@ import time
 
 from tests.faults.ledger import Burst
 from tests.faults.stack import FaultStack
-from tests.faults.workers import family, investigations_pool, kill_all, running
+from tests.faults.workers import family, investigations_pool, kill_all, running, started
 from tests.helpers.processes import Worker, alive
 from tests.helpers.waiting import wait_for
 
 TAKEOVER_BOUND = 60.0  # seconds, the issue's bound on a crashed investigation's takeover
-BURST = 6
+BURST, BACKLOG = 6, 12
 
 
-def test_killed_pool_processes_cost_nothing(stack: FaultStack, worker: Worker) -> None:
+def test_killed_pool_processes_cost_nothing_and_their_runs_go_before_the_backlog(
+    stack: FaultStack, worker: Worker
+) -> None:
+    """The runs of the killed pool are taken over once their lease lapses, ahead of the backlog of
+    new alerts that arrived meanwhile (the sweep re-queues at a higher priority): they do not
+    wait for the whole backlog."""
     stack.prometheus.delay = 0.3  # every query takes a while: the investigations are mid-run when killed
     burst = stack.send("child", BURST)
     assert not burst.refused, burst.refused
-    wait_for(lambda: running(stack.db_url, list(burst.accepted.values())), 30, "investigations to run")
+    victims = wait_for(lambda: running(stack.db_url, list(burst.accepted.values())), 30, "investigations to run")
     kill_all(investigations_pool(worker.process.pid))
     killed = time.monotonic()
-    stack.prometheus.delay = 0.05
+    backlog = stack.send("backlog", BACKLOG)
+    burst.merge(backlog)
     report = stack.settle(burst, TAKEOVER_BOUND, f"the work of the killed pool\n{worker.output()}")
     took = time.monotonic() - killed
     assert report.clean, report.problems()
     assert took < TAKEOVER_BOUND
+    last_takeover = max(started(stack.db_url, investigation_ids=victims))
+    assert any(at > last_takeover for at in started(stack.db_url, incident_ids=list(backlog.accepted.values())))
 
 
 def test_a_killed_worker_main_process_then_all_its_processes_cost_nothing(own_workers: FaultStack) -> None:

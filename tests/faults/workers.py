@@ -39,3 +39,13 @@ def running(db_url: str, incidents: list[int] | None = None) -> list[int]:
     if incidents is not None:
         query = query.where(Investigation.incident_id.in_(incidents))
     return [row.id for row in rows(db_url, query)]
+
+
+def started(db_url: str, *, investigation_ids: list[int] | None = None, incident_ids: list[int] | None = None) -> list:
+    """When the last run of each of these investigations (or those of these incidents) started."""
+    query = select(Investigation.started_at)
+    if investigation_ids is not None:
+        query = query.where(Investigation.id.in_(investigation_ids))
+    if incident_ids is not None:
+        query = query.where(Investigation.incident_id.in_(incident_ids))
+    return [row.started_at for row in rows(db_url, query)]
