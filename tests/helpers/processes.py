@@ -120,7 +120,10 @@ def running_worker(
         def ready() -> bool:
             if process.poll() is not None:
                 raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")
-            return bool(app.control.ping(destination=[hostname], timeout=0.5))
+            try:
+                return bool(app.control.ping(destination=[hostname], timeout=0.5))
+            except app.connection().connection_errors:
+                return False  # a pooled connection to a broker that restarted fails once; the next is new
 
         wait_for(ready, ready_timeout, "the Celery worker to answer a ping", interval=0.2)
         yield worker
