@@ -225,8 +225,8 @@ def test_the_sweeper_counts_what_it_reenqueues(client: TestClient, db_url: str, 
         for n in range(2)
     ]
     before = scrape(client)
-    assert sorted(sweep(make_settings(db_url, tmp_path), timedelta(0))) == sorted(ids)
-    assert sweep(make_settings(db_url, tmp_path), timedelta(seconds=30)) == []  # just re-queued: not again
+    assert sorted(sweep(make_settings(db_url, tmp_path), timedelta(0)).requeued) == sorted(ids)
+    assert sweep(make_settings(db_url, tmp_path), timedelta(seconds=30)).requeued == []  # just re-queued: not again
     assert moved(before, scrape(client), "rca_sweeper_reenqueued_total") == 2
 
 

@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     scan_sustain_scans: int = Field(default=3, ge=1, le=100)  # breached this many scans in a row: "warning"
     scan_calm_seconds: float = Field(default=300.0, ge=0, le=86400)  # calm this long: "cleared" / back to "ok"
     scan_slo_probability: float = Field(default=0.8, gt=0, le=1)  # P(SLO breach) that warns at once
+    # Runs handed out (by intake or the sweep) before the sweep gives an investigation up as
+    # failed instead of re-queueing it: one that crashes its worker or times out every time.
+    investigation_max_attempts: int = Field(default=3, ge=1, le=100)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     slack_webhook_url: SecretStr | None = None
     slack_bot_token: SecretStr | None = None
@@ -99,6 +102,9 @@ class Settings(BaseSettings):
     slack_timeout_seconds: float = Field(default=10.0, gt=0, le=120)
     slack_max_attempts: int = Field(default=6, ge=1, le=50)
     slack_retry_backoff_seconds: float = Field(default=2.0, gt=0, le=600)
+    # A notice Slack refused for good stays owed and is tried again after this long (a fixed
+    # token or channel then gets its post), instead of being dropped.
+    slack_failed_retry_seconds: float = Field(default=900.0, ge=1, le=86400)
     public_url: str | None = None
     traces_backend: Literal["none", "jaeger", "tempo"] = "none"
     traces_url: str | None = Field(default=None, validate_default=True)

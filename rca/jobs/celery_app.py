@@ -30,6 +30,10 @@ from rca.store.db import forget_engines_after_fork
 
 INVESTIGATE, SLACK_NOTIFY, SWEEP = "rca.investigate", "rca.slack_notify", "rca.sweep"
 INVESTIGATIONS_QUEUE, SLACK_QUEUE = "investigations", "slack"
+# Redis serves a queue's priority 0 before 3, 6 and 9 (kombu's priority steps). The investigations
+# the sweep hands back (a crashed run, a lost enqueue) go before those intake queues, so that a
+# backlog of new alerts never delays a takeover.
+PRIORITY_SWEPT, PRIORITY_NEW = 0, 6
 
 
 def create_app(settings: Settings) -> Celery:
@@ -95,15 +99,16 @@ def retry_transient(task: Task, exc: Exception) -> Exception:
 
 def run_sweep(app: Celery, settings: Settings) -> int:
     """Re-enqueue investigations whose enqueue was lost (broker down at intake) or whose worker died
-    (their lease lapsed), and the Slack notices owed that no task delivered (rca.store.notices)."""
+    (their lease lapsed), ahead of the new ones, and the Slack notices owed that no task delivered
+    (rca.store.notices), those of investigations given up first."""
     older_than = timedelta(seconds=settings.sweep_after_seconds)
-    ids = sweep(settings, older_than)
-    for investigation_id in ids:
-        app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE)
-    owed = owed_notices(settings, older_than)
+    found = sweep(settings, older_than)
+    for investigation_id in found.requeued:
+        app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE, priority=PRIORITY_SWEPT)
+    owed = found.gave_up + owed_notices(settings, older_than)
     for incident_id in owed:
         app.send_task(SLACK_NOTIFY, args=[incident_id, SWEPT], queue=SLACK_QUEUE)
-    return len(ids) + len(owed)
+    return len(found.requeued) + len(owed)
 
 
 @worker_process_init.connect

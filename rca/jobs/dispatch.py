@@ -12,7 +12,7 @@ import logging
 from typing import Protocol
 
 from rca.config import Settings
-from rca.jobs.celery_app import INVESTIGATE, SLACK_NOTIFY, SLACK_QUEUE, create_app
+from rca.jobs.celery_app import INVESTIGATE, PRIORITY_NEW, SLACK_NOTIFY, SLACK_QUEUE, create_app
 from rca.jobs.inline import InlineDispatcher
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class CeleryDispatcher:
 
     def enqueue(self, investigation_id: int) -> bool:
         try:
-            self.app.send_task(INVESTIGATE, args=[investigation_id], retry=False)
+            self.app.send_task(INVESTIGATE, args=[investigation_id], retry=False, priority=PRIORITY_NEW)
         except Exception as exc:  # kombu raises many transport-specific types
             log.warning("enqueue of investigation %s failed, the sweeper will retry: %s", investigation_id, exc)
             return False

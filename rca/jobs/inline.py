@@ -44,9 +44,10 @@ class InlineDispatcher:
         older_than = timedelta(0)
         while not self._stop.is_set():
             try:
-                for investigation_id in sweep(self.settings, older_than):
+                found = sweep(self.settings, older_than)
+                for investigation_id in found.requeued:
                     self.enqueue(investigation_id)
-                for incident_id in owed_notices(self.settings, older_than):
+                for incident_id in found.gave_up + owed_notices(self.settings, older_than):
                     self.notify(incident_id, SWEPT)  # on the one Slack thread, behind any other delivery
             except Exception as exc:
                 log.warning("sweep failed: %s", exc)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from rca.config import Settings
-from rca.notify.service import deliver, done_incident
+from rca.notify.service import deliver, finished_incident
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ def queue_notice_of(settings: Settings, investigation_id: int, queue_notice: Cal
     if not settings.slack_enabled:
         return
     try:
-        incident_id = done_incident(settings, investigation_id)
+        incident_id = finished_incident(settings, investigation_id)
         if incident_id is not None:
             queue_notice(incident_id, "investigation")
     except Exception as exc:

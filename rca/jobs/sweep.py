@@ -1,24 +1,35 @@
-"""The sweep job: find investigations whose enqueue was lost, and Slack notices owed that no task
-delivered, for their runner to enqueue again."""
+"""The sweep job: find investigations whose enqueue was lost or whose worker died, and Slack
+notices owed that no task delivered, for their runner to enqueue again. An investigation handed
+out RCA_INVESTIGATION_MAX_ATTEMPTS times is closed as failed instead (rca.store.investigations)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from rca import metrics
 from rca.config import Settings
+from rca.domain.status import InvestigationStatus
 from rca.store import investigations, notices
 from rca.store.db import session_scope
+
+log = logging.getLogger(__name__)
 
 SWEPT = "sweep"  # the event of a Slack delivery the sweeper queued, as `slack_attempts.event` records it
 
 
-def sweep(settings: Settings, older_than: timedelta) -> list[int]:
-    """Claim stranded investigations for re-enqueueing."""
+def sweep(settings: Settings, older_than: timedelta) -> investigations.Stranded:
+    """Claim stranded investigations: those to re-enqueue, and the incidents of those given up
+    (their Slack notice, saying the investigation failed, is owed; the runner queues it)."""
     with session_scope(settings.effective_database_url) as session:
-        ids = investigations.stranded(session, older_than)
-    metrics.SWEEPER_REENQUEUED.inc(len(ids))
-    return ids
+        found = investigations.stranded(
+            session, older_than, settings.investigation_max_attempts, owe_slack=settings.slack_enabled
+        )
+    metrics.SWEEPER_REENQUEUED.inc(len(found.requeued))
+    for incident_id in found.gave_up:
+        log.error("sweep: gave up the investigation of incident %s after repeated attempts", incident_id)
+        metrics.INVESTIGATIONS.labels(status=InvestigationStatus.FAILED).inc()
+    return found
 
 
 def owed_notices(settings: Settings, older_than: timedelta) -> list[int]:

@@ -174,6 +174,8 @@ def fallback_text(message: IncidentMessage) -> str:
     cause = f": likely {top.category} ({top.confidence:.0%})" if top else ""
     if _blind(message):
         cause = ": no metrics were read, not a healthy verdict"
+    if message.failure:
+        cause = ": the investigation failed"
     state = "resolved" if message.status == AlertStatus.RESOLVED else "firing"
     text = f"[{state}] {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}{cause}"
     return cut(text, MAX_FALLBACK_TEXT, "…")
@@ -189,6 +191,9 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
     ]
     if note:
         head.append(_context(note))
+    if message.failure:  # first: there is no answer below, only the alert
+        failure = cut(mrkdwn(single_line(message.failure)), MAX_GAP)
+        head.append(_section(f":x: *The investigation failed; no cause was ranked.* {failure}"))
     gap = message.data_gap
     if gap is not None and gap.blind:  # first, so that nobody reads what follows as healthy
         head.append(_section(f":warning: *{cut(mrkdwn(single_line(gap.text)), MAX_GAP)}*"))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from rca.domain.coverage import DataGap, data_gap
 from rca.domain.result import change_key
-from rca.domain.status import AlertStatus
+from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.store.models import Incident, Investigation
 from rca.store.similar import Precedent
 
@@ -56,6 +56,7 @@ class IncidentMessage:
     cost_usd: float | None = None
     precedent: Precedent | None = None  # the past incident most like this one ("Last time")
     precedent_url: str | None = None
+    failure: str | None = None  # why the investigation failed, when it did (there is no answer then)
 
 
 def _why(title: str, explanation: str) -> str:
@@ -100,6 +101,7 @@ def from_incident(
     """The message for an incident and its latest finished investigation (and the past incident
     most like it, when one is alike enough to cite)."""
     labels = incident_labels(incident)
+    failed = investigation.status == InvestigationStatus.FAILED
     annotations = {**next((a.annotations for a in incident.alerts), {}), **(incident.common_annotations or {})}
     return IncidentMessage(
         incident_id=incident.id,
@@ -123,11 +125,12 @@ def from_incident(
         seconds=investigation.total_seconds,
         model=investigation.llm_model,
         fallback_reason=investigation.fallback_reason,
-        data_gap=_data_gap(investigation),
+        data_gap=None if failed else _data_gap(investigation),
         tokens=_tokens(investigation),
         cost_usd=investigation.estimated_cost,
         precedent=precedent,
         precedent_url=f"{public_url}/incidents/{precedent.incident_id}" if precedent and public_url else None,
+        failure=(investigation.error or "unknown error") if failed else None,
     )
 
 

@@ -44,6 +44,7 @@ from rca.notify.message import IncidentMessage, change_key_of, from_incident, in
 from rca.notify.routing import route
 from rca.store import notices, similar
 from rca.store.db import session_scope
+from rca.store.investigations import FINISHED
 from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery
 
 log = logging.getLogger(__name__)
@@ -90,12 +91,13 @@ def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliver
     return row
 
 
-def _latest_done(session: Session, incident_id: int) -> Investigation | None:
+def _latest_finished(session: Session, incident_id: int) -> Investigation | None:
+    """The latest done investigation; without one, the latest failed (the message says it failed)."""
     return session.scalar(
         select(Investigation)
-        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
+        .where(Investigation.incident_id == incident_id, Investigation.status.in_(FINISHED))
         .options(selectinload(Investigation.findings), selectinload(Investigation.hypotheses))
-        .order_by(Investigation.id.desc())
+        .order_by((Investigation.status == InvestigationStatus.DONE).desc(), Investigation.id.desc())
         .limit(1)
     )
 
@@ -176,8 +178,9 @@ def deliver(
     after `RCA_SLACK_MAX_ATTEMPTS` a failing call is final.
 
     The notices owed (rca/store/notices.py) are settled with the outcome, in the same transaction:
-    up to date, nothing to say yet, or failed for good. A retry defers them to its own time; an
-    error (the database blinked) settles nothing, and the sweeper re-queues what is still owed."""
+    up to date, or nothing to say yet. A retry defers them to its own time, a failure for good to
+    RCA_SLACK_FAILED_RETRY_SECONDS later (it stays owed, never dropped); an error (the database
+    blinked) settles nothing, and the sweeper re-queues what is still owed."""
     sender = sender or make_sender(settings)
     if sender is None:
         return Outcome("skipped", detail="Slack is not configured")
@@ -192,7 +195,9 @@ def deliver(
         )
         assert incident is not None  # the delivery row's foreign key holds it
         outcome = _bring_up_to_date(session, settings, sender, delivery, incident, event, attempt)
-        if outcome.retry_in is None:
+        if outcome.status == "failed":  # stays owed, failed and visible; tried again much later
+            notices.defer(session, incident_id, utcnow() + timedelta(seconds=settings.slack_failed_retry_seconds))
+        elif outcome.retry_in is None:
             notices.settle(session, incident_id, incident.slack_owed)
         else:
             notices.defer(session, incident_id, utcnow() + timedelta(seconds=outcome.retry_in))
@@ -210,7 +215,7 @@ def _bring_up_to_date(
 ) -> Outcome:
     """Send what the locked delivery row says Slack is missing, recording every call on the row."""
     incident_id = incident.id
-    investigation = _latest_done(session, incident_id)
+    investigation = _latest_finished(session, incident_id)
     if investigation is None:
         return Outcome("skipped", detail="no finished investigation yet; its completion will post")
     channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
@@ -272,10 +277,10 @@ def count_slack_call(action: str, result: SendResult) -> None:
         metrics.SLACK_FAILURES.labels(reason=result.failure_reason).inc()
 
 
-def done_incident(settings: Settings, investigation_id: int) -> int | None:
-    """The incident of a finished investigation (None if it is not done): what to notify about."""
+def finished_incident(settings: Settings, investigation_id: int) -> int | None:
+    """The incident of a finished investigation, done or failed (None otherwise): what to notify about."""
     with session_scope(settings.effective_database_url) as session:
         row = session.execute(
             select(Investigation.incident_id, Investigation.status).where(Investigation.id == investigation_id)
         ).first()
-    return row.incident_id if row is not None and row.status == InvestigationStatus.DONE else None
+    return row.incident_id if row is not None and row.status in FINISHED else None

@@ -1,4 +1,10 @@
-"""Investigation state changes: claim, save the result, fail, find the ones left behind."""
+"""Investigation state changes: claim, save the result, fail, find the ones left behind.
+
+One run at a time. A claim is leased (`lease_until`, renewed by the running job); a second claim
+while the lease holds is refused, so a message that Redis redelivers while its run is still alive
+starts no second run. `attempts` counts the runs handed out (claims of a `queued` investigation);
+once `max_attempts` of them were stranded, the sweep closes it as failed instead of re-queueing
+it forever, and owes Slack the notice that says so."""
 
 from __future__ import annotations
 
@@ -17,6 +23,10 @@ from rca.store.models import Alert, Investigation
 from rca.store.models import Finding as FindingRow
 from rca.store.models import Hypothesis as HypothesisRow
 
+FINISHED = (InvestigationStatus.DONE, InvestigationStatus.FAILED)
+STRANDED_BATCH = 500
+CRASHED = "its worker stopped without finishing it each time (a crash, the time limit, or its retries used up)"
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -31,19 +41,23 @@ class Claim:
 
 
 def claim(session: Session, investigation_id: int, lease: timedelta | None = None) -> Claim | None:
-    """Mark the investigation running, or return None if it is finished or unknown. With `lease`,
-    the claim lasts that long unless renewed (`renew_lease`): the sweep hands a running
-    investigation whose lease lapsed to another worker."""
+    """Mark the investigation running, or return None if it is finished, unknown, or running under
+    a lease that has not lapsed (another run is alive: a redelivered message must not start a
+    second). With `lease`, the claim lasts that long unless renewed (`renew_lease`): the sweep
+    hands a running investigation whose lease lapsed to another worker."""
     inv = session.get(Investigation, investigation_id, with_for_update=True)
-    if inv is None or inv.status == InvestigationStatus.DONE:
+    if inv is None or inv.status in FINISHED:
+        return None
+    now = utcnow()
+    if inv.status == InvestigationStatus.RUNNING and inv.lease_until is not None and inv.lease_until > now:
         return None
     alerts = session.scalars(select(Alert).where(Alert.incident_id == inv.incident_id)).all()
     firing = [a for a in alerts if a.status == AlertStatus.FIRING] or list(alerts)
+    if inv.status == InvestigationStatus.QUEUED:
+        inv.attempts += 1  # a run handed out; a retry of the same run (still `running`) is not another
     inv.status = InvestigationStatus.RUNNING
-    inv.attempts += 1
-    inv.started_at = utcnow()
-    inv.lease_until = inv.started_at + lease if lease is not None else None
-    inv.error = None
+    inv.started_at = now
+    inv.lease_until = now + lease if lease is not None else None
     return Claim(
         investigation_id,
         inv.incident_id,
@@ -105,44 +119,78 @@ def renew_lease(session: Session, investigation_id: int, lease: timedelta) -> bo
     return bool(getattr(result, "rowcount", 0))
 
 
+def release(session: Session, investigation_id: int, error: str, claimed_since: datetime) -> None:
+    """A run stopped on an error its runner retries: end its lease now, so that the retry (or the
+    sweep) can claim it at once, and keep the error as the reason should it never finish. Only a
+    claim made since `claimed_since` (the run's own) is released, never an earlier live run's."""
+    session.execute(
+        update(Investigation)
+        .where(
+            Investigation.id == investigation_id,
+            Investigation.status == InvestigationStatus.RUNNING,
+            Investigation.started_at >= claimed_since,
+        )
+        .values(lease_until=utcnow(), error=error[:2000])
+        .execution_options(synchronize_session=False)
+    )
+
+
 def _stored(data: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in data.items() if name not in NOT_STORED}
 
 
-def mark_failed(session: Session, investigation_id: int, error: str, final: bool) -> None:
-    """Record a failed attempt; a final failure closes the investigation as `failed`."""
-    inv = session.get(Investigation, investigation_id)
-    if inv is None or inv.status == InvestigationStatus.DONE:
-        return
-    inv.error = error[:2000]
-    inv.status = InvestigationStatus.FAILED if final else InvestigationStatus.QUEUED
-    inv.lease_until = None
-    if final:
-        inv.finished_at = utcnow()
+def mark_failed(session: Session, investigation_id: int, error: str, *, owe_slack: bool = False) -> bool:
+    """Close the investigation as `failed` with its reason; with `owe_slack`, the incident's Slack
+    notice (which says it failed) is owed in the same transaction. False when it was already finished."""
+    inv = session.get(Investigation, investigation_id, with_for_update=True)
+    if inv is None or inv.status in FINISHED:
+        return False
+    inv.status, inv.error = InvestigationStatus.FAILED, error[:2000]
+    inv.finished_at, inv.lease_until = utcnow(), None
+    if owe_slack:
+        notices.owe(session, inv.incident_id)
+    return True
 
 
-def stranded(session: Session, older_than: timedelta) -> list[int]:
+@dataclass(frozen=True)
+class Stranded:
+    """What one sweep found: investigations to enqueue again, and the incidents of those given up."""
+
+    requeued: list[int] = field(default_factory=list)  # investigation ids
+    gave_up: list[int] = field(default_factory=list)  # incident ids; their Slack notice is owed
+
+
+def stranded(session: Session, older_than: timedelta, max_attempts: int = 3, *, owe_slack: bool = False) -> Stranded:
     """Claim investigations still queued after `older_than` (their enqueue was lost, e.g. because
     the broker was down when the webhook arrived), and running ones whose lease lapsed (the worker
-    running it died: its heartbeat stopped). A claim from before leases is judged by its age."""
+    running it died: its heartbeat stopped). A claim from before leases is judged by its age.
+
+    Those already handed out `max_attempts` times are not re-queued: they are closed as failed,
+    saying why (the last error, or that their worker stopped each time), and owe their notice."""
     now = utcnow()
     cutoff = now - older_than
     queued = (Investigation.status == InvestigationStatus.QUEUED) & (Investigation.queued_at < cutoff)
     lapsed = Investigation.lease_until < now
     unleased_and_old = Investigation.lease_until.is_(None) & (Investigation.started_at < cutoff - older_than * 4)
     running = (Investigation.status == InvestigationStatus.RUNNING) & (lapsed | unleased_and_old)
-    rows = session.scalars(
-        select(Investigation.id)
+    found = session.scalars(
+        select(Investigation)
         .where(queued | running)
         .order_by(Investigation.id)
-        .limit(500)
+        .limit(STRANDED_BATCH)
         .with_for_update(skip_locked=True)
-    )
-    ids = list(rows)
-    for inv in session.scalars(select(Investigation).where(Investigation.id.in_(ids))):
-        # Re-queued now, so the next sweep leaves it alone unless this enqueue is lost too.
-        inv.status, inv.queued_at, inv.lease_until = InvestigationStatus.QUEUED, utcnow(), None
-    return ids
+    ).all()
+    result = Stranded()
+    for inv in found:
+        if inv.attempts >= max_attempts:
+            reason = f"gave up after {inv.attempts} attempts: {inv.error or CRASHED}"
+            mark_failed(session, inv.id, reason, owe_slack=owe_slack)
+            result.gave_up.append(inv.incident_id)
+        else:
+            # Re-queued now, so the next sweep leaves it alone unless this enqueue is lost too.
+            inv.status, inv.queued_at, inv.lease_until = InvestigationStatus.QUEUED, now, None
+            result.requeued.append(inv.id)
+    return result
 
 
 def oldest_queued_age(session: Session) -> float:

@@ -74,6 +74,12 @@ def child_pids(pid: int) -> list[int]:
     return children
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: children, theirs, and so on."""
+    found = child_pids(pid)
+    return found + [d for child in found for d in descendants(child)]
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie waiting for its parent."""
     try:
@@ -115,7 +121,10 @@ def running_worker(
         def ready() -> bool:
             if process.poll() is not None:
                 raise AssertionError(f"rca worker exited with {process.returncode}:\n{worker.output()}")
-            return bool(app.control.ping(destination=[hostname], timeout=0.5))
+            try:
+                return bool(app.control.ping(destination=[hostname], timeout=0.5))
+            except app.connection().connection_errors:
+                return False  # a pooled connection to a broker that restarted fails once; the next is new
 
         wait_for(ready, ready_timeout, "the Celery worker to answer a ping", interval=0.2)
         yield worker

@@ -174,11 +174,11 @@ def test_broker_outage_strands_nothing_the_sweep_hands_it_to_the_worker(
     investigation_id = stranded["investigation_id"]
     settings = make_settings(pg_db, tmp_path, broker_url=redis_url, prometheus_url=prometheus.url)
 
-    assert sweep(settings, timedelta(minutes=5)) == []  # too recent to count as stranded
+    assert sweep(settings, timedelta(minutes=5)).requeued == []  # too recent to count as stranded
     queued_at = investigation(pg_db, investigation_id).queued_at
-    assert sweep(settings, timedelta(0)) == [investigation_id]
+    assert sweep(settings, timedelta(0)).requeued == [investigation_id]
     assert investigation(pg_db, investigation_id).queued_at > queued_at  # re-queued now...
-    assert sweep(settings, timedelta(seconds=30)) == []  # ...so the next sweep leaves it alone
+    assert sweep(settings, timedelta(seconds=30)).requeued == []  # ...so the next sweep leaves it alone
 
     dispatcher = CeleryDispatcher(settings)
     try:

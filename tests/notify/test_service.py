@@ -23,6 +23,7 @@ from rca.jobs.sweep import SWEPT, owed_notices
 from rca.notify import service
 from rca.notify.service import deliver
 from rca.store import feedback as feedback_store
+from rca.store import notices
 from rca.store.db import session_scope
 from rca.store.models import SlackAttempt, SlackDelivery
 from tests.e2e.promstack import free_port
@@ -33,6 +34,7 @@ from tests.helpers.databases import CLOSED_PORT_DATABASE_URL, rows, truncate
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, RecordingDispatcher, make_settings, wait_for_investigation
 from tests.helpers.slack import (
+    backdate_owed,
     owe_slack,
     resolve,
     slack_owed,
@@ -422,8 +424,10 @@ def test_a_delivery_settles_the_notices_owed_whatever_it_had_to_send(
     assert len(slack.posts()) == 1
 
 
-def test_a_retry_defers_the_sweep_and_a_final_failure_settles(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
-    settings = slack_settings(pg_db, tmp_path, slack, slack_max_attempts=2)
+def test_a_retry_defers_the_sweep_and_a_final_failure_stays_owed(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    """A failure for good is not dropped: the notice stays owed, tried again by the sweep only
+    after RCA_SLACK_FAILED_RETRY_SECONDS, and posts once Slack takes it."""
+    settings = slack_settings(pg_db, tmp_path, slack, slack_max_attempts=2, slack_failed_retry_seconds=600)
     incident_id = store_incident(pg_db)
     store_investigation(pg_db, incident_id, ["queue_median"], ["arrival_surge"])
     owe_slack(pg_db, incident_id)
@@ -433,7 +437,13 @@ def test_a_retry_defers_the_sweep_and_a_final_failure_settles(pg_db: str, tmp_pa
     _, since = slack_owed(pg_db, incident_id)
     assert since is not None and since > datetime.now(UTC) + timedelta(seconds=25)  # not before its own retry
     assert deliver(settings, incident_id, "investigation", attempt=2).status == "failed"
-    assert slack_owed(pg_db, incident_id) == (1, None)  # failed for good: the next notice tries again
+    count, since = slack_owed(pg_db, incident_id)
+    assert count == 1 and since is not None and since > datetime.now(UTC) + timedelta(seconds=590)
+    backdate_owed(pg_db, incident_id, timedelta(minutes=2))  # the long wait is over
+    with session_scope(pg_db) as session:
+        assert notices.claim_owed(session, timedelta(minutes=1)) == [incident_id]
+    assert deliver(settings, incident_id, "sweep").status == "delivered"
+    assert slack_owed(pg_db, incident_id) == (1, None) and len(slack.posts()) == 1
 
 
 def test_a_database_error_during_delivery_leaves_the_notice_owed(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
@@ -448,7 +458,7 @@ def test_a_database_error_during_delivery_leaves_the_notice_owed(pg_db: str, tmp
         def blink(*_args: object, **_kwargs: object) -> None:
             raise OperationalError("SELECT", {}, Exception("server closed the connection unexpectedly"))
 
-        mp.setattr(service, "_latest_done", blink)
+        mp.setattr(service, "_latest_finished", blink)
         with pytest.raises(OperationalError):
             deliver(settings, incident_id, "investigation")
     assert slack_owed(pg_db, incident_id)[1] is not None and slack.posts() == []

@@ -113,10 +113,10 @@ def test_a_running_investigation_is_swept_once_its_lease_lapses_not_before(db_ur
     with session_scope(db_url) as session:
         assert investigations.claim(session, investigation_id, lease=timedelta(seconds=30)) is not None
     with session_scope(db_url) as session:
-        assert investigations.stranded(session, timedelta(seconds=60)) == []  # leased: its worker is alive
+        assert investigations.stranded(session, timedelta(seconds=60)).requeued == []  # leased: its worker is alive
         assert investigations.renew_lease(session, investigation_id, timedelta(seconds=-1)) is True  # lapsed
     with session_scope(db_url) as session:
-        assert investigations.stranded(session, timedelta(seconds=60)) == [investigation_id]
+        assert investigations.stranded(session, timedelta(seconds=60)).requeued == [investigation_id]
     with session_scope(db_url) as session:
         inv = session.get(Investigation, investigation_id)
         assert inv is not None and (inv.status, inv.lease_until) == ("queued", None)
@@ -128,9 +128,9 @@ def test_a_claim_from_before_leases_is_swept_by_its_age(db_url: str) -> None:
     with session_scope(db_url) as session:
         assert investigations.claim(session, investigation_id) is not None
     with session_scope(db_url) as session:
-        assert investigations.stranded(session, timedelta(seconds=60)) == []
+        assert investigations.stranded(session, timedelta(seconds=60)).requeued == []
         inv = session.get(Investigation, investigation_id)
         assert inv is not None and inv.lease_until is None
         inv.started_at = datetime.now(UTC) - timedelta(minutes=6)
     with session_scope(db_url) as session:
-        assert investigations.stranded(session, timedelta(seconds=60)) == [investigation_id]
+        assert investigations.stranded(session, timedelta(seconds=60)).requeued == [investigation_id]
