@@ -5,7 +5,9 @@ The application rewrites the digest, rather than database triggers, because the 
 assembled from five tables and JSON label maps: one Python function does that identically on
 Postgres and SQLite, where triggers would need the flattening written twice in two SQL dialects.
 Every write path calls `refresh` in its own transaction: intake (`rca.intake.service`), a finished
-analysis (`rca.store.investigations.save_result`) and feedback (`rca.store.feedback`).
+analysis (`rca.store.investigations.save_result`) and feedback (`rca.store.feedback`). Intake, the
+hot path, writes a new incident's digest from the rows in hand (`write_new`) and leaves it alone
+when a notification changed nothing the digest is built from (a plain re-send).
 """
 
 from __future__ import annotations
@@ -104,11 +106,29 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
     feedback = session.scalar(
         select(Feedback).where(Feedback.incident_id == incident_id).order_by(Feedback.id.desc()).limit(1)
     )
+    digest = session.get(IncidentDigest, incident_id) or IncidentDigest(incident_id=incident_id)
+    return _write(session, digest, incident, alerts, done, findings, hypotheses, feedback)
 
+
+def write_new(session: Session, incident: Incident, alerts: list[Alert]) -> IncidentDigest:
+    """The digest of an incident created in this transaction, from the rows in hand: nothing of it
+    has been analysed or confirmed yet, so there is nothing else to read back (intake's hot path)."""
+    return _write(session, IncidentDigest(incident_id=incident.id), incident, alerts, None, [], [], None)
+
+
+def _write(
+    session: Session,
+    digest: IncidentDigest,
+    incident: Incident,
+    alerts: list[Alert],
+    done: Investigation | None,
+    findings: list[Finding],
+    hypotheses: list[Hypothesis],
+    feedback: Feedback | None,
+) -> IncidentDigest:
     labels = sorted({pair for alert in alerts for pair in _label_text(alert.labels)})
     breached = sorted(f.key for f in findings if f.breached)
     document = build_document(incident, alerts, findings, hypotheses, feedback)
-    digest = session.get(IncidentDigest, incident_id) or IncidentDigest(incident_id=incident_id)
     digest.created_at = incident.created_at
     digest.status = incident.status
     digest.document = document
@@ -123,5 +143,5 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
     digest.analyst = done.analyst if done else None
     digest.confirmed_category = feedback.category if feedback else None
     session.add(digest)
-    fts.write(session, incident_id, document)
+    fts.write(session, incident.id, document)
     return digest
