@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from rca.domain.evidence import onset_order
@@ -107,41 +107,43 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
         select(Feedback).where(Feedback.incident_id == incident_id).order_by(Feedback.id.desc()).limit(1)
     )
     digest = session.get(IncidentDigest, incident_id) or IncidentDigest(incident_id=incident_id)
-    return _write(session, digest, incident, alerts, done, findings, hypotheses, feedback)
+    for name, value in _columns(incident, alerts, done, findings, hypotheses, feedback).items():
+        setattr(digest, name, value)
+    session.add(digest)
+    fts.write(session, incident_id, digest.document)
+    return digest
 
 
-def write_new(session: Session, incident: Incident, alerts: list[Alert]) -> IncidentDigest:
-    """The digest of an incident created in this transaction, from the rows in hand: nothing of it
-    has been analysed or confirmed yet, so there is nothing else to read back (intake's hot path)."""
-    return _write(session, IncidentDigest(incident_id=incident.id), incident, alerts, None, [], [], None)
+def write_new(session: Session, incident: Incident, alerts: list[Alert]) -> None:
+    """Insert the digest of an incident created in this transaction, from the rows in hand: nothing
+    of it has been analysed or confirmed yet, so there is nothing to read back (intake's hot path)."""
+    columns = _columns(incident, alerts, None, [], [], None)
+    session.execute(insert(IncidentDigest), [{"incident_id": incident.id, **columns}])
+    fts.write(session, incident.id, columns["document"])
 
 
-def _write(
-    session: Session,
-    digest: IncidentDigest,
+def _columns(
     incident: Incident,
     alerts: list[Alert],
     done: Investigation | None,
     findings: list[Finding],
     hypotheses: list[Hypothesis],
     feedback: Feedback | None,
-) -> IncidentDigest:
-    labels = sorted({pair for alert in alerts for pair in _label_text(alert.labels)})
+) -> dict[str, Any]:
+    """The digest's columns, computed from its sources."""
     breached = sorted(f.key for f in findings if f.breached)
-    document = build_document(incident, alerts, findings, hypotheses, feedback)
-    digest.created_at = incident.created_at
-    digest.status = incident.status
-    digest.document = document
-    digest.labels = labels
-    digest.breached = breached
-    digest.breached_key = breached_key(breached)
-    digest.onset_order = onset_order(findings)
-    digest.stack = (done.target or {}).get("stack") if done else None
-    digest.categories = [h.category for h in hypotheses[:TOP_CATEGORIES]]
-    digest.top_category = hypotheses[0].category if hypotheses else None
-    digest.top_confidence = hypotheses[0].confidence if hypotheses else None
-    digest.analyst = done.analyst if done else None
-    digest.confirmed_category = feedback.category if feedback else None
-    session.add(digest)
-    fts.write(session, incident.id, document)
-    return digest
+    return {
+        "created_at": incident.created_at,
+        "status": incident.status,
+        "document": build_document(incident, alerts, findings, hypotheses, feedback),
+        "labels": sorted({pair for alert in alerts for pair in _label_text(alert.labels)}),
+        "breached": breached,
+        "breached_key": breached_key(breached),
+        "onset_order": onset_order(findings),
+        "stack": (done.target or {}).get("stack") if done else None,
+        "categories": [h.category for h in hypotheses[:TOP_CATEGORIES]],
+        "top_category": hypotheses[0].category if hypotheses else None,
+        "top_confidence": hypotheses[0].confidence if hypotheses else None,
+        "analyst": done.analyst if done else None,
+        "confirmed_category": feedback.category if feedback else None,
+    }
