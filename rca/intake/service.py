@@ -18,9 +18,13 @@ from rca.domain.clock import utcnow
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.intake.schema import WebhookAlert, WebhookPayload
 from rca.store import digests, notices
-from rca.store.models import Alert, Incident, Investigation, Notification
+from rca.store.models import Alert, Base, Incident, Investigation, Notification
 
 ACTIVE_INVESTIGATION = (InvestigationStatus.QUEUED, InvestigationStatus.RUNNING)
+# The tables a new group's rows go into with plain INSERTs (SQLAlchemy Core: no ORM bookkeeping).
+INCIDENTS, NOTIFICATIONS, ALERTS, INVESTIGATIONS = (
+    Base.metadata.tables[name] for name in ("incidents", "notifications", "alerts", "investigations")
+)
 BATCH = 500  # fingerprints per SELECT: well under any backend's limit on bound parameters
 
 
@@ -132,19 +136,21 @@ def _record_new_group(session: Session, payload: WebhookPayload, raw: dict[str, 
         "updated_at": now,
         "resolved_at": now if payload.status == AlertStatus.RESOLVED else None,
     }
-    incident = Incident(id=session.scalars(insert(Incident).returning(Incident.id), [columns]).one(), **columns)
+    incident_id = session.execute(insert(INCIDENTS).values(columns).returning(INCIDENTS.c.id)).scalar_one()
+    incident = Incident(id=incident_id, **columns)  # kept out of the session: only the digest reads it
     session.execute(
-        insert(Notification),
-        [{"incident_id": incident.id, "status": payload.status, "payload": raw, "received_at": now}],
+        insert(NOTIFICATIONS).values(incident_id=incident.id, status=payload.status, payload=raw, received_at=now)
     )
     copies = _latest_copies(payload.alerts, raw["alerts"]).values()
     alerts = [_new_alert(incident.id, alert, copy, now) for alert, copy in copies]
-    session.execute(insert(Alert), alerts)
+    session.execute(insert(ALERTS), alerts)
     investigation_id = None
     if incident.status == AlertStatus.FIRING:
         queued = {"incident_id": incident.id, "status": InvestigationStatus.QUEUED, "reason": "new_incident"}
-        investigation_id = session.scalars(insert(Investigation).returning(Investigation.id), [queued]).one()
-    digests.write_new(session, incident, [Alert(**alert) for alert in alerts])
+        investigation_id = session.execute(
+            insert(INVESTIGATIONS).values(queued).returning(INVESTIGATIONS.c.id)
+        ).scalar_one()
+    digests.write_new(session, incident, [Alert(**alert) for alert in alerts])  # out of the session too
     return IntakeResult(incident.id, created=True, investigation_id=investigation_id)
 
 

@@ -21,9 +21,10 @@ from sqlalchemy.orm import Session
 from rca.domain.evidence import onset_order
 from rca.domain.status import InvestigationStatus
 from rca.store import fts
-from rca.store.models import Alert, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
+from rca.store.models import Alert, Base, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
 
 TOP_CATEGORIES = 3
+DIGESTS = Base.metadata.tables["incident_digests"]
 # The search document of one incident holds at most this many characters. Postgres refuses a
 # tsvector over 1 MB, and one built from distinct short words (or CJK text) takes up to about six
 # bytes per character; an incident's alerts accumulate over every notification, so without a cap a
@@ -118,7 +119,7 @@ def write_new(session: Session, incident: Incident, alerts: list[Alert]) -> None
     """Insert the digest of an incident created in this transaction, from the rows in hand: nothing
     of it has been analysed or confirmed yet, so there is nothing to read back (intake's hot path)."""
     columns = _columns(incident, alerts, None, [], [], None)
-    session.execute(insert(IncidentDigest), [{"incident_id": incident.id, **columns}])
+    session.execute(insert(DIGESTS).values(incident_id=incident.id, **columns))
     fts.write(session, incident.id, columns["document"])
 
 
