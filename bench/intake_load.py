@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -82,6 +83,8 @@ class Service:
 def service(workers: int | None, run_dir: Path, extra_env: dict[str, str] | None = None) -> Iterator[Service]:
     """A fresh database and Redis and `rca serve --workers N` on them; all removed afterwards."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    # `timeout` or a kill sends SIGTERM: unwind, so that the database, Redis and the server go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     database = f"rca_intake_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{database}"')
