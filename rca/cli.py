@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -97,36 +98,71 @@ def _prepare_database(settings: Settings) -> None:
         _fail(f"RCA_DATABASE_URL: schema is at {current or 'nothing'}, expected {head}; run `rca migrate`")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on, capped by a container's CPU limit (cgroup v2 `cpu.max`),
+    which the affinity mask does not show."""
+    count = len(os.sched_getaffinity(0))
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            count = min(count, max(1, math.ceil(int(quota) / int(period))))
+    return count
+
+
+def default_serve_workers(settings: Settings) -> int:
+    """One server process per usable CPU; one with the embedded queue, whose investigations and
+    sweeper live inside the server process."""
+    return 1 if settings.embedded_queue else usable_cpus()
+
+
+def serve_app() -> Any:
+    """The app of one worker process of `rca serve --workers N`, which uvicorn imports by this
+    name: the settings are read again from the environment the parent checked."""
+    from rca.pages.site import create_site
+
+    settings = checked_settings()
+    _setup_logging(settings)
+    return create_site(settings)
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     import uvicorn
 
-    from rca.pages.site import create_site
-
     _check_auth_settings(settings)
+    workers = args.workers if args.workers is not None else default_serve_workers(settings)
+    if workers < 1:
+        _fail("--workers: give 1 or more")
+    if workers > 1 and settings.embedded_queue:
+        _fail("--workers: more than 1 needs RCA_BROKER_URL (the embedded queue runs inside the one server process)")
     _prepare_database(settings)
+    host, port, level = args.host or settings.host, args.port or settings.port, settings.log_level.lower()
     mode = "embedded queue" if settings.embedded_queue else "celery"
     log.info(
-        "serving on %s:%s (%s, database %s)",
-        args.host or settings.host,
-        args.port or settings.port,
+        "serving on %s:%s (%s, database %s, %d worker process%s)",
+        host,
+        port,
         mode,
         "sqlite" if settings.effective_database_url.startswith("sqlite") else "postgresql",
+        workers,
+        "" if workers == 1 else "es",
     )
-    uvicorn.run(
-        create_site(settings),
-        host=args.host or settings.host,
-        port=args.port or settings.port,
-        log_level=settings.log_level.lower(),
-    )
+    if workers == 1:
+        from rca.pages.site import create_site
+
+        uvicorn.run(create_site(settings), host=host, port=port, log_level=level)
+        return
+    # Each worker process counts its own requests; /metrics, answered by any of them, sums them all.
+    _multiprocess_metrics(settings, "serve-metrics")
+    uvicorn.run("rca.cli:serve_app", factory=True, workers=workers, host=host, port=port, log_level=level)
 
 
-def _multiprocess_metrics(settings: Settings) -> None:
-    """Point prometheus-client's multiprocess mode at an emptied `RCA_DATA_DIR/worker-metrics`, so
-    that the prefork children's counters reach the worker's metrics port. It must happen before
+def _multiprocess_metrics(settings: Settings, name: str = "worker-metrics") -> None:
+    """Point prometheus-client's multiprocess mode at an emptied `RCA_DATA_DIR/<name>`, so that
+    the children's counters reach the metrics port (the worker's, or any server process's). It must happen before
     prometheus-client is imported: it picks its value store at import time."""
     if "prometheus_client" in sys.modules:
         raise RuntimeError("prometheus_client was imported before the worker set PROMETHEUS_MULTIPROC_DIR")
-    directory = settings.data_dir / "worker-metrics"
+    directory = settings.data_dir / name
     try:
         if directory.exists():
             shutil.rmtree(directory)  # values of an earlier run: counters restart with the worker
@@ -675,6 +711,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="listen address (default: RCA_HOST, else 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default: RCA_PORT, else 8080)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="server processes sharing the port (default: one per CPU with RCA_BROKER_URL, else 1: the embedded "
+        "queue runs in the one process)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     worker = command(

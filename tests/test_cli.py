@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import subprocess
@@ -265,3 +266,65 @@ def test_the_worker_stops_its_other_children_when_one_exits() -> None:
             signal.signal(signum, handler)
     assert status == cli.EXIT_FAILED
     assert time.monotonic() - started < 15
+
+
+# --------------------------------------------------------------------------- serve
+
+
+def test_serve_runs_one_process_per_cpu_with_a_broker_and_one_with_the_embedded_queue(tmp_path: Path) -> None:
+    from rca.config import load_settings
+
+    with_broker = load_settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6379/0")
+    assert cli.default_serve_workers(with_broker) == cli.usable_cpus() <= len(os.sched_getaffinity(0))
+    assert cli.default_serve_workers(load_settings(data_dir=tmp_path)) == 1
+    refused = _rca(["serve", "--workers", "2"], tmp_path, webhook_token="t", api_tokens="a")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.splitlines() == [
+        "error: --workers: more than 1 needs RCA_BROKER_URL (the embedded queue runs inside the one server process)"
+    ]
+
+
+def test_serve_with_two_workers_stores_every_notification_and_counts_them_all_in_metrics(
+    tmp_path: Path, pg_db: str, redis_url: str
+) -> None:
+    """`rca serve --workers 2`: two processes share the port; each request is stored whichever
+    answers it, and /metrics, answered by either, sums both processes' counters."""
+    from tests.e2e.promstack import free_port
+    from tests.helpers.databases import count_rows
+    from tests.helpers.payloads import make_alert, make_payload
+    from tests.helpers.processes import child_pids, wait_until_serving
+    from tests.helpers.service import API_AUTH, API_TOKEN, WEBHOOK_AUTH, WEBHOOK_TOKEN
+
+    port = free_port()
+    env = subprocess_env(
+        database_url=pg_db,
+        broker_url=redis_url,
+        webhook_token=WEBHOOK_TOKEN,
+        api_tokens=API_TOKEN,
+        data_dir=str(tmp_path / "rca-data"),
+    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rca.cli", "serve", "--port", str(port), "--workers", "2"],
+            cwd=tmp_path,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_serving(base, server)
+        sent = 20
+        for n in range(sent):  # a connection each, so that the kernel deals them to both processes
+            payload = make_payload(f'{{}}:{{alertname="QueueHigh",n="{n}"}}', alerts=[make_alert(f"fp-{n}")])
+            reply = httpx.post(f"{base}/api/v1/alertmanager", json=payload, headers=WEBHOOK_AUTH, timeout=30)
+            assert reply.status_code == 200, reply.text
+        workers = [pid for pid in child_pids(server.pid) if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+        scraped = httpx.get(f"{base}/metrics", headers=API_AUTH, timeout=10).text
+    finally:
+        stop_process(server)
+    assert len(workers) == 2, log.read_text()
+    answered = re.findall(r'^rca_webhook_requests_total\{code="200",outcome="stored"\} (\S+)$', scraped, re.M)
+    assert [float(value) for value in answered] == [sent], scraped
+    assert count_rows(pg_db)["notifications"] == sent

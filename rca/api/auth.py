@@ -69,7 +69,7 @@ webhook_basic_scheme = _DeclaredOnly(
 )
 
 
-def require_webhook_token(
+async def require_webhook_token(
     request: Request,
     _bearer: Annotated[None, Depends(webhook_bearer_scheme)],
     _basic: Annotated[None, Depends(webhook_basic_scheme)],

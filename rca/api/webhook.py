@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -63,6 +64,20 @@ class CountedRoute(APIRoute):
 
 
 router = APIRouter(route_class=CountedRoute)
+
+# Notifications stored at once by one server process. The engine's pool keeps 10 connections
+# (rca/store/db.py); a store beyond them would open an overflow connection, a new Postgres backend,
+# and close it again, which under a storm costs more than the wait for a pooled one.
+STORE_CONCURRENCY = 10
+
+
+def store_limiter(request: Request) -> anyio.CapacityLimiter:
+    """The process's limiter of concurrent stores, made on first use (in the event loop)."""
+    state = request.app.state
+    if getattr(state, "store_limiter", None) is None:
+        state.store_limiter = anyio.CapacityLimiter(STORE_CONCURRENCY)
+    limiter: anyio.CapacityLimiter = state.store_limiter
+    return limiter
 
 
 def _store(url: str, payload: WebhookPayload, raw: dict[str, Any], owe_slack: bool) -> IntakeResult:
@@ -119,7 +134,14 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
     except ValidationError as exc:
         raise from_pydantic(exc, ("body",)) from None
     try:
-        result = await run_in_threadpool(_store, settings.effective_database_url, payload, raw, settings.slack_enabled)
+        result = await anyio.to_thread.run_sync(
+            _store,
+            settings.effective_database_url,
+            payload,
+            raw,
+            settings.slack_enabled,
+            limiter=store_limiter(request),
+        )
     except DBAPIError as exc:
         answer = refusal(
             exc,

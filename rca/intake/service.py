@@ -8,9 +8,10 @@ alert asks for a fresh investigation, so an alert storm costs one investigation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from rca.collect.target import host_from_label
@@ -19,9 +20,13 @@ from rca.domain.clock import utcnow
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.intake.schema import WebhookAlert, WebhookPayload
 from rca.store import digests, early_warnings, notices
-from rca.store.models import Alert, Incident, Investigation, Notification
+from rca.store.models import Alert, Base, Incident, Investigation, Notification
 
 ACTIVE_INVESTIGATION = (InvestigationStatus.QUEUED, InvestigationStatus.RUNNING)
+# The tables a new group's rows go into with plain INSERTs (SQLAlchemy Core: no ORM bookkeeping).
+INCIDENTS, NOTIFICATIONS, ALERTS, INVESTIGATIONS = (
+    Base.metadata.tables[name] for name in ("incidents", "notifications", "alerts", "investigations")
+)
 BATCH = 500  # fingerprints per SELECT: well under any backend's limit on bound parameters
 
 
@@ -55,58 +60,101 @@ def _existing_alerts(session: Session, incident: Incident, fingerprints: list[st
     return found
 
 
+def _alert_values(alert: WebhookAlert, raw: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """What every notification of an alert sets on its row."""
+    return {
+        "status": alert.status,
+        "annotations": alert.annotations,
+        "starts_at": alert.startsAt,
+        "ends_at": alert.endsAt,
+        "generator_url": alert.generatorURL or None,
+        "raw": raw,
+        "last_seen_at": now,
+    }
+
+
+def _latest_copies(
+    alerts: list[WebhookAlert], raw_alerts: list[dict[str, Any]]
+) -> dict[str, tuple[WebhookAlert, dict[str, Any]]]:
+    """The notification's alerts by fingerprint: a fingerprint repeated within one notification is
+    one alert, and the later copy wins."""
+    return {alert.fingerprint: (alert, raw) for alert, raw in zip(alerts, raw_alerts, strict=True)}
+
+
+def _new_alert(incident_id: int, alert: WebhookAlert, raw: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The columns of an alert first seen now."""
+    return {
+        "incident_id": incident_id,
+        "fingerprint": alert.fingerprint,
+        "alertname": alert.alertname,
+        "labels": alert.labels,
+        "first_seen_at": now,
+        **_alert_values(alert, raw, now),
+    }
+
+
 def _upsert_alerts(
-    session: Session, incident: Incident, alerts: list[WebhookAlert], raw_alerts: list[dict[str, Any]]
-) -> bool:
-    """Insert or refresh the notification's alerts; True when any is newly firing in this incident.
-    A fingerprint repeated within one notification is one alert: the later copy wins."""
-    now = utcnow()
-    rows = _existing_alerts(session, incident, [alert.fingerprint for alert in alerts])
-    newly_firing = False
-    for alert, raw in zip(alerts, raw_alerts, strict=True):
-        row = rows.get(alert.fingerprint)
+    session: Session, incident: Incident, alerts: list[WebhookAlert], raw_alerts: list[dict[str, Any]], now: datetime
+) -> tuple[bool, bool]:
+    """Insert or refresh the alerts of a known incident. Returns whether any is newly firing in
+    this incident, and whether its searchable text changed (a new alert, or new annotations)."""
+    latest = _latest_copies(alerts, raw_alerts)
+    rows = _existing_alerts(session, incident, list(latest))
+    newly_firing = text_changed = False
+    for fingerprint, (alert, raw) in latest.items():
+        row = rows.get(fingerprint)
         if row is None:
-            row = rows[alert.fingerprint] = Alert(
-                incident_id=incident.id,
-                fingerprint=alert.fingerprint,
-                alertname=alert.alertname,
-                status=alert.status,
-                labels=alert.labels,
-                first_seen_at=now,
-            )
-            session.add(row)
+            session.add(Alert(**_new_alert(incident.id, alert, raw, now)))
             newly_firing |= alert.status == AlertStatus.FIRING
-        else:
-            newly_firing |= row.status == AlertStatus.RESOLVED and alert.status == AlertStatus.FIRING
-        row.status = alert.status
-        row.annotations = alert.annotations
-        row.starts_at = alert.startsAt
-        row.ends_at = alert.endsAt
-        row.generator_url = alert.generatorURL or None
-        row.raw = raw
-        row.last_seen_at = now
-    return newly_firing
+            text_changed = True
+            continue
+        newly_firing |= row.status == AlertStatus.RESOLVED and alert.status == AlertStatus.FIRING
+        text_changed |= row.annotations != alert.annotations
+        for name, value in _alert_values(alert, raw, now).items():
+            setattr(row, name, value)
+    return newly_firing, text_changed
 
 
-def _new_incident(session: Session, payload: WebhookPayload) -> Incident:
-    incident = Incident(
-        group_key=payload.groupKey,
-        status=payload.status,
-        title=payload.title(),
-        alertname=payload.groupLabels.get("alertname")
+def _record_new_group(session: Session, payload: WebhookPayload, raw: dict[str, Any]) -> IntakeResult:
+    """A group with no incident to join: the incident, its notification and alerts, an
+    investigation when it fires, and its search digest. Each is one INSERT of rows in hand, without
+    the unit of work's bookkeeping (the profile of bench/intake_throughput.py put most of a new
+    group's CPU there); nothing is read back."""
+    now = utcnow()
+    columns = {
+        "group_key": payload.groupKey,
+        "status": payload.status,
+        "title": payload.title(),
+        "alertname": payload.groupLabels.get("alertname")
         or payload.commonLabels.get("alertname")
         or payload.alerts[0].alertname,
-        receiver=payload.receiver,
-        group_labels=payload.groupLabels,
-        common_labels=payload.commonLabels,
-        common_annotations=payload.commonAnnotations,
-        external_url=payload.externalURL or None,
-        notification_count=0,
-        resolved_at=utcnow() if payload.status == AlertStatus.RESOLVED else None,
+        "receiver": payload.receiver,
+        "group_labels": payload.groupLabels,
+        "common_labels": payload.commonLabels,
+        "common_annotations": payload.commonAnnotations,
+        "external_url": payload.externalURL or None,
+        "origin": "alertmanager",
+        "notification_count": 1,
+        "created_at": now,
+        "updated_at": now,
+        "resolved_at": now if payload.status == AlertStatus.RESOLVED else None,
+    }
+    incident_id = session.execute(insert(INCIDENTS).values(columns).returning(INCIDENTS.c.id)).scalar_one()
+    incident = Incident(id=incident_id, **columns)  # kept out of the session: only the digest reads it
+    session.execute(
+        insert(NOTIFICATIONS).values(incident_id=incident.id, status=payload.status, payload=raw, received_at=now)
     )
-    session.add(incident)
-    session.flush()
-    return incident
+    copies = _latest_copies(payload.alerts, raw["alerts"]).values()
+    alerts = [_new_alert(incident.id, alert, copy, now) for alert, copy in copies]
+    session.execute(insert(ALERTS), alerts)
+    investigation_id = None
+    if incident.status == AlertStatus.FIRING:
+        queued = {"incident_id": incident.id, "status": InvestigationStatus.QUEUED, "reason": "new_incident"}
+        investigation_id = session.execute(
+            insert(INVESTIGATIONS).values(queued).returning(INVESTIGATIONS.c.id)
+        ).scalar_one()
+    digests.write_new(session, incident, [Alert(**alert) for alert in alerts])  # out of the session too
+    return IntakeResult(incident.id, created=True, investigation_id=investigation_id)
 
 
 def record_notification(
@@ -119,20 +167,19 @@ def record_notification(
     if incident is None and payload.status == AlertStatus.RESOLVED:
         # A resolve notice for a group we already closed (or never saw firing).
         incident = _latest_incident(session, payload.groupKey)
-    created = incident is None
     if incident is None:
-        incident = _new_incident(session, payload)
-
-    session.add(Notification(incident_id=incident.id, status=payload.status, payload=raw))
-    newly_firing = _upsert_alerts(session, incident, payload.alerts, raw["alerts"])
+        return _record_new_group(session, payload, raw)
 
     now = utcnow()
+    session.add(Notification(incident_id=incident.id, status=payload.status, payload=raw, received_at=now))
+    newly_firing, text_changed = _upsert_alerts(session, incident, payload.alerts, raw["alerts"], now)
+    joined = incident.origin == early_warnings.ORIGIN  # the scan's incident keeps its own labels and text
+    common = (payload.commonLabels, payload.commonAnnotations)
+    if not joined:
+        text_changed |= (incident.common_labels, incident.common_annotations) != common
+        incident.common_labels, incident.common_annotations = common
     incident.notification_count += 1
     incident.updated_at = now
-    joined = incident.origin == early_warnings.ORIGIN  # the scan's incident keeps its own labels and text
-    if not joined:
-        incident.common_labels = payload.commonLabels
-        incident.common_annotations = payload.commonAnnotations
     resolved_now = payload.status == AlertStatus.RESOLVED and incident.status != AlertStatus.RESOLVED
     if resolved_now and joined:  # resolved once the warning has cleared too
         session.flush()
@@ -147,12 +194,13 @@ def record_notification(
             notices.owe(session, incident.id)
 
     investigation_id = None
-    if incident.status == AlertStatus.FIRING and (created or newly_firing):
+    if incident.status == AlertStatus.FIRING and newly_firing:
         session.flush()
-        investigation_id = _request_investigation(session, incident, reason="new_incident" if created else "new_alerts")
-    digests.refresh(session, incident.id)
+        investigation_id = _request_investigation(session, incident, reason="new_alerts")
+    if text_changed or resolved_now:  # a plain re-send changes nothing the digest is built from
+        digests.refresh(session, incident.id)
     return IntakeResult(
-        incident_id=incident.id, created=created, investigation_id=investigation_id, resolved_now=resolved_now
+        incident_id=incident.id, created=False, investigation_id=investigation_id, resolved_now=resolved_now
     )
 
 

@@ -5,7 +5,9 @@ The application rewrites the digest, rather than database triggers, because the 
 assembled from five tables and JSON label maps: one Python function does that identically on
 Postgres and SQLite, where triggers would need the flattening written twice in two SQL dialects.
 Every write path calls `refresh` in its own transaction: intake (`rca.intake.service`), a finished
-analysis (`rca.store.investigations.save_result`) and feedback (`rca.store.feedback`).
+analysis (`rca.store.investigations.save_result`) and feedback (`rca.store.feedback`). Intake, the
+hot path, writes a new incident's digest from the rows in hand (`write_new`) and leaves it alone
+when a notification changed nothing the digest is built from (a plain re-send).
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from rca.domain.evidence import onset_order
 from rca.domain.status import InvestigationStatus
 from rca.store import fts
-from rca.store.models import Alert, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
+from rca.store.models import Alert, Base, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
 
 TOP_CATEGORIES = 3
+DIGESTS = Base.metadata.tables["incident_digests"]
 # The search document of one incident holds at most this many characters. Postgres refuses a
 # tsvector over 1 MB, and one built from distinct short words (or CJK text) takes up to about six
 # bytes per character; an incident's alerts accumulate over every notification, so without a cap a
@@ -104,24 +107,44 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
     feedback = session.scalar(
         select(Feedback).where(Feedback.incident_id == incident_id).order_by(Feedback.id.desc()).limit(1)
     )
-
-    labels = sorted({pair for alert in alerts for pair in _label_text(alert.labels)})
-    breached = sorted(f.key for f in findings if f.breached)
-    document = build_document(incident, alerts, findings, hypotheses, feedback)
     digest = session.get(IncidentDigest, incident_id) or IncidentDigest(incident_id=incident_id)
-    digest.created_at = incident.created_at
-    digest.status = incident.status
-    digest.document = document
-    digest.labels = labels
-    digest.breached = breached
-    digest.breached_key = breached_key(breached)
-    digest.onset_order = onset_order(findings)
-    digest.stack = (done.target or {}).get("stack") if done else None
-    digest.categories = [h.category for h in hypotheses[:TOP_CATEGORIES]]
-    digest.top_category = hypotheses[0].category if hypotheses else None
-    digest.top_confidence = hypotheses[0].confidence if hypotheses else None
-    digest.analyst = done.analyst if done else None
-    digest.confirmed_category = feedback.category if feedback else None
+    for name, value in _columns(incident, alerts, done, findings, hypotheses, feedback).items():
+        setattr(digest, name, value)
     session.add(digest)
-    fts.write(session, incident_id, document)
+    fts.write(session, incident_id, digest.document)
     return digest
+
+
+def write_new(session: Session, incident: Incident, alerts: list[Alert]) -> None:
+    """Insert the digest of an incident created in this transaction, from the rows in hand: nothing
+    of it has been analysed or confirmed yet, so there is nothing to read back (intake's hot path)."""
+    columns = _columns(incident, alerts, None, [], [], None)
+    session.execute(insert(DIGESTS).values(incident_id=incident.id, **columns))
+    fts.write(session, incident.id, columns["document"])
+
+
+def _columns(
+    incident: Incident,
+    alerts: list[Alert],
+    done: Investigation | None,
+    findings: list[Finding],
+    hypotheses: list[Hypothesis],
+    feedback: Feedback | None,
+) -> dict[str, Any]:
+    """The digest's columns, computed from its sources."""
+    breached = sorted(f.key for f in findings if f.breached)
+    return {
+        "created_at": incident.created_at,
+        "status": incident.status,
+        "document": build_document(incident, alerts, findings, hypotheses, feedback),
+        "labels": sorted({pair for alert in alerts for pair in _label_text(alert.labels)}),
+        "breached": breached,
+        "breached_key": breached_key(breached),
+        "onset_order": onset_order(findings),
+        "stack": (done.target or {}).get("stack") if done else None,
+        "categories": [h.category for h in hypotheses[:TOP_CATEGORIES]],
+        "top_category": hypotheses[0].category if hypotheses else None,
+        "top_confidence": hypotheses[0].confidence if hypotheses else None,
+        "analyst": done.analyst if done else None,
+        "confirmed_category": feedback.category if feedback else None,
+    }

@@ -703,3 +703,80 @@ def test_many_alerts_of_one_notification_are_read_in_one_query_not_one_each(pg_d
     alert_selects = [s for s in statements if s.lstrip().startswith("SELECT") and "FROM alerts" in s]
     assert len(alert_selects) <= 2, len(alert_selects)  # the notification's alerts, then the digest's
     assert count_for(pg_db, Alert, incident_id=reply.json()["incident_id"]) == 300
+
+
+# --------------------------------------------------------------------------- the cost of one notification
+
+
+def statements_of(url: str, post: Any) -> list[str]:
+    """The SQL statements `post()` sends to the database, each on one line."""
+    from sqlalchemy import event
+
+    from rca.store.db import get_engine
+
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    engine = get_engine(url)
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        reply = post()
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert reply.status_code == 200, reply.text
+    return statements
+
+
+def searched(client: TestClient, **params: str) -> list[int]:
+    found = client.get("/api/v1/incidents", params=params, headers=API_AUTH)
+    assert found.status_code == 200, found.text
+    return [item["id"] for item in found.json()["items"]]
+
+
+def test_a_new_group_is_stored_in_six_statements_and_a_plain_resend_in_five_without_the_digest(
+    pg_db: str, tmp_path: Path
+) -> None:
+    """Intake's hot path (bench/intake_throughput.py): a new group writes its incident, notification,
+    alerts, investigation and search digest from what it has in hand; a re-send that changes nothing
+    the digest is built from reads and rewrites no digest. Both stay searchable."""
+    group = '{}:{alertname="QueueHigh",node="n1"}'
+    payload = make_payload(group, alerts=[make_alert("fp-1"), make_alert("fp-2", instance="gpu-node-2:8000")])
+    with TestClient(create_app(make_settings(pg_db, tmp_path), dispatcher=RecordingDispatcher())) as client:
+        first = statements_of(pg_db, lambda: post_webhook(client, payload))
+        resent = statements_of(pg_db, lambda: post_webhook(client, payload))
+        [incident_id] = searched(client, q="gpu-node-2")
+
+    # SELECT the open incident; INSERT the incident, notification, alerts, investigation and digest
+    assert len(first) == 6, first
+    assert [s.split(" WHERE ")[0].split(" FROM ")[1] for s in first if s.startswith("SELECT")] == ["incidents"], first
+    # SELECT the incident and its alerts; INSERT the notification; UPDATE the incident and the alert
+    assert len(resent) == 5, resent
+    assert not [s for s in resent if "incident_digests" in s or "investigations" in s], resent
+    assert incident_row(pg_db, incident_id).notification_count == 2
+
+
+def test_a_resend_that_changes_the_searchable_text_or_the_status_rewrites_the_digest(
+    intake_client: TestClient, db_url: str
+) -> None:
+    group = '{}:{alertname="QueueHigh"}'
+    incident_id = post_webhook(intake_client, make_payload(group)).json()["incident_id"]
+    assert searched(intake_client, q="memorysaturation") == []
+
+    changed = make_alert("fp-0001") | {"annotations": {"summary": "memorysaturation on the node"}}
+    assert post_webhook(intake_client, make_payload(group, alerts=[changed])).status_code == 200
+    assert searched(intake_client, q="memorysaturation") == [incident_id]
+
+    common = make_payload(group, alerts=[changed]) | {"commonAnnotations": {"runbook": "restartthepod"}}
+    assert post_webhook(intake_client, common).status_code == 200
+    assert searched(intake_client, q="restartthepod") == [incident_id]
+
+    joined = make_payload(group, alerts=[changed, make_alert("fp-0002", instance="gpu-node-7:8000")])
+    assert post_webhook(intake_client, joined).status_code == 200
+    assert searched(intake_client, q="gpu-node-7") == [incident_id]
+
+    assert searched(intake_client, status="resolved") == []
+    resolved = make_payload(group, alerts=[make_alert("fp-0001", status="resolved")])
+    assert post_webhook(intake_client, resolved).status_code == 200
+    assert searched(intake_client, status="resolved") == [incident_id]
