@@ -32,7 +32,15 @@ from tests.helpers.service import (
     make_settings,
 )
 
-NOTHING = {"hypotheses": 0, "findings": 0, "notifications": 0, "alerts": 0, "investigations": 0, "incidents": 0}
+NOTHING = {
+    "evidence_series": 0,
+    "hypotheses": 0,
+    "findings": 0,
+    "notifications": 0,
+    "alerts": 0,
+    "investigations": 0,
+    "incidents": 0,
+}
 
 
 def incident_row(url: str, incident_id: int) -> Any:
@@ -735,7 +743,7 @@ def searched(client: TestClient, **params: str) -> list[int]:
     return [item["id"] for item in found.json()["items"]]
 
 
-def test_a_new_group_is_stored_in_six_statements_and_a_plain_resend_in_five_without_the_digest(
+def test_a_new_group_is_stored_in_eight_statements_and_a_plain_resend_in_five_without_the_digest(
     pg_db: str, tmp_path: Path
 ) -> None:
     """Intake's hot path (bench/intake_throughput.py): a new group writes its incident, notification,
@@ -748,9 +756,11 @@ def test_a_new_group_is_stored_in_six_statements_and_a_plain_resend_in_five_with
         resent = statements_of(pg_db, lambda: post_webhook(client, payload))
         [incident_id] = searched(client, q="gpu-node-2")
 
-    # SELECT the open incident; INSERT the incident, notification, alerts, investigation and digest
-    assert len(first) == 6, first
-    assert [s.split(" WHERE ")[0].split(" FROM ")[1] for s in first if s.startswith("SELECT")] == ["incidents"], first
+    # SELECT the open incident, then the early warning it might join (by fingerprint, then by the
+    # scan's warned targets); INSERT the incident, notification, alerts, investigation and digest
+    assert len(first) == 8, first
+    selected = [s.split(" WHERE ")[0].split(" FROM ")[1].split()[0] for s in first if s.startswith("SELECT")]
+    assert selected == ["incidents", "incidents", "scan_targets"], first
     # SELECT the incident and its alerts; INSERT the notification; UPDATE the incident and the alert
     assert len(resent) == 5, resent
     assert not [s for s in resent if "incident_digests" in s or "investigations" in s], resent
