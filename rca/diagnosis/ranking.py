@@ -8,8 +8,7 @@ Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules
     lead bonus when its own anchor clearly moved before every other candidate's (causes come
     before their consequences, which then do not count against it);
   - raw strength = 0.9 * strength * (0.6 + 0.4 * coverage), where strength = min(1, support /
-    full) - (contradiction + half of each contradiction whose data is missing) / full (at least 0),
-    full is the sum of its support weights unless the
+    full) - contradiction / full (at least 0), full is the sum of its support weights unless the
     category sets `full_at` (never more than the supports the stack can show), and coverage is
     the weight share of its supporting and contradicting findings that could be measured: a cause
     whose look-alikes could not be ruled out is less certain;
@@ -47,7 +46,6 @@ RANGE_UNITS = {"s": 1, "m": 60, "h": 3600}
 CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
 CALM_FULL, CALM_FLOOR = 0.8, 0.2  # no_clear_cause's raw value with every early signal read, and with none
 UNEXPLAINED_FACTOR = 0.25  # scales no_clear_cause's raw value when findings moved but none anchors a cause
-UNREAD_CONTRADICTION = 0.5  # share of a contradiction's weight charged when its data is missing
 
 
 Anchor = str | list[str]  # a finding id, or findings that must all be breached together
@@ -151,11 +149,6 @@ def _observable(key: str, findings: dict[str, Finding]) -> bool:
     return key in findings and findings[key].status != FindingStatus.NOT_MEASURABLE
 
 
-def _unread(key: str, findings: dict[str, Finding]) -> bool:
-    """The deployment collects this finding and its stack shows it, but its data was missing."""
-    return _observable(key, findings) and not _measured(key, findings) and findings[key].kind != "trace"
-
-
 def _expected(cat: Category, findings: dict[str, Finding]) -> dict[str, float]:
     """The category's evidence (for and against) that should have been measured: what this
     deployment collects (a key with no finding at all is not part of it), and trace evidence only
@@ -251,12 +244,9 @@ def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True
             support += LEAD_BONUS
             explanation += ". It moved first, before the other candidates' signals"
         score = support - contradiction
-        # Support beyond `full_at` saturates; a contradiction always costs its weight, and one that
-        # could not be read (its data missing) half of it: the look-alike it would have told apart
-        # is not ruled out (KV pressure without its preemption counter may be prefix misses).
+        # Support beyond `full_at` saturates; a contradiction always costs its weight.
         full = cat.full_score(lambda key: _observable(key, by_key))
-        unread = sum(w for k, w in cat.contradicts.items() if _unread(k, by_key))
-        strength = max(0.0, min(1.0, support / full) - (contradiction + UNREAD_CONTRADICTION * unread) / full)
+        strength = max(0.0, min(1.0, support / full) - contradiction / full)
         coverage = _coverage(cat, by_key)
         confidence = MAX_CONFIDENCE * strength * (UNCOVERED_FLOOR + (1 - UNCOVERED_FLOOR) * coverage)
         if against:
