@@ -46,6 +46,9 @@ RANGE_UNITS = {"s": 1, "m": 60, "h": 3600}
 CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
 CALM_FULL, CALM_FLOOR = 0.8, 0.2  # no_clear_cause's raw value with every early signal read, and with none
 UNEXPLAINED_FACTOR = 0.25  # scales no_clear_cause's raw value when findings moved but none anchors a cause
+# What no_clear_cause may say at most when something moved that no cause explains: never a confident
+# all-clear (the calibration puts these near an even bet; an even bet must not read as reassurance).
+UNEXPLAINED_MAX = 0.45
 
 
 Anchor = str | list[str]  # a finding id, or findings that must all be breached together
@@ -274,7 +277,8 @@ def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True
     doubt = _no_clear_cause(findings, top=top)
     if maps and any(f.status in MEASURED for f in findings):
         # Calibrated on worlds that all had data: with nothing measured the raw doubt stands.
-        _calibrate(candidates, doubt, maps)
+        unexplained = any(f.breached and not is_chronic(f) for f in findings)
+        _calibrate(candidates, doubt, maps, unexplained)
     stronger = [c for c in candidates if c.confidence > doubt.confidence]
     weaker = [c for c in candidates if c.confidence <= doubt.confidence]
     ranked = (stronger + [doubt] + weaker)[:limit]
@@ -285,12 +289,13 @@ def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True
     return ranked
 
 
-def _calibrate(candidates: list[Hypothesis], doubt: Hypothesis, maps: Calibration) -> None:
+def _calibrate(candidates: list[Hypothesis], doubt: Hypothesis, maps: Calibration, unexplained: bool) -> None:
     """The top answer's confidence becomes how often a top answer that strong is right; what it
     leaves is shared by the others (`no_clear_cause` included) in proportion to their raw strength,
     never above the top's, so that the list reads as one distribution over the causes."""
     if not candidates:
-        doubt.confidence = round(maps.no_cause(doubt.confidence), 3)
+        calibrated = maps.no_cause(doubt.confidence)
+        doubt.confidence = round(min(calibrated, UNEXPLAINED_MAX) if unexplained else calibrated, 3)
         return
     first, rest = candidates[0], [*candidates[1:], doubt]
     first.confidence = round(maps.cause(first.confidence), 3)

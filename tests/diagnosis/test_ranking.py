@@ -136,6 +136,12 @@ def test_breached_findings_that_anchor_no_cause_leave_no_clear_cause_unsure() ->
     assert "itl_p95" in result[0].explanation
 
 
+def test_something_moved_that_no_cause_explains_is_never_a_confident_all_clear() -> None:
+    [doubt] = calibrated_rank(findings(breached={"itl_p95"}))
+    assert doubt.category == NO_CLEAR_CAUSE and doubt.confidence <= 0.45
+    assert calibrated_rank(findings())[0].confidence > 0.45  # a calm host is another matter
+
+
 # ---- each cause, given its own evidence ----
 
 
