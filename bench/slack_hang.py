@@ -81,6 +81,7 @@ def main() -> None:
                 broker_url=broker,
                 database_url=db,
                 prometheus_url=prometheus.url,
+                scan_enabled="false",  # investigations only: the scan would add its own queries
                 data_dir=str(home / "rca-data"),
                 log_level="WARNING",
                 slack_bot_token=TOKEN,

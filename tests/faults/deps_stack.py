@@ -99,6 +99,7 @@ def _service_env(
         api_tokens=API_AUTH["Authorization"].removeprefix("Bearer "),
         lookback_minutes="30",
         prometheus_url=prometheus.url,
+        scan_enabled="false",  # these faults are met by investigations; tests/scan tests the scan
         prometheus_timeout_seconds="1",
         traces_backend=backend,
         traces_url=traces.url,

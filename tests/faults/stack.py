@@ -92,6 +92,7 @@ class FaultStack:
             "database_url": self.db_url,
             "broker_url": self.redis.url,
             "prometheus_url": self.prometheus.url,
+            "scan_enabled": "false",  # the audits count alert incidents; tests/scan tests the scan
             "data_dir": str(self.home / "rca-data"),
             "webhook_token": WEBHOOK_TOKEN,
             "api_tokens": API_TOKEN,
