@@ -190,18 +190,7 @@ def main() -> None:
         for path, size in sizes:
             print(f"  {size / 1024:8.1f} KiB  {path}")
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=15)
-        from rca.store.db import get_engine
-
-        get_engine(url).dispose()
-        if args.keep:
-            print(f"\ndatabase {db} kept")
-        else:
-            with psycopg.connect(search_latency.ADMIN_DSN, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-            print(f"\ndatabase {db} dropped")
+        search_latency.tear_down(proc, url, db, keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -504,18 +504,23 @@ def main() -> None:
         slowest = max(timings, key=lambda k: percentile(timings[k], 95))
         explain_slowest(url, slowest, args.seed)
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=15)
-        from rca.store.db import get_engine
+        tear_down(proc, url, db, keep=args.keep)
 
-        get_engine(url).dispose()
-        if args.keep:
-            print(f"\ndatabase {db} kept")
-        else:
-            with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-            print(f"\ndatabase {db} dropped")
+
+def tear_down(proc: subprocess.Popen[bytes] | None, url: str, db: str, *, keep: bool) -> None:
+    """Stop the bench's server, close its connections, and drop its database unless kept."""
+    if proc is not None:
+        proc.terminate()
+        proc.wait(timeout=15)
+    from rca.store.db import get_engine
+
+    get_engine(url).dispose()
+    if keep:
+        print(f"\ndatabase {db} kept")
+    else:
+        with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        print(f"\ndatabase {db} dropped")
 
 
 def _incident_count(dsn: str) -> int:

@@ -26,20 +26,11 @@ from tests.faults.stack import FaultStack
 from tests.faults.workers import investigations_pool, kill_all
 from tests.helpers.databases import rows
 from tests.helpers.processes import Worker
-from tests.helpers.slack import of_incident, slack_owed, store_incident
+from tests.helpers.slack import of_incident, queued_investigation, slack_owed
 from tests.helpers.waiting import wait_for
 
 LEASE = timedelta(seconds=30)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # every claim of these tests was made since
-
-
-def queued_investigation(url: str) -> int:
-    incident_id = store_incident(url)
-    with session_scope(url) as session:
-        inv = Investigation(incident_id=incident_id, status="queued", reason="new_incident", attempts=0)
-        session.add(inv)
-        session.flush()
-        return inv.id
 
 
 def investigation(url: str, investigation_id: int) -> Investigation:

@@ -63,6 +63,16 @@ def store_incident(url: str, *, annotations: dict[str, str] | None = None, sever
         return incident.id
 
 
+def queued_investigation(url: str) -> int:
+    """A stored incident with one investigation waiting to run."""
+    incident_id = store_incident(url)
+    with session_scope(url) as session:
+        inv = Investigation(incident_id=incident_id, status="queued", reason="new_incident", attempts=0)
+        session.add(inv)
+        session.flush()
+        return inv.id
+
+
 def store_investigation(
     url: str,
     incident_id: int,

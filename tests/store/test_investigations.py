@@ -14,20 +14,11 @@ from rca.domain.result import InvestigationResult
 from rca.store import investigations
 from rca.store.db import session_scope
 from rca.store.models import Investigation
-from tests.helpers.slack import store_incident
+from tests.helpers.slack import queued_investigation
 
 DIRTY = "a\x00b\ud800c"  # NUL (Postgres text and JSONB refuse it) and a lone surrogate (no encoder takes it)
 CLEAN = "ab\ufffdc"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-def queued_investigation(url: str) -> int:
-    incident_id = store_incident(url)
-    with session_scope(url) as session:
-        inv = Investigation(incident_id=incident_id, status="queued", reason="new_incident", attempts=0)
-        session.add(inv)
-        session.flush()
-        return inv.id
 
 
 def dirty_result() -> InvestigationResult:
