@@ -133,6 +133,10 @@ class FakeSlack(LoopbackServer):
                     fake.arrived += 1
                 time.sleep(fake.delay)
                 status, headers, answer, payload = fake.answer(self.path, dict(self.headers), body)
+                # Recorded before answering: a sender that saw the answer may already have said so
+                # in Postgres, and a test that reads that must find the request here too.
+                with fake._lock:
+                    fake.received.append(Received(time.monotonic(), self.path, payload, status, answer))
                 data = answer.encode()
                 self.send_response(status)
                 for name, value in headers.items():
@@ -140,8 +144,6 @@ class FakeSlack(LoopbackServer):
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
-                with fake._lock:
-                    fake.received.append(Received(time.monotonic(), self.path, payload, status, answer))
 
             def log_message(self, *args: Any) -> None:
                 pass
