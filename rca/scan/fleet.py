@@ -124,6 +124,11 @@ class SignalSeries:
     source: str
 
 
+def sample_time(sample: tuple[float, float]) -> float:
+    """The key that bisects a series (samples come oldest first) by time."""
+    return sample[0]
+
+
 def _samples(values: list[list]) -> Samples:
     """A range answer's [[time, "value"], ...] as floats, without NaN and infinities."""
     return [(float(ts), float(raw)) for ts, raw in values if math.isfinite(float(raw))]

@@ -1,5 +1,5 @@
 """Where each signal of a target stands and where it is heading: current value against its
-threshold, a robust trend (Theil-Sen, `scipy.stats.theilslopes`), the time left before it
+threshold, a robust trend (Theil-Sen, `rca.scan.trend`, every target at once), the time left before it
 crosses, and whether it has left the target's own normal range at all.
 
 The normal range is the target's history, not the fleet's: a host that always runs its cores at
@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import theilslopes
-
 from rca.collect.prometheus import Samples
+from rca.scan.fleet import SignalSeries, sample_time
+from rca.scan.trend import Trend, theil_sen
 from rca.signals.findings import COMPARE, DEPARTURE_SIGMAS, MAD_TO_SIGMA, MIN_NORMAL_SAMPLES, departure
 from rca.signals.slo import MIN_VIOLATIONS, NotEnoughViolations, WeibullFit, align, fit_weibull
 
@@ -74,14 +76,24 @@ class SignalForecast:
         }
 
 
-def _trend(samples: Samples, now: float, trend_seconds: float) -> tuple[float, float, float] | None:
-    """(slope, low, high) per minute over the trend window, or None with too few points."""
-    window = [(ts, v) for ts, v in samples if ts >= now - trend_seconds]
-    if len(window) < MIN_TREND_POINTS or len({v for _, v in window}) < 2:
-        return (0.0, 0.0, 0.0) if len(window) >= MIN_TREND_POINTS else None
-    minutes = [(ts - now) / 60 for ts, _ in window]
-    slope, _, low, high = theilslopes([v for _, v in window], minutes, alpha=TREND_CONFIDENCE)
-    return float(slope), float(low), float(high)
+def trends(windows: Sequence[Samples], now: float, trend_seconds: float) -> list[Trend | None]:
+    """Each series' Theil-Sen trend per minute over the trend window, all in one batch; None with
+    fewer than MIN_TREND_POINTS, a zero trend when the window never changed."""
+    recent = [samples[bisect_left(samples, now - trend_seconds, key=sample_time) :] for samples in windows]
+    fitted = theil_sen(
+        [[(ts - now) / 60 for ts, _ in window] for window in recent],
+        [[v for _, v in window] for window in recent],
+        TREND_CONFIDENCE,
+    )
+    found: list[Trend | None] = []
+    for window, trend in zip(recent, fitted, strict=True):
+        if len(window) < MIN_TREND_POINTS:
+            found.append(None)
+        elif len({v for _, v in window}) < 2:
+            found.append(Trend(0.0, 0.0, 0.0))
+        else:
+            found.append(trend)
+    return found
 
 
 def _normal_range(normal: list[float], baseline: float | None) -> tuple[float, float] | None:
@@ -102,26 +114,57 @@ def forecast_signal(
     trend_seconds: float,
     yesterday: float | None = None,
 ) -> SignalForecast | None:
-    """The signal's forecast at `now` from its samples (oldest first); None when it has no
+    """The signal's forecast at `now` from its samples (oldest first, as Prometheus returns them); None when it has no
     sample in the last CURRENT_SECONDS (a target that stopped reporting is not judged on old data).
 
     `yesterday` is the target's level at the same hour the day before, when known: it is the
     baseline then, the history before the trend window otherwise."""
-    recent = [v for ts, v in samples if now - CURRENT_SECONDS <= ts <= now]
+    [trend] = trends([samples], now, trend_seconds)
+    return _forecast(limit, samples, source, now, trend_seconds, yesterday, trend)
+
+
+def forecast_fleet(
+    limit: Limit,
+    series: dict[str, SignalSeries],
+    yesterday: dict[str, float],
+    now: float,
+    trend_seconds: float,
+) -> dict[str, SignalForecast]:
+    """`forecast_signal` for one signal of every target (by instance), the trends in one batch."""
+    instances = list(series)
+    fitted = trends([series[i].samples for i in instances], now, trend_seconds)
+    found: dict[str, SignalForecast] = {}
+    for instance, trend in zip(instances, fitted, strict=True):
+        signal = series[instance]
+        forecast = _forecast(limit, signal.samples, signal.source, now, trend_seconds, yesterday.get(instance), trend)
+        if forecast is not None:
+            found[instance] = forecast
+    return found
+
+
+def _forecast(
+    limit: Limit,
+    samples: Samples,
+    source: str,
+    now: float,
+    trend_seconds: float,
+    yesterday: float | None,
+    trend: Trend | None,
+) -> SignalForecast | None:
+    after_now = bisect_right(samples, now, key=sample_time)
+    recent = [v for _, v in samples[bisect_left(samples, now - CURRENT_SECONDS, key=sample_time) : after_now]]
     if not recent:
         return None
     current = statistics.median(recent)
     compare = COMPARE[limit.comparison]
     breached = compare(current, limit.threshold)
     sign = 1.0 if limit.comparison == ">" else -1.0
-    trend = _trend(samples, now, trend_seconds)
     cross_in = None
     if trend is not None and not breached:
-        slope, low, high = trend
-        heading = (low > 0) if sign > 0 else (high < 0)  # the whole interval points at the threshold
-        if heading and slope != 0:
-            cross_in = max(0.0, (limit.threshold - current) / slope * 60)
-    normal_samples = [v for ts, v in samples if ts < now - trend_seconds]
+        heading = (trend.low > 0) if sign > 0 else (trend.high < 0)  # the whole interval points at it
+        if heading and trend.slope != 0:
+            cross_in = max(0.0, (limit.threshold - current) / trend.slope * 60)
+    normal_samples = [v for _, v in samples[: bisect_left(samples, now - trend_seconds, key=sample_time)]]
     normal = _normal_range(normal_samples, yesterday)
     if normal is None:
         baseline, departed = yesterday, True  # nothing says this level is normal for it
@@ -136,7 +179,7 @@ def forecast_signal(
         source=source,
         current=current,
         baseline=baseline,
-        slope_per_minute=trend[0] if trend else None,
+        slope_per_minute=trend.slope if trend else None,
         cross_in_seconds=cross_in,
         breached=breached,
         departed=departed,

@@ -4,13 +4,16 @@ in one range query per signal, and assess each target (forecasts and P(SLO breac
 A scan costs a fixed number of queries whatever the fleet's size: one for discovery, one per
 identity series of the profile, one range query per early signal and one for TTFT, plus, every
 BASELINE_REFRESH_SECONDS, one per signal for the level at the same hour the day before. The range
-queries read the whole history every BASELINE_REFRESH_SECONDS and the trend window in between.
+queries read the whole history when the scanner starts or meets a new target, and otherwise only
+the steps since the previous scan (the rest is kept from the last reads): Prometheus evaluates
+3 steps a scan, not the 120 of the hour.
 It reads Prometheus only; `rca.scan.warnings` turns the assessments into states and incidents.
 """
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -18,11 +21,21 @@ from rca.collect.profile import Profile, profile_for
 from rca.collect.prometheus import PrometheusSource
 from rca.collect.promql import query_params
 from rca.config import Settings
-from rca.scan.fleet import FleetSource, Machines, ServingTarget, SignalSeries, assign, discover, fetch, machines
+from rca.scan.fleet import (
+    FleetSource,
+    Machines,
+    ServingTarget,
+    SignalSeries,
+    assign,
+    discover,
+    fetch,
+    machines,
+    sample_time,
+)
 from rca.scan.forecast import (
     Limit,
-    SignalForecast,
-    forecast_signal,
+    SloModel,
+    forecast_fleet,
     model_for,
     slo_forecast,
     slo_model,
@@ -30,9 +43,10 @@ from rca.scan.forecast import (
 )
 from rca.scan.queries import FleetQuery, early_signals, fleet_query
 from rca.scan.states import Assessment
-from rca.signals.slo import DEPTH_SIGNAL, TTFT_SIGNAL
+from rca.signals.slo import DEPTH_SIGNAL, MIN_VIOLATIONS, TTFT_SIGNAL
 
-BASELINE_REFRESH_SECONDS = 600  # the history before the trend window and the day before, re-read this often
+BASELINE_REFRESH_SECONDS = 600  # the levels of the day before are re-read this often
+RE_READ_STEPS = 2  # the last steps of the previous read, read again: late scrapes change them
 TTFT_SLO_TITLE = "TTFT p95 against its SLO"
 
 
@@ -68,6 +82,18 @@ def prometheus_fleet_source(settings: Settings) -> FleetSource:
     )
 
 
+def _joined(older: SignalSeries | None, recent: SignalSeries | None, first: float, split: float) -> SignalSeries | None:
+    """The kept samples in [first, split) of the last read followed by the recent read; the older
+    ones are dropped when another alternative answered this time (not one series then)."""
+    if older is None or (recent is not None and older.source != recent.source):
+        return recent
+    samples = older.samples
+    begin = bisect_left(samples, first, key=sample_time)
+    if recent is None:
+        return SignalSeries(samples[begin:], older.source) if begin < len(samples) else None
+    return SignalSeries(samples[begin : bisect_left(samples, split, key=sample_time)] + recent.samples, recent.source)
+
+
 @dataclass
 class Scanner:
     """Scans the fleet; keeps the day-before baselines between scans (they change slowly)."""
@@ -80,7 +106,9 @@ class Scanner:
     _yesterday: dict[str, dict[str, float]] = field(default_factory=dict, init=False)
     _yesterday_at: float | None = field(default=None, init=False)
     _history: dict[str, dict[str, SignalSeries]] = field(default_factory=dict, init=False)
-    _history_at: float | None = field(default=None, init=False)
+    _models: dict[str, tuple[tuple[float, ...], SloModel]] = field(default_factory=dict, init=False)
+    _known: set[str] = field(default_factory=set, init=False)  # the targets of the last whole read
+    _read_until: datetime | None = field(default=None, init=False)  # the end of the last range read
 
     def __post_init__(self) -> None:
         file_config = self.settings.file_config()
@@ -116,27 +144,29 @@ class Scanner:
     def _series(
         self, targets: list[ServingTarget], joined: Machines, start: datetime, end: datetime, step: int
     ) -> dict[str, dict[str, SignalSeries]]:
-        """Every signal's series over [start, end]. The whole history is read every
-        BASELINE_REFRESH_SECONDS; in between only the trend window is, and the older samples
-        (the baseline, the SLO model's violations) come from the last read: a quarter of the
-        points per scan with the defaults."""
-        now = end.timestamp()
-        stale = self._history_at is None or not 0 <= now - self._history_at < BASELINE_REFRESH_SECONDS
-        if stale:
+        """Every signal's series over [start, end]. The whole history is read at the first scan,
+        when a target appears that the last whole read did not know, and after a gap longer than
+        the trend window; otherwise only the steps since the last read are, plus RE_READ_STEPS
+        before them (a scrape that arrived late changes them), and the older samples come from
+        the last reads: 3 points per series per scan instead of 120 with the defaults."""
+        instances = {target.instance for target in targets}
+        last, trend = self._read_until, timedelta(minutes=self.settings.scan_trend_minutes)
+        if last is None or not timedelta(0) <= end - last <= trend or not instances <= self._known:
             self._history = fetch(self.source, self.queries, targets, joined, start, end, step)
-            self._history_at = now
+            self._known, self._read_until = instances, end
             return self._history
-        recent_start = end - timedelta(minutes=self.settings.scan_trend_minutes)
+        recent_start = max(start, last - timedelta(seconds=RE_READ_STEPS * step))
         recent = fetch(self.source, self.queries, targets, joined, recent_start, end, step)
+        self._read_until = end
         first, split = start.timestamp(), recent_start.timestamp()
         merged: dict[str, dict[str, SignalSeries]] = {}
         for signal, by_target in recent.items():
             before = self._history.get(signal, {})
             merged[signal] = {}
-            for instance, found in by_target.items():
-                older = before.get(instance)
-                kept = [(ts, v) for ts, v in older.samples if first <= ts < split] if older else []
-                merged[signal][instance] = SignalSeries(kept + found.samples, found.source)
+            for instance in by_target.keys() | before.keys():
+                joined_up = _joined(before.get(instance), by_target.get(instance), first, split)
+                if joined_up is not None:
+                    merged[signal][instance] = joined_up
         self._history = merged
         return merged
 
@@ -159,6 +189,16 @@ class Scanner:
             seconds=time.perf_counter() - started,
         )
 
+    def _model(self, instance: str, depths: list[float], fleet: SloModel) -> SloModel:
+        """The target's SLO model; its own is refitted only when its violation depths changed."""
+        if len(depths) < MIN_VIOLATIONS:
+            return model_for(depths, fleet)
+        key = tuple(depths)
+        cached = self._models.get(instance)
+        if cached is None or cached[0] != key:
+            cached = self._models[instance] = (key, model_for(depths, fleet))
+        return cached[1]
+
     def _assess(
         self,
         targets: list[ServingTarget],
@@ -177,19 +217,18 @@ class Scanner:
                 ttft = series.get(TTFT_SIGNAL, {}).get(target.instance)
                 if depth and ttft:
                     own[target.instance] = violation_depths(depth.samples, ttft.samples, slo_seconds, step)
+        self._models = {instance: kept for instance, kept in self._models.items() if instance in own}
         fleet = slo_model([depth for depths in own.values() for depth in depths], "fleet")
+        by_signal = {
+            signal: forecast_fleet(limit, series.get(signal, {}), yesterday.get(signal, {}), now, trend_seconds)
+            for signal, limit in self.limits.items()
+        }
         assessments: dict[str, Assessment] = {}
         for target in targets:
-            forecasts: dict[str, SignalForecast] = {}
-            for signal, limit in self.limits.items():
-                found = series.get(signal, {}).get(target.instance)
-                if found is None:
-                    continue
-                day_before = yesterday.get(signal, {}).get(target.instance)
-                forecast = forecast_signal(limit, found.samples, found.source, now, trend_seconds, day_before)
-                if forecast is not None:
-                    forecasts[signal] = forecast
-            model = model_for(own.get(target.instance, []), fleet)
+            forecasts = {
+                signal: found[target.instance] for signal, found in by_signal.items() if target.instance in found
+            }
+            model = self._model(target.instance, own.get(target.instance, []), fleet)
             slo = slo_forecast(model, forecasts.get(DEPTH_SIGNAL), horizon)
             assessments[target.instance] = Assessment(at=now, signals=list(forecasts.values()), slo=slo)
         return assessments

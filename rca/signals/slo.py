@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import brentq
 from scipy.stats import weibull_min
 
 from rca.collect.prometheus import Collection, Samples, SeriesResult
@@ -33,7 +33,7 @@ TTFT_SIGNAL = "ttft_p95"
 DEFAULT_SLO_TTFT_SECONDS = 2.0
 DEFAULT_PROBABILITY_THRESHOLD = 0.5
 MIN_VIOLATIONS = 8  # fewer samples than this make k and lambda noise
-SOURCE = "Weibull fit (scipy.stats.weibull_min) of queue depth at TTFT SLO violations"
+SOURCE = "Weibull maximum-likelihood fit (scipy.stats.weibull_min) of queue depth at TTFT SLO violations"
 TITLE = "P(TTFT SLO violation | queue depth)"
 
 
@@ -59,6 +59,32 @@ class NotEnoughViolations(ValueError):
     """The window holds too few (or too uniform) violations for a fit worth reporting."""
 
 
+def _weibull_mle(data: npt.NDArray[np.float64]) -> tuple[float, float]:
+    """(shape, scale) maximising the likelihood with location 0: the root of the shape's profile
+    score equation (unique, the score rises with k), then the scale in closed form.
+
+    The same estimate as `weibull_min.fit(data, floc=0)`, whose general Nelder-Mead search took
+    25 ms a fit; the fleet scan fits one model per target every scan. Depths are divided by their
+    maximum first (the equation is scale-free), so (x/max)^k never overflows.
+    """
+    top = float(data.max())
+    logs = np.log(data / top)
+    mean_log = float(logs.mean())
+
+    def score(shape: float) -> float:
+        weights = np.exp(shape * logs)
+        return float(weights @ logs / weights.sum()) - 1.0 / shape - mean_log
+
+    low, high = 1e-3, 1.0
+    while score(high) < 0 and high < 1e6:
+        low, high = high, high * 4
+    if score(low) > 0 or score(high) < 0:
+        return math.nan, math.nan
+    shape = brentq(score, low, high, xtol=1e-12, rtol=1e-10)
+    scale = top * float(np.mean(np.exp(shape * logs))) ** (1.0 / shape)
+    return float(shape), scale
+
+
 def fit_weibull(depths: Iterable[float], minimum: int = MIN_VIOLATIONS) -> WeibullFit:
     """Maximum-likelihood Weibull with location 0 over positive depths.
 
@@ -70,9 +96,7 @@ def fit_weibull(depths: Iterable[float], minimum: int = MIN_VIOLATIONS) -> Weibu
         raise NotEnoughViolations(f"only {len(data)} at a non-zero queue depth; not enough to fit (need {minimum})")
     if len(np.unique(data)) < 2:
         raise NotEnoughViolations(f"all at the same queue depth ({data[0]:.3g}); no spread to fit")
-    with warnings.catch_warnings():  # scipy warns on poorly conditioned data; the result is checked below
-        warnings.simplefilter("ignore", RuntimeWarning)
-        shape, _, scale = weibull_min.fit(data, floc=0)
+    shape, scale = _weibull_mle(data)
     if not (math.isfinite(shape) and math.isfinite(scale) and shape > 0 and scale > 0):
         raise NotEnoughViolations(f"the Weibull fit over {len(data)} did not converge")
     return WeibullFit(shape=float(shape), scale=float(scale), violations=len(data))

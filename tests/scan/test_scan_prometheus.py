@@ -20,7 +20,7 @@ from rca.api.app import create_app
 from rca.notify.message import from_incident
 from rca.pipeline import run_investigation
 from rca.scan.backtest import backtest
-from rca.scan.scanner import prometheus_fleet_source
+from rca.scan.scanner import Scanner, prometheus_fleet_source
 from rca.scan.service import EarlyWarnings
 from rca.scan.states import ScanState
 from rca.store.db import session_scope
@@ -146,3 +146,30 @@ def test_the_backtest_finds_the_warning_ahead_of_the_breach_and_no_false_one(
     assert lead is not None and lead >= 0  # the warning did not wait for TTFT to break its SLO
     one = backtest(settings, prometheus_fleet_source(settings), start, end, target="gpu-b:8000")
     assert one.targets == 1 and one.warnings == [] and one.breaches == []
+
+
+def test_scans_after_the_first_read_only_the_new_steps_and_see_what_a_whole_read_sees(
+    fleet_prometheus: tuple[str, float, float], tmp_path: Path
+) -> None:
+    url, onset, _ = fleet_prometheus
+    settings = make_settings("sqlite://", tmp_path, prometheus_url=url, scan_interval_seconds=30)
+    spans: list[float] = []
+    source = prometheus_fleet_source(settings)
+    ranged = source.range_query
+    source.range_query = lambda promql, start, end, step: (
+        spans.append((end - start).total_seconds()) or ranged(promql, start, end, step)
+    )
+    scanner = Scanner(settings, source)
+    at = onset + 5 * 60
+    scanner.scan(datetime.fromtimestamp(at, UTC))
+    assert spans and min(spans) == settings.scan_history_minutes * 60  # the first scan reads the whole hour
+    for _ in range(12):  # six minutes of scans, through the ramp
+        at += 30
+        spans.clear()
+        incremental = scanner.scan(datetime.fromtimestamp(at, UTC))
+        assert spans and max(spans) == 3 * 30  # the step since the last scan and two before it, read again
+    fresh = Scanner(settings, prometheus_fleet_source(settings)).scan(datetime.fromtimestamp(at, UTC))
+    for instance, assessment in fresh.assessments.items():
+        kept = incremental.assessments[instance]
+        assert [s.figures() for s in kept.signals] == [s.figures() for s in assessment.signals], instance
+        assert kept.slo == assessment.slo

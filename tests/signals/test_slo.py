@@ -79,6 +79,22 @@ def test_fit_recovers_a_known_shape_and_scale() -> None:
     assert fit.violations == 500
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_fit_is_scipys_maximum_likelihood_estimate(seed: int) -> None:
+    """The root-finding fit lands where weibull_min.fit(floc=0) does, ties and small samples included."""
+    rng = np.random.default_rng(seed)
+    depths = weibull_min.rvs(
+        rng.uniform(0.6, 5), scale=rng.uniform(1, 40), size=int(rng.integers(8, 200)), random_state=rng
+    )
+    if seed % 2:
+        depths = np.round(depths) + 1  # queue depths are counts: many ties
+    fit = fit_weibull(depths)
+    shape, _, scale = weibull_min.fit(depths, floc=0)
+    assert fit.shape == pytest.approx(shape, rel=1e-3) and fit.scale == pytest.approx(scale, rel=1e-3)
+    ours = weibull_min.logpdf(depths, fit.shape, scale=fit.scale).sum()
+    assert ours >= weibull_min.logpdf(depths, shape, scale=scale).sum() - 1e-6
+
+
 def test_finding_reports_the_fitted_shape_and_scale_machine_readably() -> None:
     finding = slo_finding(collection(*weibull_window()), ALERT)
     labels = finding.series_labels or {}
