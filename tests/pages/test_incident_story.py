@@ -83,7 +83,7 @@ def test_an_early_warning_is_marked_filtered_and_tells_when_the_sla_alert_joined
     rows = {"alertmanager": f'data-incident="{alert_incident}"', "early_warning": f'data-incident="{warning_id}"'}
     listed = client.get("/", headers=API_AUTH).text
     for origin, row in rows.items():
-        cell = re.search(row + r'>.*?<td class="origin">(.*?)</td>', listed, re.S)
+        cell = re.search(row + r'>.*?<td class="origin-cell">(.*?)</td>', listed, re.S)
         assert cell, origin
         assert ("early warning" in cell.group(1)) == (origin == "early_warning"), cell.group(1)
     for origin, row in rows.items():
