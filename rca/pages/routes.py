@@ -170,7 +170,6 @@ def incident_list(
         "errors": errors,
         "next_url": next_url,
         "categories": list(taxonomy()),
-        "origins": ORIGINS,
     }
     return render(request, "list.html", context)
 
