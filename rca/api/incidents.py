@@ -18,6 +18,8 @@ from rca.api.schemas import (
     TOTAL_CAP,
     AlertOut,
     ErrorOut,
+    EvidenceOut,
+    EvidenceSeriesOut,
     FeedbackIn,
     FeedbackOut,
     IncidentOut,
@@ -32,6 +34,7 @@ from rca.api.schemas import (
 from rca.api.storable import require_storable_query
 from rca.diagnosis.ranking import taxonomy
 from rca.domain.clock import in_utc
+from rca.store import evidence as evidence_store
 from rca.store import feedback as feedback_store
 from rca.store import fts
 from rca.store import incidents as incident_store
@@ -214,6 +217,48 @@ def similar_incidents(
         stack=target.stack,
         categories=target.categories,
         items=items,
+    )
+
+
+@router.get(
+    "/{incident_id}/evidence",
+    response_model=EvidenceOut,
+    summary="The series kept as evidence",
+    description="Each finding's series as the investigation kept it (downsampled, with its step, labels and "
+    "baseline period): what the incident page draws, readable after Prometheus has dropped the data. "
+    "The thresholds, onsets and baselines are the findings' (`GET /api/v1/incidents/{id}`).",
+    responses={404: {"model": ErrorOut, "description": "no such incident, or the investigation is not one of its"}},
+)
+def incident_evidence(
+    session: DatabaseSession,
+    incident_id: IncidentId,
+    investigation: Annotated[
+        int | None,
+        Query(ge=1, le=2**31 - 1, description="an investigation id of this incident; default: its latest finished one"),
+    ] = None,
+) -> EvidenceOut:
+    if session.get(Incident, incident_id) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+    chosen = evidence_store.investigation_of(session, incident_id, investigation)
+    if chosen is None and investigation is not None:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, detail=f"investigation {investigation} is not one of incident {incident_id}'s"
+        )
+    kept = evidence_store.load(session, chosen) if chosen is not None else {}
+    return EvidenceOut(
+        incident_id=incident_id,
+        investigation_id=chosen,
+        series=[
+            EvidenceSeriesOut(
+                finding=s.key,
+                labels=s.labels,
+                start=s.start,
+                step_seconds=s.step_seconds,
+                values=s.values,
+                baseline_end=s.baseline_end,
+            )
+            for s in kept.values()
+        ],
     )
 
 

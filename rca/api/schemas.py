@@ -94,6 +94,9 @@ class AlertOut(BaseModel):
     starts_at: datetime
     ends_at: datetime | None
     generator_url: str | None
+    first_seen_at: datetime = Field(
+        description="when the service first received it: for an SLA alert in an early-warning incident, when it joined"
+    )
 
 
 SUMMARY_NAMES = {"incident_id": "id"}
@@ -117,6 +120,28 @@ class IncidentSummary(
     @classmethod
     def of(cls, hit: Hit) -> IncidentSummary:
         return cls(**public(hit, SUMMARY_NAMES))
+
+
+class EvidenceSeriesOut(BaseModel):
+    """One finding's series as kept at investigation time (rca/domain/series.py): downsampled to a
+    regular grid, `values[i]` at `start + i * step_seconds`, null where Prometheus had no sample."""
+
+    finding: str = Field(description="the finding's id (`findings[].id` of the investigation)")
+    labels: dict[str, str] = Field(description="the series' labels (at most 20, values cut to 200 characters)")
+    start: datetime
+    step_seconds: int = Field(description="seconds between values: a multiple of the investigation's step")
+    values: list[float | None] = Field(description="at most 300; each bucket's sample on the breach side")
+    baseline_end: datetime | None = Field(description="the baseline period runs from `start` to here")
+
+
+class EvidenceOut(BaseModel):
+    """The series kept with one investigation of an incident (at most 32, breached findings first)."""
+
+    incident_id: int
+    investigation_id: int | None = Field(
+        description="the investigation read: the one asked for, else the latest finished one (null: none finished)"
+    )
+    series: list[EvidenceSeriesOut]
 
 
 class SlackAttemptOut(BaseModel):

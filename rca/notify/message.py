@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rca.domain import early_warning
 from rca.domain.coverage import DataGap, data_gap
 from rca.domain.result import change_key
 from rca.domain.status import AlertStatus, InvestigationStatus
@@ -76,22 +77,17 @@ def incident_labels(incident: Incident) -> dict[str, str]:
     return {**(firing[0].labels if firing else {}), **(incident.common_labels or {})}
 
 
-EARLY_WARNING = "early_warning"  # Incident.origin of the fleet scan's incidents (rca/scan)
-EARLY_WARNING_ALERT = "EarlyWarning"
-
-
 def _summary(incident: Incident, annotations: dict[str, str]) -> str | None:
     """The alert's summary; for an early warning, the scan's (signals, since when, forecast) and
     how long before the SLA alert it came, once one joined."""
     summary = annotations.get("summary") or annotations.get("description")
-    if incident.origin != EARLY_WARNING:
+    if incident.origin != early_warning.ORIGIN:
         return summary
-    sla = [a for a in incident.alerts if a.alertname != EARLY_WARNING_ALERT]
+    sla = [a for a in incident.alerts if a.alertname != early_warning.ALERTNAME]
     if not sla:
         return summary
     first = min(sla, key=lambda a: a.starts_at)
-    minutes = (first.starts_at - incident.created_at).total_seconds() / 60
-    when = f"{minutes:.0f} min after" if minutes >= 0 else f"{-minutes:.0f} min before"
+    when = early_warning.lead(first.starts_at, incident.created_at)
     return f"{summary}. SLA alert {first.alertname} fired {when} the early warning"
 
 

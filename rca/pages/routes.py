@@ -17,10 +17,12 @@ from rca.api.auth import Principal, principal_for
 from rca.api.schemas import AccuracyOut, FeedbackIn, Verdict
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
+from rca.domain import early_warning
 from rca.domain.status import InvestigationStatus
 from rca.pages import session as web_session
 from rca.pages import views
 from rca.pages.render import render, site_url
+from rca.store import early_warnings
 from rca.store import evidence as evidence_store
 from rca.store import feedback as feedback_store
 from rca.store import incidents as incident_store
@@ -31,6 +33,7 @@ router = APIRouter(include_in_schema=False)
 Viewer = Annotated[Principal, Depends(web_session.principal)]
 IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 PAGE_SIZE = 25
+ORIGINS = ("alertmanager", early_warning.ORIGIN)  # the API's `origin=` filter
 MAX_FORM_BYTES = 16_384
 
 
@@ -109,6 +112,7 @@ def incident_list(
     category: str | None = None,
     confirmed: str | None = None,
     confirmed_category: str | None = None,
+    origin: str | None = None,
     cursor: str | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = PAGE_SIZE,
 ) -> Response:
@@ -122,12 +126,15 @@ def incident_list(
         "category": _blank_to_none(category),
         "confirmed": _blank_to_none(confirmed),
         "confirmed_category": _blank_to_none(confirmed_category),
+        "origin": _blank_to_none(origin),
     }
     errors: list[str] = []
     if given["status"] not in (None, "firing", "resolved"):
         errors.append("status must be firing or resolved")
     if given["confirmed"] not in (None, "yes", "no"):
         errors.append("confirmed must be yes or no")
+    if given["origin"] not in (None, *ORIGINS):
+        errors.append(f"origin must be {' or '.join(ORIGINS)}")
     page = None
     if not errors:
         try:
@@ -142,6 +149,7 @@ def incident_list(
                     category=given["category"],
                     confirmed=None if given["confirmed"] is None else given["confirmed"] == "yes",
                     confirmed_category=given["confirmed_category"],
+                    origin=given["origin"],  # type: ignore[arg-type]  # checked above
                     since=None,
                     until=None,
                     sort=None,
@@ -185,12 +193,17 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
             else []
         )
         feedback = [incident_api.feedback_out(f) for f in feedback_store.history(session, incident_id)]
+        transitions = (
+            early_warnings.transitions(session, incident_id) if incident.origin == early_warning.ORIGIN else []
+        )
+    findings = {f.id: f for f in inv.findings} if inv else {}
     return {
         "incident": incident,
         "inv": inv,
         "evidence": views.evidence(settings, inv, series) if inv else None,
-        "findings": {f.id: f for f in inv.findings} if inv else {},
-        "timeline": views.timeline(incident, feedback),
+        "findings": findings,
+        "warning": views.warning_view(incident, transitions, findings),
+        "timeline": views.timeline(incident, feedback, transitions),
         "similar": similar,
         "feedback": feedback,
         "confirmed": feedback[-1] if feedback else None,
@@ -204,9 +217,7 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
 def incident_page(request: Request, viewer: Viewer, incident_id: IncidentId) -> Response:
     context = _incident_context(_settings(request), incident_id)
     if context is None:
-        return render(
-            request, "missing.html", {"viewer": viewer, "incident_id": incident_id}, status.HTTP_404_NOT_FOUND
-        )
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"Incident {incident_id} not found.")  # the error page
     return render(request, "incident.html", context | {"viewer": viewer, "error": None})
 
 

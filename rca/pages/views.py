@@ -5,13 +5,15 @@ functions: the templates only lay these out."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from rca.api.schemas import FeedbackOut, FindingOut, IncidentOut, InvestigationOut
+from rca.api.schemas import AlertOut, FeedbackOut, FindingOut, IncidentOut, InvestigationOut
 from rca.config import Settings
+from rca.domain import early_warning
 from rca.domain.series import EvidenceSeries
+from rca.store.models import ScanTransition
 
 
 @dataclass(frozen=True)
@@ -21,13 +23,32 @@ class Event:
     detail: str = ""
 
 
-def timeline(incident: IncidentOut, feedback: list[FeedbackOut]) -> list[Event]:
+def _warned_at(incident: IncidentOut) -> datetime:
+    """When the scan warned: its incident opened then (the warning's own alert starts when the
+    signals started moving, which is earlier)."""
+    return incident.created_at
+
+
+def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: list[ScanTransition]) -> list[Event]:
     """Everything that happened to the incident, oldest first."""
-    events = [Event(incident.created_at, "incident opened", f"{incident.notification_count} notification(s) since")]
+    warning = incident.origin == early_warning.ORIGIN
+    opened = "early warning raised" if warning else "incident opened"
+    events = [Event(incident.created_at, opened, f"{incident.notification_count} notification(s) since")]
     for alert in incident.alerts:
-        events.append(Event(alert.starts_at, "alert fired", alert.alertname or alert.fingerprint))
+        name = alert.alertname or alert.fingerprint
+        if warning and alert.alertname == early_warning.ALERTNAME:
+            events.append(Event(alert.starts_at, "signals started moving", name))
+        elif warning:
+            lead = early_warning.lead(alert.starts_at, _warned_at(incident))
+            events.append(Event(alert.starts_at, "SLA alert fired", f"{name}, {lead} the early warning"))
+            events.append(Event(alert.first_seen_at, "SLA alert joined", f"{name} joined the early warning's incident"))
+        else:
+            events.append(Event(alert.starts_at, "alert fired", name))
+            events.append(Event(alert.first_seen_at, "alert received", name))
         if alert.ends_at is not None and alert.status == "resolved":
-            events.append(Event(alert.ends_at, "alert resolved", alert.alertname or alert.fingerprint))
+            events.append(Event(alert.ends_at, "alert resolved", name))
+    for move in transitions:
+        events.append(Event(move.at, f"scan: {move.before} → {move.after}", move.reason))
     for inv in incident.investigations:
         events.append(Event(inv.queued_at, f"investigation {inv.id} queued", inv.reason))
         if inv.started_at:
@@ -43,6 +64,92 @@ def timeline(incident: IncidentOut, feedback: list[FeedbackOut]) -> list[Event]:
     if incident.resolved_at:
         events.append(Event(incident.resolved_at, "incident resolved"))
     return sorted(events, key=lambda e: e.at)
+
+
+@dataclass(frozen=True)
+class MovedSignal:
+    """One signal as the scan saw it when it warned (ScanTransition.figures)."""
+
+    signal: str
+    title: str
+    unit: str
+    current: float | None
+    baseline: float | None
+    comparison: str
+    threshold: float | None
+    slope_per_minute: float | None
+    moving_since: datetime | None
+    cross_in_minutes: float | None
+    breached: bool
+
+
+@dataclass(frozen=True)
+class WarningView:
+    """What the header says of an early warning: the scan's words, why it warned, the signals
+    that moved (and their forecast), and the SLA alerts that joined since."""
+
+    summary: str | None
+    warned_at: datetime
+    reason: str | None
+    slo_probability: float | None
+    signals: list[MovedSignal]
+    joined: list[tuple[AlertOut, str]]  # (SLA alert, "N min after")
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _moved(figures: dict[str, Any], findings: dict[str, FindingOut]) -> list[MovedSignal]:
+    """The signals that had left their baseline or were forecast to cross, as stored when it warned."""
+    moved = []
+    for item in figures.get("signals") or []:
+        if not isinstance(item, dict) or not (item.get("departed") or item.get("cross_in_seconds") is not None):
+            continue
+        signal = str(item.get("signal", "?"))
+        finding = findings.get(signal)
+        since, cross = _number(item.get("moving_since")), _number(item.get("cross_in_seconds"))
+        moved.append(
+            MovedSignal(
+                signal=signal,
+                title=finding.title if finding else signal,
+                unit=finding.unit if finding else "",
+                current=_number(item.get("current")),
+                baseline=_number(item.get("baseline")),
+                comparison=str(item.get("comparison", "")),
+                threshold=_number(item.get("threshold")),
+                slope_per_minute=_number(item.get("slope_per_minute")),
+                moving_since=datetime.fromtimestamp(since, UTC) if since is not None else None,
+                cross_in_minutes=cross / 60 if cross is not None else None,
+                breached=bool(item.get("breached")),
+            )
+        )
+    return moved
+
+
+def warning_view(
+    incident: IncidentOut, transitions: list[ScanTransition], findings: dict[str, FindingOut]
+) -> WarningView | None:
+    """The early warning's header, from its annotations and the scan's latest move to `warning`;
+    None for an incident an Alertmanager alert opened."""
+    if incident.origin != early_warning.ORIGIN:
+        return None
+    warned = [row for row in transitions if row.after == "warning"]
+    latest = warned[-1] if warned else None
+    figures = latest.figures if latest else {}
+    joined = [
+        (alert, early_warning.lead(alert.starts_at, _warned_at(incident)))
+        for alert in incident.alerts
+        if alert.alertname != early_warning.ALERTNAME
+    ]
+    return WarningView(
+        summary=incident.common_annotations.get("summary"),
+        warned_at=_warned_at(incident),
+        reason=latest.reason if latest else None,
+        slo_probability=_number(figures.get("slo_probability")),
+        signals=_moved(figures, findings),
+        joined=joined,
+    )
 
 
 def chart(finding: FindingOut, series: EvidenceSeries) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
+from rca.domain.early_warning import ALERTNAME, ORIGIN
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.domain.values import format_value
 from rca.scan.fleet import ServingTarget
@@ -30,8 +31,6 @@ from rca.signals.slo import TTFT_SIGNAL
 from rca.store import digests, notices
 from rca.store.models import Alert, Incident, Investigation, ScanTarget, ScanTransition
 
-ORIGIN = "early_warning"
-ALERTNAME = "EarlyWarning"
 RECEIVER = "rca-scan"
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from rca.store.models import Alert, Incident, ScanTarget
+from rca.domain.early_warning import ORIGIN
+from rca.store.models import Alert, Incident, ScanTarget, ScanTransition
 
-ORIGIN = "early_warning"
 WARNING = "warning"  # rca.scan.states.ScanState.WARNING
 
 
@@ -41,3 +41,13 @@ def joined_incident(
     exact = [row for row in warned if row.instance in instances]
     chosen = (exact or sorted(warned, key=lambda row: row.instance))[:1]
     return session.get(Incident, chosen[0].incident_id, with_for_update=True) if chosen else None
+
+
+def transitions(session: Session, incident_id: int) -> list[ScanTransition]:
+    """The scan's changes of state that concern this incident, oldest first: why it warned (the
+    reason, and the figures of each signal then), cleared and warned again."""
+    return list(
+        session.scalars(
+            select(ScanTransition).where(ScanTransition.incident_id == incident_id).order_by(ScanTransition.id)
+        )
+    )

@@ -7,7 +7,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from rca.domain.series import MAX_SERIES, EvidenceSeries
-from rca.store.models import EvidenceSeriesRow
+from rca.domain.status import InvestigationStatus
+from rca.store.models import EvidenceSeriesRow, Investigation
 
 
 def save(session: Session, investigation_id: int, series: list[EvidenceSeries]) -> None:
@@ -29,7 +30,11 @@ def save(session: Session, investigation_id: int, series: list[EvidenceSeries]) 
 
 def load(session: Session, investigation_id: int) -> dict[str, EvidenceSeries]:
     """The investigation's series by finding key."""
-    rows = session.scalars(select(EvidenceSeriesRow).where(EvidenceSeriesRow.investigation_id == investigation_id))
+    rows = session.scalars(
+        select(EvidenceSeriesRow)
+        .where(EvidenceSeriesRow.investigation_id == investigation_id)
+        .order_by(EvidenceSeriesRow.id)  # as saved: breached findings first
+    )
     return {
         row.finding_key: EvidenceSeries(
             key=row.finding_key,
@@ -41,3 +46,14 @@ def load(session: Session, investigation_id: int) -> dict[str, EvidenceSeries]:
         )
         for row in rows
     }
+
+
+def investigation_of(session: Session, incident_id: int, investigation_id: int | None) -> int | None:
+    """The investigation whose series to read: `investigation_id` when it is one of the incident's,
+    else (none asked) its latest finished one, whose evidence stays while a newer one runs; None
+    when there is no such investigation."""
+    query = select(Investigation.id).where(Investigation.incident_id == incident_id)
+    if investigation_id is not None:
+        return session.scalar(query.where(Investigation.id == investigation_id))
+    done = query.where(Investigation.status == InvestigationStatus.DONE)
+    return session.scalar(done.order_by(Investigation.id.desc()).limit(1))

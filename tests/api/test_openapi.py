@@ -27,6 +27,7 @@ def test_openapi_lists_every_route_with_summary_security_and_errors(intake_clien
         ("GET", "/api/v1/incidents"),
         ("GET", "/api/v1/incidents/{incident_id}"),
         ("GET", "/api/v1/incidents/{incident_id}/similar"),
+        ("GET", "/api/v1/incidents/{incident_id}/evidence"),
         ("POST", "/api/v1/incidents/{incident_id}/feedback"),
         ("GET", "/api/v1/incidents/{incident_id}/feedback"),
         ("GET", "/api/v1/stats/accuracy"),
@@ -106,7 +107,7 @@ def test_fuzzing_every_operation_finds_no_server_error(db_url: str, tmp_path: Pa
             finish_investigation(db_url, reply.json()["incident_id"], ["kv_cache_usage", "ttft_p95"], [cause])
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)
         operations = [result.ok() for result in schema.get_all_operations()]
-        assert len(operations) == 9
+        assert len(operations) == 10
         for operation in operations:
             headers = (
                 {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}

@@ -4,55 +4,16 @@ form, scopes, open redirects refused, untrusted text escaped and untrusted URLs 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from rca.pages.site import create_site
 from rca.store import tokens
 from rca.store.db import session_scope
-from tests.helpers.history import finish_investigation
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, API_TOKEN, RecordingDispatcher, make_settings
-
-SCRIPT = "<script>window.__injected = 1</script>"
-
-
-def site(url: str, tmp_path: Path, **settings: Any) -> TestClient:
-    return TestClient(create_site(make_settings(url, tmp_path, **settings), dispatcher=RecordingDispatcher()))
-
-
-@pytest.fixture
-def client(pg_db: str, tmp_path: Path) -> Iterator[TestClient]:
-    with site(pg_db, tmp_path) as client:
-        yield client
-
-
-def open_incident(client: TestClient, url: str, generator_url: str = "http://prometheus.example:9090/graph") -> int:
-    alert = make_alert("fp-pages") | {"generatorURL": generator_url}
-    payload = make_payload(group_key="pages", alerts=[alert])
-    payload["commonAnnotations"] = {"description": SCRIPT}
-    reply = post_webhook(client, payload)
-    assert reply.status_code == 200, reply.text
-    incident_id: int = reply.json()["incident_id"]
-    finish_investigation(url, incident_id, ["kv_cache_usage", "queue_median"], ["kv_memory_pressure", "arrival_surge"])
-    return incident_id
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
-    assert found, "the page has no form with a CSRF token"
-    return found.group(1)
-
-
-def sign_in(client: TestClient, token: str = API_TOKEN) -> Any:
-    form = client.get("/signin")
-    return client.post(
-        "/signin", data={"token": token, "csrf_token": csrf_of(form.text), "next": "/stats"}, follow_redirects=False
-    )
+from tests.pages.site import SCRIPT, csrf_of, open_incident, sign_in, site
 
 
 def test_pages_are_closed_without_a_token_and_a_wrong_bearer_is_refused(client: TestClient) -> None:

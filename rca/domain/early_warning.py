@@ -1,0 +1,16 @@
+"""The words shared about the fleet scan's early warnings (rca/scan): what marks an incident as
+one, and how far ahead of the SLA alert it came, said the same way in Slack and on the page."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+ORIGIN = "early_warning"  # Incident.origin of the scan's incidents; the others are "alertmanager"
+ALERTNAME = "EarlyWarning"  # the scan's own alert in its incident; any other alert there joined it
+
+
+def lead(fired_at: datetime, warned_at: datetime) -> str:
+    """When an SLA alert fired relative to the warning: "9 min after" (or "3 min before", when the
+    alert had started before the scan warned, e.g. Alertmanager's `for:` delayed its webhook)."""
+    minutes = (fired_at - warned_at).total_seconds() / 60
+    return f"{minutes:.0f} min after" if minutes >= 0 else f"{-minutes:.0f} min before"
