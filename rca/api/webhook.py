@@ -30,6 +30,7 @@ from rca.api.auth import require_webhook_token
 from rca.api.database import refusal
 from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
+from rca.config import TargetConfig
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
 from rca.intake.service import IntakeResult, record_notification
@@ -80,11 +81,13 @@ def store_limiter(request: Request) -> anyio.CapacityLimiter:
     return limiter
 
 
-def _store(url: str, payload: WebhookPayload, raw: dict[str, Any], owe_slack: bool) -> IntakeResult:
+def _store(
+    url: str, payload: WebhookPayload, raw: dict[str, Any], owe_slack: bool, target: TargetConfig
+) -> IntakeResult:
     for attempt in (1, 2):
         try:
             with session_scope(url) as session:
-                return record_notification(session, payload, raw, owe_slack=owe_slack)
+                return record_notification(session, payload, raw, owe_slack=owe_slack, target=target)
         except IntegrityError:
             # Two notifications of a new group raced; the loser now finds the winner's incident.
             if attempt == 2:
@@ -140,6 +143,7 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
             payload,
             raw,
             settings.slack_enabled,
+            settings.file_config().target,
             limiter=store_limiter(request),
         )
     except DBAPIError as exc:

@@ -158,12 +158,20 @@ def _record_new_group(session: Session, payload: WebhookPayload, raw: dict[str, 
 
 
 def record_notification(
-    session: Session, payload: WebhookPayload, raw: dict[str, Any], *, owe_slack: bool = False
+    session: Session,
+    payload: WebhookPayload,
+    raw: dict[str, Any],
+    *,
+    owe_slack: bool = False,
+    target: TargetConfig | None = None,
 ) -> IntakeResult:
     """Store the notification and its alerts; decide whether a new investigation is needed. With
     `owe_slack` (Slack is configured), a resolve notice is owed to Slack in this transaction, so
-    that the sweeper delivers it if its enqueue after the commit is lost."""
-    incident = _open_incident(session, payload.groupKey) or _early_warning_of(session, payload)
+    that the sweeper delivers it if its enqueue after the commit is lost. `target`: the config
+    file's host labels, by which an alert joins the scan's warning for its host."""
+    incident = _open_incident(session, payload.groupKey) or _early_warning_of(
+        session, payload, target or TargetConfig()
+    )
     if incident is None and payload.status == AlertStatus.RESOLVED:
         # A resolve notice for a group we already closed (or never saw firing).
         incident = _latest_incident(session, payload.groupKey)
@@ -204,10 +212,10 @@ def record_notification(
     )
 
 
-def _early_warning_of(session: Session, payload: WebhookPayload) -> Incident | None:
+def _early_warning_of(session: Session, payload: WebhookPayload, target: TargetConfig) -> Incident | None:
     """The scan's early-warning incident these alerts join (rca/store/early_warnings.py)."""
     instances = sorted({a.labels["instance"] for a in payload.alerts if a.labels.get("instance")})
-    names = TargetConfig().host_labels
+    names = target.host_labels
     hosts = sorted({host_from_label(a.labels[n]) for a in payload.alerts for n in names if a.labels.get(n)})
     fingerprints = [a.fingerprint for a in payload.alerts]
     return early_warnings.joined_incident(session, instances, hosts, fingerprints)

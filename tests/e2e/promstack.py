@@ -114,9 +114,15 @@ def start_prometheus(
     alertmanager_port: int | None,
     for_override: str | None = "0s",
     extra_rules: list[dict] | None = None,
+    only_alerts: list[dict] | None = None,
 ) -> tuple[Process, str]:
-    """Prometheus scraping the exporter, with the deploy rules (their `for:` shortened for tests)."""
+    """Prometheus scraping the exporter, with the deploy rules (their `for:` shortened for tests);
+    `only_alerts` replaces the deploy's alerting rules (its recording rules stay)."""
     rules = yaml.safe_load(RULES.read_text())
+    if only_alerts is not None:
+        for group in rules["groups"]:
+            group["rules"] = [rule for rule in group["rules"] if "alert" not in rule]
+        rules["groups"].append({"name": "test-alerts", "rules": only_alerts})
     if extra_rules:
         rules["groups"].append({"name": "test-extra", "rules": extra_rules})
     if for_override is not None:
@@ -243,8 +249,11 @@ def service_stack(
     broker_url: str,
     with_alertmanager: bool,
     extra_rules: list[dict] | None = None,
+    only_alerts: list[dict] | None = None,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[ServiceStack]:
-    """Backfill the fleet's history up to `now`, then start every part on loopback ports."""
+    """Backfill the fleet's history up to `now`, then start every part on loopback ports.
+    `settings`: RCA_* variables over the stack's own (the scan is off unless they turn it on)."""
     backfill(fleet, now, workdir / "tsdb", workdir)
     webhook_token, api_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     api_port, am_port = free_port(), free_port()
@@ -252,7 +261,12 @@ def service_stack(
     with Exporter(fleet, time.time) as exporter:
         try:
             prom, prom_url = start_prometheus(
-                workdir, exporter.port, am_port if with_alertmanager else None, extra_rules=extra_rules
+                workdir,
+                exporter.port,
+                am_port if with_alertmanager else None,
+                for_override=None if only_alerts else "0s",
+                extra_rules=extra_rules,
+                only_alerts=only_alerts,
             )
             processes.append(prom)
             env = {
@@ -266,7 +280,7 @@ def service_stack(
                 "RCA_DATA_DIR": str(workdir / "rca-data"),
                 "RCA_LOG_LEVEL": "WARNING",
                 "RCA_WORKER_METRICS_PORT": str(free_port()),  # not 9808: runs in parallel must not clash
-            }
+            } | (settings or {})
             subprocess.run(
                 [sys.executable, "-m", "rca.cli", "migrate"],
                 check=True,

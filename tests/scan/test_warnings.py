@@ -4,15 +4,20 @@ target warns again, and kept open while an SLA alert that joined it still fires.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
+from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from rca.api.app import create_app
 from rca.scan.fleet import ServingTarget
 from rca.scan.forecast import Limit, SignalForecast
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, load_memories, record
 from rca.store.db import session_scope
 from rca.store.models import Alert, Incident, Investigation, ScanTransition
+from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.service import RecordingDispatcher, make_settings
 
 TARGET = ServingTarget("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
@@ -73,3 +78,25 @@ def test_clearing_leaves_the_incident_open_while_a_joined_sla_alert_fires(pg_db:
         assert incident is not None and incident.status == "firing"
         own = session.scalars(select(Alert).where(Alert.alertname == "EarlyWarning")).one()
         assert own.status == "resolved"
+
+
+def test_an_sla_alert_naming_the_host_by_a_configured_label_joins_the_warning(pg_db: str, tmp_path: Path) -> None:
+    """The operator's `target.host_labels` decide which label names the host, at intake as everywhere:
+    an alert whose `instance` is the SLO exporter's own address but whose `kubernetes_node` is the warned
+    host joins."""
+    memory, _ = step(pg_db, TargetMemory(), ScanState.OK, ScanState.WARNING)
+    config = tmp_path / "rca.yaml"
+    config.write_text("target:\n  host_labels: [kubernetes_node, instance]\n")
+    settings = make_settings(pg_db, tmp_path, config_file=config)
+    sla = make_alert("fp-sla-node", alertname="LLMTTFTSLOBreach", instance="slo-exporter:9090", kubernetes_node="gpu-a")
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        answer = post_webhook(client, make_payload('{}:{alertname="LLMTTFTSLOBreach"}', alerts=[sla]))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["incident_id"] == memory.incident_id
+    unconfigured = make_settings(pg_db, tmp_path)  # not a host label by default: a new incident
+    other = make_alert(
+        "fp-sla-other", alertname="LLMTTFTSLOBreach", instance="slo-exporter:9090", kubernetes_node="gpu-a"
+    )
+    with TestClient(create_app(unconfigured, dispatcher=RecordingDispatcher())) as client:
+        answer = post_webhook(client, make_payload('{}:{alertname="LLMTTFTSLOBreach2"}', alerts=[other]))
+    assert answer.status_code == 200 and answer.json()["incident_id"] != memory.incident_id

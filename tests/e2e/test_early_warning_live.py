@@ -1,0 +1,127 @@
+"""The early warning, live, on real parts whose alerting rules hold only a TTFT SLO alert.
+
+Two hosts serve; on one the prefix-cache hit rate starts sliding a minute after the stack is up and
+TTFT follows. Nothing but the SLO alert is configured in Prometheus, so only the service's own fleet
+scan (in `rca worker`) can speak before it: it must warn for the sliding host, rank its cause, and
+the SLA alert that Prometheus and Alertmanager fire later must join that incident. The healthy
+neighbour is never warned about. Time is compressed (a 2-minute slide, a scan every 5 s, an SLO
+alert `for: 45s` on a 1.2 s SLO); the full-length lead times are bench/early_warning.py's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+import pytest
+from sqlalchemy import select
+
+from rca.store.db import session_scope
+from rca.store.models import ScanTarget, ScanTransition
+from tests.e2e import promstack
+from tests.e2e.scenarios import Fleet, Host
+from tests.helpers.databases import create_database, drop_database
+
+pytestmark = pytest.mark.e2e
+
+SLO_SECONDS = 1.2  # the prefix-miss engine's TTFT p95 (about 1.5 s) breaks it; the healthy one's (0.5 s) does not
+SLA_ALERT = {
+    "alert": "LLMTTFTSLOBreach",
+    "expr": f"rca:ttft_seconds:p95_rate5m > {SLO_SECONDS}",
+    "for": "45s",
+    "labels": {"severity": "critical"},
+    "annotations": {"summary": "TTFT p95 over its SLO on {{ $labels.instance }}"},
+}
+SLIDING, HEALTHY = "gpu-a:8000", "gpu-b:8000"
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, e2e_broker_url: str) -> Iterator[tuple[promstack.ServiceStack, str]]:
+    """The running stack and its database (its own: the scan's state must start empty)."""
+    workdir = tmp_path_factory.mktemp("early-warning")
+    config = workdir / "rca.yaml"
+    config.write_text(f"slo_ttft_seconds: {SLO_SECONDS}\n")
+    now = time.time()
+    fleet = Fleet(
+        [Host("gpu-a", "prefix_cache_miss", now + 60, ramp=120), Host("gpu-b", None, now + 60)],
+        start=now - 40 * 60,
+    )
+    database = create_database()
+    settings = {
+        "RCA_SCAN_ENABLED": "true",
+        "RCA_SCAN_INTERVAL_SECONDS": "5",
+        "RCA_SCAN_HISTORY_MINUTES": "30",
+        "RCA_SCAN_TREND_MINUTES": "3",
+        "RCA_SCAN_CALM_SECONDS": "60",
+        "RCA_CONFIG_FILE": str(config),
+    }
+    try:
+        with promstack.service_stack(
+            workdir,
+            fleet,
+            now,
+            database,
+            e2e_broker_url,
+            with_alertmanager=True,
+            only_alerts=[SLA_ALERT],
+            settings=settings,
+        ) as running:
+            yield running, database
+    finally:
+        drop_database(database)
+
+
+def wait_for(find: Callable[[], dict | None], timeout: float, what: str, stack: promstack.ServiceStack) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = find()
+        if found:
+            return found
+        time.sleep(2)
+    pytest.fail(f"no {what} within {timeout:.0f} s\n{stack.logs()}")
+
+
+def incidents(stack: promstack.ServiceStack, **filters: str) -> list[dict]:
+    answer = stack.get("/api/v1/incidents", limit=50, **filters)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["items"]
+
+
+def test_the_scan_warns_before_the_only_alert_and_the_alert_joins_its_incident(
+    live: tuple[promstack.ServiceStack, str],
+) -> None:
+    stack, database = live
+
+    def warned() -> dict | None:
+        return next(iter(incidents(stack, origin="early_warning")), None)
+
+    warning = wait_for(warned, 420, "early warning", stack)
+
+    def joined() -> dict | None:
+        found = stack.get(f"/api/v1/incidents/{warning['id']}").json()
+        names = {alert["alertname"] for alert in found["alerts"]}
+        done = found["investigation"] and found["investigation"]["status"] == "done"
+        return found if "LLMTTFTSLOBreach" in names and done else None
+
+    incident = wait_for(joined, 300, "SLA alert joining the warning", stack)
+
+    # The warning names the sliding host, before the SLO alert fired, and the SLA alert joined it
+    # instead of opening an incident of its own.
+    assert incident["origin"] == "early_warning"
+    alerts = {alert["alertname"]: alert for alert in incident["alerts"]}
+    assert alerts["EarlyWarning"]["labels"]["instance"] == SLIDING
+    assert alerts["LLMTTFTSLOBreach"]["labels"]["instance"] == SLIDING
+    warned_at = datetime.fromisoformat(incident["created_at"])
+    fired_at = datetime.fromisoformat(alerts["LLMTTFTSLOBreach"]["starts_at"])
+    assert warned_at < fired_at, (warned_at, fired_at)
+    assert incidents(stack, origin="alertmanager") == []
+    # The investigation ranks the cause.
+    top = incident["investigation"]["hypotheses"][0]
+    assert top["category"] == "prefix_cache_miss", incident["investigation"]["hypotheses"]
+    # The healthy neighbour was scanned all along and never warned about.
+    with session_scope(database) as session:
+        healthy = session.scalars(select(ScanTarget).where(ScanTarget.instance == HEALTHY)).one()
+        assert healthy.state == "ok" and healthy.incident_id is None
+        moves = session.scalars(select(ScanTransition.after).where(ScanTransition.instance == HEALTHY)).all()
+        assert "warning" not in moves
