@@ -261,7 +261,8 @@ def _bring_up_to_date(
                 _store_call(delivery, event, "find", earlier.read)
                 if not earlier.read.ok and earlier.read.retryable:  # else unreadable: post (at least once)
                     return _stop(settings, delivery, "find", earlier.read, incident_id, attempt)
-            if earlier.wait is not None:
+            if earlier.wait is not None:  # not in the channel yet, but its call may not have ended
+                delivery.status = DeliveryStatus.RETRYING
                 detail = "an earlier send may still be in flight"
                 return Outcome("retrying", min(earlier.wait, MAX_RETRY_DELAY), detail)
             if earlier.ts is not None:  # Slack has it: adopt it instead of posting it again

@@ -23,7 +23,7 @@ from rca.notify.service import deliver
 from rca.store import sends
 from rca.store.db import get_engine
 from rca.store.models import SlackAttempt, SlackDelivery, SlackSend
-from tests.fakes.slack import FakeSlack, Failure
+from tests.fakes.slack import Failure, FakeSlack
 from tests.helpers.databases import rows
 from tests.helpers.slack import (
     of_incident,
