@@ -54,6 +54,7 @@ TRACE_ERROR_REASONS = (*PROMETHEUS_ERROR_REASONS, "too_large")
 TRACE_BACKENDS = ("jaeger", "tempo")
 LLM_OUTCOMES = ("ok", "format_rejected", "http_status", "timeout", "connection", "bad_response")
 SLACK_OUTCOMES = {"post": "posted", "update": "updated", "reply": "replied"}
+SLACK_FOUND = "found"  # a message posted before whose record was lost, found by its key: not posted again
 SLACK_FAILURE_REASONS = ("rate_limited", "server_error", "auth", "rejected", "timeout", "network")
 # 0.1 s (a cached, Prometheus-less run) to the 5 min worst case (RCA_INVESTIGATION_TIMEOUT_SECONDS raised).
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300)
@@ -117,7 +118,7 @@ for _outcome in LLM_OUTCOMES:
     LLM_REQUESTS.labels(outcome=_outcome)
 for _kind in ("prompt", "completion"):
     LLM_TOKENS.labels(kind=_kind)
-for _outcome in SLACK_OUTCOMES.values():
+for _outcome in (*SLACK_OUTCOMES.values(), SLACK_FOUND):
     SLACK_DELIVERIES.labels(outcome=_outcome)
 for _reason in SLACK_FAILURE_REASONS:
     SLACK_FAILURES.labels(reason=_reason)

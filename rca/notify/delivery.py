@@ -11,6 +11,12 @@ Protocols followed:
 - Web API methods answer JSON `{"ok": true, ...}` or `{"ok": false, "error": "..."}`:
   https://docs.slack.dev/reference/methods/chat.postMessage, https://docs.slack.dev/reference/methods/chat.update
 - HTTP 429 carries `Retry-After` in seconds: https://docs.slack.dev/apis/web-api/rate-limits
+- a bot's message carries our key in its `metadata` (`{"event_type": ..., "event_payload": {...}}`),
+  and conversations.history / conversations.replies (scope `channels:history`) return it with
+  `include_all_metadata`, newest first / parent first, paged by `response_metadata.next_cursor`:
+  https://docs.slack.dev/messaging/message-metadata,
+  https://docs.slack.dev/reference/methods/conversations.history,
+  https://docs.slack.dev/reference/methods/conversations.replies
 
 Secrets: the webhook URL and the bot token are handed to slack_sdk only. slack_sdk logs the
 webhook URL at DEBUG, so the clients get a logger of their own that never logs below WARNING,
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,6 +59,8 @@ AUTH_ERRORS = frozenset(
     }
 )
 NETWORK_ERRORS = (OSError, SlackRequestError)  # URLError, timeouts and refused connections are OSErrors
+METADATA_EVENT = "rca_notice"  # the event_type of our messages' metadata; the payload holds the key
+FIND_PAGE_SIZE, FIND_PAGES = 200, 10  # a search reads at most 2,000 messages of the window
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,7 @@ class SendResult:
     channel: str | None = None
     ts: str | None = None
     timed_out: bool = False  # a network failure that was a timeout
+    refused: bool = False  # the connection was refused: the request never reached Slack
 
     @property
     def outcome(self) -> str:
@@ -85,6 +94,18 @@ class SendResult:
         if self.http_status in (401, 403) or self.error in AUTH_ERRORS:
             return "auth"
         return "server_error" if self.retryable else "rejected"
+
+    @property
+    def maybe_delivered(self) -> bool:
+        """Whether Slack may have acted on a call that did not succeed: no answer came (a timeout,
+        a connection lost mid-request), or a server or gateway error that can come after the
+        message was stored (500, 502, 504). A refused connection, a 503 (not served), a 429 and
+        Slack's `ok: false` answers mean it did not."""
+        if self.ok:
+            return True
+        if self.http_status is None:
+            return not self.refused
+        return self.http_status in (500, 502, 504)
 
 
 def retry_after(headers: Mapping[str, Any] | None) -> float | None:
@@ -120,15 +141,34 @@ def _network_failure(exc: BaseException) -> SendResult:
         else type(exc).__name__
     )
     timed_out = isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError)
-    return SendResult(ok=False, error=f"network error ({detail})", retryable=True, timed_out=timed_out)
+    refused = isinstance(exc, ConnectionRefusedError) or isinstance(reason, ConnectionRefusedError)
+    return SendResult(ok=False, error=f"network error ({detail})", retryable=True, timed_out=timed_out, refused=refused)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A search of a channel or thread for the message that carries one of our keys: `result` is
+    how the last read ended; `ts` and `key` the message when found; `complete` False when the
+    window held more messages than one search reads (then nobody can say it is absent)."""
+
+    result: SendResult
+    ts: str | None = None
+    key: str | None = None
+    complete: bool = True
 
 
 class Sender(Protocol):
     mode: str
 
-    def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult: ...
+    def post(
+        self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None, key: str | None = None
+    ) -> SendResult: ...
 
     def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult: ...
+
+    def find(
+        self, channel: str, keys: Collection[str], oldest: float, latest: float, thread_ts: str | None = None
+    ) -> Lookup: ...
 
 
 class WebhookSender:
@@ -140,7 +180,9 @@ class WebhookSender:
         # slack_sdk annotates `timeout` as int, but only hands it to urllib, which takes float seconds.
         self.client = WebhookClient(url, timeout=timeout, retry_handlers=[], logger=SDK_LOG)  # type: ignore[arg-type]
 
-    def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult:
+    def post(
+        self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None, key: str | None = None
+    ) -> SendResult:
         try:
             response = self.client.send(
                 text=payload["text"], blocks=payload["blocks"], unfurl_links=False, unfurl_media=False
@@ -154,6 +196,11 @@ class WebhookSender:
 
     def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult:
         raise NotImplementedError("an incoming webhook cannot edit a message")
+
+    def find(
+        self, channel: str, keys: Collection[str], oldest: float, latest: float, thread_ts: str | None = None
+    ) -> Lookup:
+        raise NotImplementedError("an incoming webhook cannot read the channel")
 
 
 class BotSender:
@@ -172,18 +219,25 @@ class BotSender:
         )
 
     def _call(self, method: str, **kwargs: Any) -> SendResult:
+        return self._answer(method, **kwargs)[0]
+
+    def _answer(self, method: str, **kwargs: Any) -> tuple[SendResult, dict[str, Any]]:
         try:
             response = getattr(self.client, method)(**kwargs)
         except SlackApiError as exc:
             data = exc.response.data if isinstance(exc.response.data, dict) else {}
-            return _http_failure(exc.response.status_code, data.get("error"), exc.response.headers)
+            return _http_failure(exc.response.status_code, data.get("error"), exc.response.headers), {}
         except NETWORK_ERRORS as exc:
-            return _network_failure(exc)
-        return SendResult(
+            return _network_failure(exc), {}
+        data = response.data if isinstance(response.data, dict) else {}
+        result = SendResult(
             ok=True, http_status=response.status_code, channel=response.get("channel"), ts=response.get("ts")
         )
+        return result, data
 
-    def post(self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None) -> SendResult:
+    def post(
+        self, channel: str | None, payload: dict[str, Any], thread_ts: str | None = None, key: str | None = None
+    ) -> SendResult:
         return self._call(
             "chat_postMessage",
             channel=channel,
@@ -192,7 +246,45 @@ class BotSender:
             thread_ts=thread_ts,
             unfurl_links=False,
             unfurl_media=False,
+            metadata={"event_type": METADATA_EVENT, "event_payload": {"key": key}} if key else None,
         )
+
+    def find(
+        self, channel: str, keys: Collection[str], oldest: float, latest: float, thread_ts: str | None = None
+    ) -> Lookup:
+        """The message carrying one of `keys` posted between `oldest` and `latest` (Unix seconds): in the
+        channel's history, or in the thread of `thread_ts`. Reads at most FIND_PAGES pages."""
+        method, where = ("conversations_replies", {"ts": thread_ts}) if thread_ts else ("conversations_history", {})
+        cursor: str | None = None
+        result = SendResult(ok=False)
+        for _ in range(FIND_PAGES):
+            result, data = self._answer(
+                method,
+                channel=channel,
+                oldest=f"{oldest:.6f}",
+                latest=f"{latest:.6f}",
+                inclusive=True,
+                include_all_metadata=True,
+                limit=FIND_PAGE_SIZE,
+                cursor=cursor,
+                **where,
+            )
+            if not result.ok:
+                return Lookup(result)
+            for message in data.get("messages") or []:
+                metadata = message.get("metadata") or {}
+                key = (metadata.get("event_payload") or {}).get("key")
+                if (
+                    metadata.get("event_type") == METADATA_EVENT
+                    and isinstance(key, str)
+                    and key in keys
+                    and message.get("ts")
+                ):
+                    return Lookup(result, ts=message["ts"], key=key)
+            cursor = (data.get("response_metadata") or {}).get("next_cursor") or None
+            if not data.get("has_more") or cursor is None:
+                return Lookup(result)
+        return Lookup(result, complete=False)
 
     def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult:
         return self._call("chat_update", channel=channel, ts=ts, text=payload["text"], blocks=payload["blocks"])

@@ -7,11 +7,13 @@ message already posted with the same change key, and sends nothing. What is sent
 derived from the row, not from the task's arguments, so any number of tasks converge on one
 message, at most one update per material change, and one resolved notice.
 
-The crash window. If the worker dies after Slack accepted a post and before the COMMIT (a few
-milliseconds: one UPDATE), the row is rolled back and the redelivered task posts again. Slack's
-chat.postMessage has no idempotency key, and closing the window would need a "sending" marker
-whose resolution either loses the page or searches channel history (another OAuth scope). We
-chose at-least-once for that window: a rare duplicate is better than an alert nobody sees.
+The crash window. If the COMMIT is lost after Slack accepted a post (the database went away, the
+worker died), the row is rolled back. In bot mode each post and thread reply is first recorded
+with a key that the message carries in its metadata, in a transaction of its own, and the next
+delivery searches the channel for that key before posting again (rca/notify/once.py): the
+message is posted once. Where the channel cannot be read (no `channels:history` scope) and with
+an incoming webhook (which cannot read at all) that window stays at-least-once: a rare duplicate
+is better than an alert nobody sees.
 
 Notices owed. The transaction that finishes an investigation (or resolves the incident at intake)
 records a notice as owed (rca/store/notices.py); each run settles it with its outcome, so that the
@@ -38,7 +40,7 @@ from rca import metrics
 from rca.config import Settings
 from rca.domain.clock import utcnow
 from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
-from rca.notify import blocks
+from rca.notify import blocks, once
 from rca.notify.delivery import Sender, SendResult, make_sender
 from rca.notify.message import IncidentMessage, change_key_of, from_incident, incident_labels
 from rca.notify.routing import route
@@ -64,8 +66,15 @@ class Outcome:
 @dataclass(frozen=True)
 class Step:
     action: str  # post | update | reply
-    send: Callable[[], SendResult]
+    send: Callable[[str | None], SendResult]  # given the key of a keyed step
     done: Callable[[SlackDelivery, SendResult], None]
+    # Bot-mode posts and replies: recorded with a key before they are sent (rca/notify/once.py).
+    channel: str | None = None
+    thread_ts: str | None = None
+
+    @property
+    def keyed(self) -> bool:
+        return self.channel is not None
 
 
 def _lock(session: Session, incident_id: int) -> SlackDelivery | None:
@@ -142,25 +151,36 @@ def _plan(
     resolved_payload = blocks.resolved_reply(message, resolved_at)
     if sender.mode == "webhook":
         if delivery.messages == 0:
-            return [Step("post", lambda: sender.post(None, blocks.render(message)), posted)]
+            return [Step("post", lambda _key: sender.post(None, blocks.render(message)), posted)]
         steps = []
         if delivery.thread_fingerprint != evidence:
             note = f"Update: re-investigation #{investigation_id} changed the evidence"
-            steps.append(Step("post", lambda: sender.post(None, blocks.render(message, note)), posted))
+            steps.append(Step("post", lambda _key: sender.post(None, blocks.render(message, note)), posted))
         elif resolved:
-            steps.append(Step("post", lambda: sender.post(None, resolved_payload), replied_resolved))
+            steps.append(Step("post", lambda _key: sender.post(None, resolved_payload), replied_resolved))
         return steps
     if delivery.ts is None or delivery.channel is None:
-        return [Step("post", lambda: sender.post(channel, blocks.render(message)), posted)]
+        first = blocks.render(message)
+        return [Step("post", lambda key: sender.post(channel, first, key=key), posted, channel=channel or "")]
     ts, where = delivery.ts, delivery.channel
     steps = []
     if delivery.fingerprint != main:
-        steps.append(Step("update", lambda: sender.update(where, ts, blocks.render(message)), updated))
+        steps.append(Step("update", lambda _key: sender.update(where, ts, blocks.render(message)), updated))
     if delivery.thread_fingerprint != evidence:
         reply = blocks.change_reply(message, investigation_id)
-        steps.append(Step("reply", lambda: sender.post(where, reply, thread_ts=ts), replied_change))
+        steps.append(
+            Step("reply", lambda key: sender.post(where, reply, ts, key), replied_change, channel=where, thread_ts=ts)
+        )
     if resolved:
-        steps.append(Step("reply", lambda: sender.post(where, resolved_payload, thread_ts=ts), replied_resolved))
+        steps.append(
+            Step(
+                "reply",
+                lambda key: sender.post(where, resolved_payload, ts, key),
+                replied_resolved,
+                channel=where,
+                thread_ts=ts,
+            )
+        )
     return steps
 
 
@@ -231,48 +251,80 @@ def _bring_up_to_date(
     last = similar.precedents(session, signature, limit=1) if signature else []
     steps = plan(from_incident(incident, investigation, settings.public_url, last[0] if last else None))
     for step in steps:
-        result = step.send()
-        delivery.attempts.append(
-            SlackAttempt(
-                at=utcnow(),
-                event=event,
-                action=step.action,
-                outcome=result.outcome,
-                http_status=result.http_status,
-                error=result.error,
-                retry_after=result.retry_after,
+        send = None
+        if step.keyed:
+            assert step.channel is not None
+            earlier = once.look_for_earlier(
+                session, settings, sender, incident_id, step.action, step.channel, step.thread_ts
             )
-        )
-        delivery.updated_at = utcnow()
-        count_slack_call(step.action, result)
+            if earlier.read is not None:
+                _store_call(delivery, event, "find", earlier.read)
+                if not earlier.read.ok and earlier.read.retryable:  # else unreadable: post (at least once)
+                    return _stop(settings, delivery, "find", earlier.read, incident_id, attempt)
+            if earlier.wait is not None:  # not in the channel yet, but its call may not have ended
+                delivery.status = DeliveryStatus.RETRYING
+                detail = "an earlier send may still be in flight"
+                return Outcome("retrying", min(earlier.wait, MAX_RETRY_DELAY), detail)
+            if earlier.ts is not None:  # Slack has it: adopt it instead of posting it again
+                metrics.SLACK_DELIVERIES.labels(outcome=metrics.SLACK_FOUND).inc()
+                step.done(delivery, SendResult(ok=True, channel=earlier.channel, ts=earlier.ts))
+                continue
+            send = once.begin(session, settings, incident_id, step.action, step.channel, step.thread_ts)
+        result = step.send(send.key if send is not None else None)
+        if send is not None:
+            once.end(session, send, result)
+        _store_call(delivery, event, step.action, result)
         if not result.ok:
-            final = not result.retryable or attempt >= settings.slack_max_attempts
-            delivery.status = DeliveryStatus.FAILED if final else DeliveryStatus.RETRYING
-            delivery.last_error = result.error
-            log.warning(
-                "slack %s for incident %s failed (%s, HTTP %s)%s",
-                step.action,
-                incident_id,
-                result.error,
-                result.http_status,
-                "" if final else f"; attempt {attempt}, will retry",
-            )
-            if final:
-                return Outcome("failed", detail=result.error or "")
-            return Outcome(
-                "retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or ""
-            )
+            return _stop(settings, delivery, step.action, result, incident_id, attempt)
         step.done(delivery, result)
     delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, None
     log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
     return Outcome("delivered", detail=", ".join(s.action for s in steps))
 
 
+def _store_call(delivery: SlackDelivery, event: str, action: str, result: SendResult) -> None:
+    """One Slack call on the delivery row (its attempts) and in the metrics."""
+    delivery.attempts.append(
+        SlackAttempt(
+            at=utcnow(),
+            event=event,
+            action=action,
+            outcome=result.outcome,
+            http_status=result.http_status,
+            error=result.error,
+            retry_after=result.retry_after,
+        )
+    )
+    delivery.updated_at = utcnow()
+    count_slack_call(action, result)
+
+
+def _stop(
+    settings: Settings, delivery: SlackDelivery, action: str, result: SendResult, incident_id: int, attempt: int
+) -> Outcome:
+    """How a run ends on a failed call: retrying (Slack's Retry-After, or backoff) or failed for good."""
+    final = not result.retryable or attempt >= settings.slack_max_attempts
+    delivery.status = DeliveryStatus.FAILED if final else DeliveryStatus.RETRYING
+    delivery.last_error = result.error
+    log.warning(
+        "slack %s for incident %s failed (%s, HTTP %s)%s",
+        action,
+        incident_id,
+        result.error,
+        result.http_status,
+        "" if final else f"; attempt {attempt}, will retry",
+    )
+    if final:
+        return Outcome("failed", detail=result.error or "")
+    return Outcome("retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or "")
+
+
 def count_slack_call(action: str, result: SendResult) -> None:
     """One Slack call in `rca_slack_deliveries_total` (what a success did) or
     `rca_slack_delivery_failures_total` (why it failed)."""
     if result.ok:
-        metrics.SLACK_DELIVERIES.labels(outcome=metrics.SLACK_OUTCOMES[action]).inc()
+        if action in metrics.SLACK_OUTCOMES:  # a read of the channel delivers nothing
+            metrics.SLACK_DELIVERIES.labels(outcome=metrics.SLACK_OUTCOMES[action]).inc()
     else:
         metrics.SLACK_FAILURES.labels(reason=result.failure_reason).inc()
 

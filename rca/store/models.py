@@ -305,6 +305,32 @@ class SlackAttempt(Base):
     delivery: Mapped[SlackDelivery] = relationship(back_populates="attempts")
 
 
+class SlackSend(Base):
+    """A message the service was about to post to Slack (bot mode), committed before the call with
+    the key that the message carries in its metadata; `outcome` stays empty until Slack's answer
+    is recorded, so an empty one after a lost commit means "look in the channel before posting
+    again" (rca/notify/once.py).
+
+    It refers to the incident, not to the delivery row: it is written while the delivery holds that
+    row locked, from a transaction of its own."""
+
+    __tablename__ = "slack_sends"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(StorableString(36))  # a uuid4, sent as the message's metadata
+    action: Mapped[str] = mapped_column(StorableString(16))  # post | reply
+    channel: Mapped[str] = mapped_column(StorableString(255))  # as asked: a name or an ID
+    thread_ts: Mapped[str | None] = mapped_column(StorableString(32))  # the parent, for a reply
+    at: Mapped[datetime] = mapped_column(UTCDateTime)  # recorded, just before the call
+    # None: unknown (Slack may have it) | posted | found | not_sent | absent | unverified
+    outcome: Mapped[str | None] = mapped_column(StorableString(16))
+    channel_id: Mapped[str | None] = mapped_column(StorableString(255))
+    ts: Mapped[str | None] = mapped_column(StorableString(32))
+
+    __table_args__ = (UniqueConstraint("key", name="uq_slack_sends_key"),)
+
+
 class IncidentDigest(Base):
     """What history search and similarity read about one incident, flattened into one row so that
     a query at a million incidents touches one table: the full-text document, the alert labels,

@@ -2,11 +2,26 @@
 payload it receives against Block Kit's limits.
 
 Web API (`POST /api/chat.postMessage`, `POST /api/chat.update`), as slack_sdk sends them (JSON,
-or form fields with `blocks` as a JSON string), with `Authorization: Bearer xoxb-...`. Answers
-HTTP 200 with `{"ok": true, "channel": ..., "ts": ..., "message": {...}}` or `{"ok": false,
-"error": "..."}`; chat.update needs the channel id and the ts that chat.postMessage returned.
+or form fields with `blocks` and `metadata` as JSON strings), with `Authorization: Bearer
+xoxb-...`. Answers HTTP 200 with `{"ok": true, "channel": ..., "ts": ..., "message": {...}}` or
+`{"ok": false, "error": "..."}`; chat.update needs the channel id and the ts that
+chat.postMessage returned. A message's `ts` is the time it was posted (seconds.microseconds,
+unique in the channel), and the message keeps the `metadata` it was posted with
+(`{"event_type": ..., "event_payload": {...}}`).
   https://docs.slack.dev/reference/methods/chat.postMessage
   https://docs.slack.dev/reference/methods/chat.update
+  https://docs.slack.dev/messaging/message-metadata
+Reading a channel (`conversations.history`) or a thread (`conversations.replies`), by GET query,
+as slack_sdk sends them, or POST form/JSON: `channel` must be a conversation ID (a `#name` is
+`channel_not_found`); `oldest`/`latest` bound the `ts` (exclusive unless `inclusive`), `limit`
+(default 100, at most 999) and `cursor` page. The answer is `{"ok": true, "messages": [...],
+"has_more": ..., "response_metadata": {"next_cursor": ...}}`: history has the channel's top-level
+messages newest first, replies the thread's parent first and then its replies oldest first. A
+message carries `metadata` only when `include_all_metadata` is set. Both need the token to have
+`channels:history`; without it `{"ok": false, "error": "missing_scope", "needed": ...,
+"provided": ...}` (`scopes` models the token's scopes).
+  https://docs.slack.dev/reference/methods/conversations.history
+  https://docs.slack.dev/reference/methods/conversations.replies
 Incoming webhook (`POST /services/T.../B.../secret`): 200 with the plain-text body `ok`;
 `invalid_payload` 400, `no_service` 404, plain-text error bodies.
   https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks
@@ -19,22 +34,26 @@ Block Kit limits: 50 blocks a message, header plain_text 150, section text 3,000
 
 from __future__ import annotations
 
-import itertools
+import base64
 import json
 import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from tests.helpers.loopback import LoopbackServer
 
 TOKEN = "xoxb-fake-secret-token-0123456789"
 WEBHOOK_PATH = "/services/T0000TEST/B0000TEST/fakeWebhookSecretXyz"
 TEXT_OBJECT_TYPES = ("plain_text", "mrkdwn")
+BOT_SCOPES = frozenset({"chat:write", "channels:history"})
+READ_METHODS = ("conversations.history", "conversations.replies")
+JSON_FIELDS = ("blocks", "metadata")  # sent as JSON strings inside form bodies
 
 
 def _text_problems(where: str, obj: Any, limit: int, kinds: tuple[str, ...] = TEXT_OBJECT_TYPES) -> list[str]:
@@ -119,24 +138,38 @@ class FakeSlack(LoopbackServer):
     down: bool = False
     delay: float = 0.0  # seconds before each answer, to make concurrent calls overlap
     arrived: int = 0  # requests read so far, answered or not (a test can wait for one in flight)
+    scopes: frozenset[str] = BOT_SCOPES  # what the bot token was granted
+    # Called with (method, answer) once a Web API method succeeded, before the answer is sent: a
+    # test strikes a fault at the moment Slack has accepted a message and the sender not yet heard.
+    on_accepted: Callable[[str, dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         self._failures: deque[Failure] = deque()
-        self._ts = itertools.count(1)
+        self._last_ts = 0.0
         self._lock = threading.Lock()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                self._serve(self.rfile.read(int(self.headers.get("content-length") or 0)))
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                self._serve(None)
+
+            def _serve(self, body: bytes | None) -> None:
                 with fake._lock:
                     fake.arrived += 1
                 time.sleep(fake.delay)
+                path = urlsplit(self.path).path
                 status, headers, answer, payload = fake.answer(self.path, dict(self.headers), body)
+                if fake.on_accepted is not None and status == 200 and path.startswith("/api/"):
+                    result = json.loads(answer)
+                    if result.get("ok"):
+                        fake.on_accepted(path.removeprefix("/api/"), result)
                 # Recorded before answering: a sender that saw the answer may already have said so
                 # in Postgres, and a test that reads that must find the request here too.
                 with fake._lock:
-                    fake.received.append(Received(time.monotonic(), self.path, payload, status, answer))
+                    fake.received.append(Received(time.monotonic(), path, payload, status, answer))
                 data = answer.encode()
                 self.send_response(status)
                 for name, value in headers.items():
@@ -160,7 +193,7 @@ class FakeSlack(LoopbackServer):
             self.messages.clear()
             self._failures.clear()
             self.arrived = 0
-        self.down, self.delay = False, 0.0
+        self.down, self.delay, self.scopes, self.on_accepted = False, 0.0, BOT_SCOPES, None
 
     def fail_next(self, *failures: Failure) -> None:
         self._failures.extend(failures)
@@ -189,10 +222,16 @@ class FakeSlack(LoopbackServer):
     def webhook_posts(self) -> list[Received]:
         return self.calls(WEBHOOK_PATH)
 
+    def reads(self) -> list[Received]:
+        """conversations.history and conversations.replies calls, answered or not."""
+        return [r for r in self.received if r.path.removeprefix("/api/") in READ_METHODS]
+
     # ------------------------------------------------------------------ the protocol
 
-    def answer(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], str, dict]:
-        payload = self._parse(headers, body)
+    def answer(self, path: str, headers: dict[str, str], body: bytes | None) -> tuple[int, dict[str, str], str, dict]:
+        url = urlsplit(path)
+        path = url.path
+        payload = self._parse(headers, body) if body is not None else self._query(url.query)
         api = path.startswith("/api/")
         plain = {"Content-Type": "text/html"}  # what hooks.slack.com sends with its string bodies
         jsonh = {"Content-Type": "application/json; charset=utf-8"}
@@ -212,7 +251,7 @@ class FakeSlack(LoopbackServer):
                 if api
                 else (400, plain, "invalid_payload", {})
             )
-        problems = block_kit_problems(payload)
+        problems = [] if path.removeprefix("/api/") in READ_METHODS else block_kit_problems(payload)
         if problems:
             self.problems += problems
             return (
@@ -227,13 +266,25 @@ class FakeSlack(LoopbackServer):
         if headers.get("Authorization") != f"Bearer {TOKEN}":
             return 200, jsonh, json.dumps({"ok": False, "error": "invalid_auth"}), payload
         method = path.removeprefix("/api/")
-        result = (
-            self._post(payload)
-            if method == "chat.postMessage"
-            else self._update(payload)
-            if method == "chat.update"
-            else {"ok": False, "error": "unknown_method"}
-        )
+        handlers = {
+            "chat.postMessage": self._post,
+            "chat.update": self._update,
+            "conversations.history": self._history,
+            "conversations.replies": self._replies,
+        }
+        needed = "channels:history" if method in READ_METHODS else "chat:write"
+        if method not in handlers:
+            result = {"ok": False, "error": "unknown_method"}
+        elif needed not in self.scopes:
+            result = {
+                "ok": False,
+                "error": "missing_scope",
+                "needed": needed,
+                "provided": ",".join(sorted(self.scopes)),
+            }
+        else:
+            with self._lock:
+                result = handlers[method](payload)
         return 200, jsonh, json.dumps(result), payload
 
     @staticmethod
@@ -243,12 +294,18 @@ class FakeSlack(LoopbackServer):
             if kind.startswith("application/json"):
                 data = json.loads(body)
                 return data if isinstance(data, dict) else None
-            form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
-            if "blocks" in form:
-                form["blocks"] = json.loads(form["blocks"])
+            form: dict[str, Any] = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+            for name in JSON_FIELDS:
+                if name in form:
+                    form[name] = json.loads(form[name])
             return form
         except (ValueError, UnicodeDecodeError):
             return None
+
+    @staticmethod
+    def _query(query: str) -> dict[str, Any]:
+        """A GET's arguments, as slack_sdk sends conversations.history and .replies."""
+        return {k: v[0] for k, v in parse_qs(query).items()}
 
     @staticmethod
     def channel_id(channel: str) -> str:
@@ -263,7 +320,16 @@ class FakeSlack(LoopbackServer):
         thread_ts = payload.get("thread_ts")
         if thread_ts and (channel, thread_ts) not in self.messages:
             return {"ok": False, "error": "thread_not_found"}
-        ts = f"1700000000.{next(self._ts):06d}"
+        metadata = payload.get("metadata")
+        if metadata is not None and not (
+            isinstance(metadata, dict)
+            and isinstance(metadata.get("event_type"), str)
+            and isinstance(metadata.get("event_payload"), dict)
+        ):
+            return {"ok": False, "error": "invalid_metadata_format"}
+        ts = self._next_ts()
+        if thread_ts:  # a parent shows that it has a thread
+            self.messages[(channel, thread_ts)]["thread_ts"] = thread_ts
         message = {
             "type": "message",
             "text": payload.get("text", ""),
@@ -271,9 +337,90 @@ class FakeSlack(LoopbackServer):
             "ts": ts,
             "bot_id": "B0FAKE",
             **({"thread_ts": thread_ts} if thread_ts else {}),
+            **({"metadata": metadata} if metadata is not None else {}),
         }
         self.messages[(channel, ts)] = message
-        return {"ok": True, "channel": channel, "ts": ts, "message": message}
+        return {"ok": True, "channel": channel, "ts": ts, "message": self._shown(message, True)}
+
+    def _next_ts(self) -> str:
+        """The time now as Slack writes a message's ts, one microsecond on if that one is taken."""
+        self._last_ts = max(round(time.time(), 6), round(self._last_ts + 0.000001, 6))
+        return f"{self._last_ts:.6f}"
+
+    @staticmethod
+    def _shown(message: dict[str, Any], metadata: bool) -> dict[str, Any]:
+        return message if metadata else {k: v for k, v in message.items() if k != "metadata"}
+
+    def _window(self, payload: dict[str, Any]) -> tuple[Callable[[str], bool], int, int] | dict[str, Any]:
+        """The ts filter, the page size and the offset of a read; or Slack's error about them."""
+        inclusive = str(payload.get("inclusive", "")).lower() in ("1", "true")
+        try:
+            oldest = float(payload.get("oldest") or 0)
+        except ValueError:
+            return {"ok": False, "error": "invalid_ts_oldest"}
+        try:
+            latest = float(payload.get("latest") or time.time() + 1)
+        except ValueError:
+            return {"ok": False, "error": "invalid_ts_latest"}
+        try:
+            limit = min(max(int(payload.get("limit") or 100), 1), 999)
+        except ValueError:
+            return {"ok": False, "error": "invalid_limit"}
+        offset = 0
+        if payload.get("cursor"):
+            try:
+                offset = int(base64.b64decode(str(payload["cursor"]), validate=True).decode().removeprefix("offset:"))
+            except ValueError:
+                return {"ok": False, "error": "invalid_cursor"}
+
+        def within(ts: str) -> bool:
+            t = float(ts)
+            return (oldest <= t <= latest) if inclusive else (oldest < t < latest)
+
+        return within, limit, offset
+
+    @staticmethod
+    def _page(messages: list[dict[str, Any]], limit: int, offset: int, metadata: bool) -> dict[str, Any]:
+        page = messages[offset : offset + limit]
+        more = offset + limit < len(messages)
+        cursor = base64.b64encode(f"offset:{offset + limit}".encode()).decode() if more else ""
+        return {
+            "ok": True,
+            "messages": [FakeSlack._shown(m, metadata) for m in page],
+            "has_more": more,
+            "pin_count": 0,
+            "response_metadata": {"next_cursor": cursor},
+        }
+
+    def _history(self, payload: dict[str, Any]) -> dict[str, Any]:
+        channel = str(payload.get("channel") or "")
+        window = self._window(payload)
+        if isinstance(window, dict):
+            return window
+        if not channel.startswith("C"):
+            return {"ok": False, "error": "channel_not_found"}  # a name is not an ID
+        within, limit, offset = window
+        found = [
+            m for (c, ts), m in self.messages.items() if c == channel and m.get("thread_ts", ts) == ts and within(ts)
+        ]
+        found.sort(key=lambda m: float(m["ts"]), reverse=True)  # newest first
+        metadata = str(payload.get("include_all_metadata", "")).lower() in ("1", "true")
+        return self._page(found, limit, offset, metadata)
+
+    def _replies(self, payload: dict[str, Any]) -> dict[str, Any]:
+        channel, parent_ts = str(payload.get("channel") or ""), str(payload.get("ts") or "")
+        window = self._window(payload)
+        if isinstance(window, dict):
+            return window
+        parent = self.messages.get((channel, parent_ts))
+        if parent is None:
+            return {"ok": False, "error": "thread_not_found"}
+        within, limit, offset = window
+        thread = [m for (c, ts), m in self.messages.items() if c == channel and m.get("thread_ts") == parent_ts]
+        thread = [m for m in thread if m["ts"] != parent_ts and within(m["ts"])]
+        thread.sort(key=lambda m: float(m["ts"]))  # the parent, then its replies oldest first
+        metadata = str(payload.get("include_all_metadata", "")).lower() in ("1", "true")
+        return self._page([parent, *thread], limit, offset, metadata)
 
     def _update(self, payload: dict[str, Any]) -> dict[str, Any]:
         key = (payload.get("channel", ""), payload.get("ts", ""))

@@ -6,7 +6,9 @@ once, posted once, nothing half-stored, and no process restarted."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 from tests.faults.stack import FaultStack
 from tests.faults.workers import running
@@ -39,3 +41,27 @@ def test_postgres_down_mid_burst_and_mid_investigation_loses_nothing(stack: Faul
     assert report.clean, report.problems()
     assert stack.serve is not None and stack.serve.poll() is None  # rca serve recovered by itself
     assert worker.process.poll() is None
+
+
+def test_postgres_lost_the_moment_slack_accepted_a_post_posts_it_once(stack: FaultStack, worker: Worker) -> None:
+    """The duplicate the fault bench found: PostgreSQL stops right after Slack accepted a message and
+    before the delivery recorded it. The send was committed with its key before the post, so the
+    retried delivery finds the message in the channel's history and posts nothing new."""
+    warm = stack.send("pg-slack-warm", 1)  # one post to the channel by name tells its ID
+    stack.settle(warm, 60, f"the first post\n{worker.output()}")
+    struck = threading.Event()
+
+    def stop_postgres(method: str, answer: dict[str, Any]) -> None:
+        if method == "chat.postMessage" and not answer["message"].get("thread_ts") and not struck.is_set():
+            struck.set()
+            stack.postgres.stop()  # before the sender hears Slack's answer
+
+    stack.slack.on_accepted = stop_postgres
+    burst = stack.send("pg-slack", 3)
+    wait_for(struck.is_set, 60, f"a post to strike at\n{worker.output()}")
+    time.sleep(OUTAGE)
+    stack.postgres.start()
+    stack.resend_refused(burst)
+    report = stack.settle(burst, 120, f"the alerts of the outage at the post\n{worker.output()}")
+    assert report.clean, report.problems()
+    assert stack.slack.reads(), "the lost post was not looked for"

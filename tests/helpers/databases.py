@@ -21,7 +21,7 @@ PG_ADMIN_URL = os.environ.get("TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@
 CLOSED_PORT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
 # Children first, so that deleting on SQLite never trips a foreign key.
 TABLES = ("evidence_series", "hypotheses", "findings", "notifications", "alerts", "investigations", "incidents")
-SLACK_TABLES = ("slack_attempts", "slack_deliveries")  # emptied too, before the incidents they point at
+SLACK_TABLES = ("slack_attempts", "slack_deliveries", "slack_sends")  # emptied too, before the incidents they point at
 # Tables that hang off no incident and so survive a cascade from `incidents`.
 STANDALONE_TABLES = ("api_tokens",)
 MODELS = {

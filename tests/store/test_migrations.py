@@ -33,6 +33,7 @@ APP_TABLES = {
     "hypotheses",
     "slack_deliveries",
     "slack_attempts",
+    "slack_sends",
     "incident_digests",
     "feedback",
     "api_tokens",
