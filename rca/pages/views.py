@@ -24,9 +24,19 @@ class Event:
 
 
 def _warned_at(incident: IncidentOut) -> datetime:
-    """When the scan warned: its incident opened then (the warning's own alert starts when the
-    signals started moving, which is earlier)."""
+    """When the scan warned: its incident opened then."""
     return incident.created_at
+
+
+def _moving_since(transitions: list[ScanTransition]) -> datetime | None:
+    """When the signals of the first warning started to leave their normal range, as the scan
+    stored it in that transition's figures."""
+    for move in transitions:
+        if move.after == "warning":
+            signals = move.figures.get("signals") or []
+            moving = [s["moving_since"] for s in signals if s.get("departed") and s.get("moving_since") is not None]
+            return datetime.fromtimestamp(min(moving), UTC) if moving else None
+    return None
 
 
 def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: list[ScanTransition]) -> list[Event]:
@@ -37,7 +47,9 @@ def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: li
     for alert in incident.alerts:
         name = alert.alertname or alert.fingerprint
         if warning and alert.alertname == early_warning.ALERTNAME:
-            events.append(Event(alert.starts_at, "signals started moving", name))
+            moving = _moving_since(transitions)
+            if moving is not None:
+                events.append(Event(moving, "signals started moving", name))
         elif warning:
             lead = early_warning.lead(alert.starts_at, _warned_at(incident))
             events.append(Event(alert.starts_at, "SLA alert fired", f"{name}, {lead} the early warning"))

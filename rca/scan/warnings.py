@@ -86,11 +86,6 @@ def _labels(target: ServingTarget) -> dict[str, str]:
     return labels | ({"job": target.job} if target.job else {})
 
 
-def _started(assessment: Assessment) -> datetime:
-    moving = [s.moving_since for s in assessment.signals if s.departed and s.moving_since is not None]
-    return datetime.fromtimestamp(min(moving, default=assessment.at), UTC)
-
-
 def _open_incident(session: Session, target: ServingTarget, assessment: Assessment, text: str) -> Incident:
     labels = _labels(target)
     annotations = {"summary": text}
@@ -117,7 +112,10 @@ def _open_incident(session: Session, target: ServingTarget, assessment: Assessme
             status=AlertStatus.FIRING,
             labels=labels,
             annotations=annotations,
-            starts_at=_started(assessment),
+            # When the scan warned, as Prometheus dates an alert from when it fired: the
+            # investigation's "now" starts there (rca/signals/findings.current_since), so it judges
+            # the signals as the scan did; when they started moving is in the summary and figures.
+            starts_at=datetime.fromtimestamp(assessment.at, UTC),
             raw={},
             first_seen_at=now,
             last_seen_at=now,

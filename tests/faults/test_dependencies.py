@@ -46,9 +46,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 @pytest.fixture(scope="module")
 def healthy(stack: Stack) -> list[dict]:
     """Investigations with every dependency healthy: what a fault must change is there. (The stub
-    Prometheus has no pod, so a pod-scoped signal is missing even then.)"""
+    Prometheus has no pod, so a pod-scoped signal is missing even then.) Their Slack messages are
+    read here, before any test's `heal` clears what the fake Slack received."""
     heal(stack)
-    return run(stack, "healthy")
+    return [found | {"slack_text": posted_once(stack, found["accepted"])} for found in run(stack, "healthy")]
 
 
 @pytest.fixture
@@ -116,8 +117,7 @@ def test_healthy_dependencies_give_the_llm_answer_with_metrics_and_traces(deps: 
         assert investigation["error"] is None and missing(investigation) == BASELINE_MISSING
         [trace] = [f for f in investigation["findings"] if f["id"] == TRACE_KEY]
         assert trace["status"] == "ok", trace["detail"]
-        text = posted_once(deps, found["accepted"])
-        assert "Written by model" in text and "fallback" not in text
+        assert "Written by model" in found["slack_text"] and "fallback" not in found["slack_text"]
 
 
 @pytest.mark.parametrize("fault", FAULTS)

@@ -96,7 +96,11 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         assert incident is not None and incident.origin == "early_warning" and incident.status == "firing"
         assert incident.common_labels["instance"] == "gpu-a:8000"
         assert incident.common_annotations["summary"].startswith("Early warning")
-        assert incident.alerts[0].starts_at.timestamp() < first_warning  # when the signals started moving
+        # The warning's alert starts when the scan warned (as Prometheus dates an alert from when it
+        # fired); when the signals started moving, earlier, is in the warning's figures.
+        assert incident.alerts[0].starts_at.timestamp() == pytest.approx(first_warning)
+        signals = transitions[-1].figures["signals"]
+        assert min(s["moving_since"] for s in signals if s["departed"] and s["moving_since"]) < first_warning
         queued = list(session.scalars(select(Investigation.id).where(Investigation.incident_id == incident.id)))
         assert queued == enqueued and len(queued) == 1
         hits, _, _ = search(session, filters=IncidentFilter(origin="early_warning"), sort="time", limit=10)
