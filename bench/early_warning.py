@@ -1,10 +1,13 @@
 """Early-warning bench: how long before the SLA alert the fleet scan warns, on a long synthetic
 history in a real Prometheus, and how often it warns for nothing (issue 17's numbers).
 
-    PATH=/path/to/prometheus/bin:$PATH .venv/bin/python bench/early_warning.py --seed 2
+    PATH=/path/to/prometheus/bin:$PATH .venv/bin/python bench/early_warning.py --seed 3
 
     .venv/bin/python bench/early_warning.py --seed 1 --data /tmp/ew-seed1   # keep the TSDB and the scans
     .venv/bin/python bench/early_warning.py --hosts 16 --days 2 --interval 30 --json
+
+About 15 min on 2 cores with the defaults (simulation 2 min, promtool 2-3 min, the scan replayed
+2,881 times 8-10 min). Seed 1 tuned the policy; seed 3 is held out (docs/early_warning.md).
 
 Writes the fleet of `bench/early_warning_fleet.py` (vLLM V1 engines as queueing models: diurnal
 traffic, noise, deploy restarts, one busy-but-steady host, faults that develop over 10-30 min on
@@ -251,7 +254,7 @@ def _print(figures: dict, runtime: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seed", type=int, default=2, help="history seed (1 was the tuning seed)")
+    parser.add_argument("--seed", type=int, default=3, help="history seed (1 was the tuning seed, 3 held out)")
     parser.add_argument("--hosts", type=int, default=16)
     parser.add_argument("--days", type=int, default=2, help="days of history; the first is the baseline's")
     parser.add_argument("--interval", type=float, default=30.0, help="scan interval of the backtest, seconds")

@@ -18,7 +18,8 @@ that waited as long as the SLA alert's own `for:` would tell nothing new (`slo_s
 by default). The early signals of a target whose engine started less than `warmup_seconds` ago
 are held (`Assessment.started_at`): a restart empties the prefix cache and the queue and its
 rates and trend window straddle two processes, so a cold cache after a deploy is not a
-degradation; its TTFT still counts. Every
+degradation; its TTFT still counts. The queue, and a signal whose own normal level is already
+beyond its threshold, count only once TTFT feels them (`Assessment.ttft_felt`). Every
 leaving of a state waits for a streak or a calm period, so a target hovering at a threshold does
 not flap, and a target has at most one warning open (the scan stores it with its incident).
 Pure: no clock, no database; `rca.scan.warnings` stores what it returns.
@@ -30,9 +31,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from rca.scan.forecast import SignalForecast, SloForecast
+from rca.signals.findings import COMPARE
 from rca.signals.slo import DEPTH_SIGNAL, TTFT_SIGNAL
 
-QUEUE_FELT_SHARE = 0.25  # of TTFT's headroom to its SLO a deeper queue must have taken to count
+TTFT_FELT_SHARE = 0.25  # of TTFT's headroom to its SLO a signal that needs TTFT's word must have taken
 
 
 class ScanState(StrEnum):
@@ -77,16 +79,22 @@ class Assessment:
 
     @property
     def early_degrading(self) -> list[SignalForecast]:
-        """The early signals degrading; the queue only once TTFT feels it (`queue_felt`)."""
-        felt = self.queue_felt
-        return [s for s in self.degrading if s.limit.signal != TTFT_SIGNAL and (felt or s.limit.signal != DEPTH_SIGNAL)]
+        """The early signals degrading. Two count only once TTFT feels them (`ttft_felt`): the
+        queue (waiting requests hurt only through the time they wait, which TTFT measures) and a
+        signal whose own normal level is already beyond its threshold (a host that lives there:
+        the threshold tells nothing about it, and a small departure of a busy host is noise
+        until TTFT shows otherwise)."""
+        felt = self.ttft_felt
+        return [
+            s
+            for s in self.degrading
+            if s.limit.signal != TTFT_SIGNAL and (felt or (s.limit.signal != DEPTH_SIGNAL and not _lives_beyond(s)))
+        ]
 
     @property
-    def queue_felt(self) -> bool:
-        """Whether TTFT has risen from its own normal by QUEUE_FELT_SHARE of its headroom to the
-        SLO (True without TTFT to tell). Waiting requests hurt only through the time they wait,
-        which TTFT measures, so a queue deeper than usual that TTFT barely feels is a busy host,
-        not a degradation; the SLO sets what "barely" is."""
+    def ttft_felt(self) -> bool:
+        """Whether TTFT has risen from its own normal by TTFT_FELT_SHARE of its headroom to the
+        SLO (True without TTFT to tell): the SLO sets how much of a rise matters."""
         ttft = next((s for s in self.signals if s.limit.signal == TTFT_SIGNAL), None)
         if ttft is None:
             return True
@@ -94,7 +102,7 @@ class Assessment:
             return False
         if ttft.baseline is None or ttft.baseline >= ttft.limit.threshold:
             return True
-        return ttft.current - ttft.baseline >= QUEUE_FELT_SHARE * (ttft.limit.threshold - ttft.baseline)
+        return ttft.current - ttft.baseline >= TTFT_FELT_SHARE * (ttft.limit.threshold - ttft.baseline)
 
     @property
     def degrading(self) -> list[SignalForecast]:
@@ -116,6 +124,13 @@ class Assessment:
             and probability >= policy.slo_probability
             and bool(self.degrading or self.crossing(policy.horizon_seconds))
         )
+
+
+def _lives_beyond(signal: SignalForecast) -> bool:
+    """Its own normal level is already beyond its threshold (a busy host's CPU, say)."""
+    if signal.baseline is None:
+        return False
+    return COMPARE[signal.limit.comparison](signal.baseline, signal.limit.threshold)
 
 
 @dataclass(frozen=True)

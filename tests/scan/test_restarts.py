@@ -3,7 +3,6 @@ restarted target's early signals held by the states while a long-running one's a
 
 from __future__ import annotations
 
-import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,12 +29,7 @@ def test_a_restarted_target_is_told_apart_and_its_cold_cache_does_not_warn(tmp_p
         lines.append(f'process_start_time_seconds{{instance="new:8000",job="vllm"}} {start} {ts}')
     source = tmp_path / "history.om"
     source.write_text("\n".join(lines) + "\n# EOF\n")
-    subprocess.run(
-        [promstack.PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(tmp_path / "tsdb")],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    promstack.blocks_from(source, tmp_path / "tsdb", timeout=120)
     proc, url = promstack.start_prometheus(tmp_path, promstack.free_port(), None)
     try:
         settings = Settings(prometheus_url=url)

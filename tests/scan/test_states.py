@@ -127,3 +127,17 @@ def test_a_deeper_queue_counts_only_once_ttft_has_felt_a_share_of_its_headroom()
     assert ScanState.WARNING not in states_of(scans(0.9))  # TTFT up, but by 0.15 s of its 1.25 s headroom
     assert states_of(scans(1.2))[2] == ScanState.WARNING  # up by more than a quarter of it
     assert states_of([Assessment(at=30.0 * i, signals=[signal(6.0)]) for i in range(3)])[2] == ScanState.WARNING
+
+
+def test_a_host_living_beyond_a_threshold_warns_on_that_signal_only_once_ttft_feels_it() -> None:
+    cpu = Limit("cpu_bound_ratio", "CPU-bound ratio", "ratio", ">", 0.82)
+    busy = SignalForecast(cpu, "test", 0.93, 0.88, 0.0, None, True, True, 0.0)  # 0.88 is its normal
+    crossing = SignalForecast(cpu, "test", 0.86, 0.55, 0.0, None, True, True, 0.0)  # 0.55 is its normal
+
+    def scans(cpu_now: SignalForecast, ttft_now: float) -> list[Assessment]:
+        ttft = SignalForecast(TTFT, "test", ttft_now, 0.4, 0.0, None, False, ttft_now > 0.45, None)
+        return [Assessment(at=30.0 * i, signals=[cpu_now, ttft]) for i in range(3)]
+
+    assert ScanState.WARNING not in states_of(scans(busy, 0.4))
+    assert states_of(scans(busy, 0.9))[2] == ScanState.WARNING  # TTFT up by 0.5 s of its 1.6 s headroom
+    assert states_of(scans(crossing, 0.4))[2] == ScanState.WARNING  # the threshold means something here
