@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 
 from rca.config import Settings
 from rca.scan.fleet import FleetSource
+from rca.scan.restarts import started, with_starts
 from rca.scan.scanner import Scanner
 from rca.scan.service import policy_of
-from rca.scan.states import Assessment, ScanState, TargetMemory, advance
+from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, advance
 from rca.signals.slo import TTFT_SIGNAL
 
 
@@ -75,28 +76,48 @@ def _ttft_breached(assessment: Assessment) -> bool:
     return any(s.limit.signal == TTFT_SIGNAL and s.breached for s in assessment.signals)
 
 
-def backtest(
+@dataclass(frozen=True)
+class Frame:
+    """One scan of the history: its time and every target's assessment."""
+
+    at: float
+    assessments: dict[str, Assessment]
+
+
+def scan_frames(
     settings: Settings,
     source: FleetSource,
     start: datetime,
     end: datetime,
-    target: str | None = None,
     progress: Callable[[int], None] | None = None,
-) -> BacktestResult:
-    """Scan every RCA_SCAN_INTERVAL_SECONDS of [start, end]; `target` keeps one instance."""
+) -> list[Frame]:
+    """The scan at every RCA_SCAN_INTERVAL_SECONDS of [start, end]: the slow half of a backtest
+    (Prometheus), kept apart so that a policy can be replayed over the same scans (`replay`)."""
     scanner = Scanner(settings, source)
-    policy = policy_of(settings)
     step = timedelta(seconds=settings.scan_interval_seconds)
-    memories: dict[str, TargetMemory] = {}
-    open_warning: dict[str, Episode] = {}
-    last_breached: dict[str, float] = {}
-    result = BacktestResult(start=start.timestamp(), end=end.timestamp(), scans=0, targets=0)
-    seen: set[str] = set()
+    frames: list[Frame] = []
     at = start
     while at <= end:
         report = scanner.scan(at)
-        result.scans += 1
-        for instance, assessment in report.assessments.items():
+        assessments = with_starts(report.assessments, started(source, at)) if report.targets else {}
+        frames.append(Frame(at.timestamp(), assessments))
+        if progress:
+            progress(len(frames))
+        at += step
+    return frames
+
+
+def replay(frames: list[Frame], policy: Policy, target: str | None = None) -> BacktestResult:
+    """The states, warnings and breaches of these scans under `policy`; pure and fast (no
+    Prometheus), for tuning. `target` keeps one instance."""
+    memories: dict[str, TargetMemory] = {}
+    open_warning: dict[str, Episode] = {}
+    last_breached: dict[str, float] = {}
+    start = frames[0].at if frames else 0.0
+    result = BacktestResult(start=start, end=frames[-1].at if frames else start, scans=len(frames), targets=0)
+    seen: set[str] = set()
+    for frame in frames:
+        for instance, assessment in frame.assessments.items():
             if target and instance != target:
                 continue
             seen.add(instance)
@@ -116,10 +137,21 @@ def backtest(
                     lead = now - warned if warned is not None else None
                     result.breaches.append(Verdict(instance, now, warned, lead))
                 last_breached[instance] = now
-        if progress:
-            progress(result.scans)
-        at += step
     result.targets = len(seen)
     breached_during = {(b.instance, b.warned_at) for b in result.breaches if b.warned_at is not None}
     result.false_warnings = [w for w in result.warnings if (w.instance, w.start) not in breached_during]
+    return result
+
+
+def backtest(
+    settings: Settings,
+    source: FleetSource,
+    start: datetime,
+    end: datetime,
+    target: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BacktestResult:
+    """Scan every RCA_SCAN_INTERVAL_SECONDS of [start, end]; `target` keeps one instance."""
+    result = replay(scan_frames(settings, source, start, end, progress), policy_of(settings), target)
+    result.start, result.end = start.timestamp(), end.timestamp()
     return result

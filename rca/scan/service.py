@@ -10,6 +10,7 @@ from datetime import datetime
 
 from rca import metrics
 from rca.config import Settings
+from rca.scan.restarts import started, with_starts
 from rca.scan.scanner import Scanner, ScanReport, prometheus_fleet_source
 from rca.scan.states import Policy, TargetMemory, advance
 from rca.scan.warnings import Actions, load_memories, record
@@ -24,6 +25,8 @@ def policy_of(settings: Settings) -> Policy:
         sustain=settings.scan_sustain_scans,
         calm_seconds=settings.scan_calm_seconds,
         slo_probability=settings.scan_slo_probability,
+        slo_sustain=settings.scan_slo_sustain_scans,
+        warmup_seconds=settings.scan_warmup_seconds,
     )
 
 
@@ -42,6 +45,8 @@ class EarlyWarnings:
     def tick(self, at: datetime) -> tuple[ScanReport, Actions]:
         """One scan at `at`; transitions stored in one transaction."""
         report = self.scanner.scan(at)
+        if report.targets:
+            report.assessments = with_starts(report.assessments, started(self.scanner.source, at))
         policy = policy_of(self.settings)
         actions = Actions()
         url = self.settings.effective_database_url

@@ -1,15 +1,25 @@
 """A target's early-warning state, moved by each scan's assessment with hysteresis.
 
     ok --(a signal forecast to cross within the horizon, or degrading)--> watch
-    watch --(degrading for `sustain` scans in a row, or P(SLO breach) >= `slo_probability`
-             with a crossing forecast)--> warning
+    watch --(an early signal degrading for `sustain` scans in a row, TTFT beyond its SLO for
+             `slo_sustain` scans, or P(SLO breach) >= `slo_probability` with a crossing
+             forecast)--> warning
     watch --(calm for `calm_seconds`)--> ok
     warning --(calm for `calm_seconds`)--> cleared
     cleared --(degrading for `sustain` scans again)--> warning (the same incident, reopened)
     cleared --(calm for another `calm_seconds`)--> ok
 
 "Degrading" is a signal beyond its threshold and away from the target's own normal level
-(`SignalForecast.degrading`); "calm" is no signal degrading and none forecast to cross. Every
+(`SignalForecast.degrading`); "calm" is no signal degrading and none forecast to cross.
+
+TTFT against its SLO is not held as long as the early signals: its p95 is already a quantile
+over five minutes of requests, so once it is beyond the SLO the users feel it, and a warning
+that waited as long as the SLA alert's own `for:` would tell nothing new (`slo_sustain`, 1 scan
+by default). The early signals of a target whose engine started less than `warmup_seconds` ago
+are held (`Assessment.started_at`): a restart empties the prefix cache and the queue and its
+rates and trend window straddle two processes, so a cold cache after a deploy is not a
+degradation; its TTFT still counts. The queue, and a signal whose own normal level is already
+beyond its threshold, count only once TTFT feels them (`Assessment.ttft_felt`). Every
 leaving of a state waits for a streak or a calm period, so a target hovering at a threshold does
 not flap, and a target has at most one warning open (the scan stores it with its incident).
 Pure: no clock, no database; `rca.scan.warnings` stores what it returns.
@@ -21,6 +31,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from rca.scan.forecast import SignalForecast, SloForecast
+from rca.signals.findings import COMPARE
+from rca.signals.slo import DEPTH_SIGNAL, TTFT_SIGNAL
+
+TTFT_FELT_SHARE = 0.25  # of TTFT's headroom to its SLO a signal that needs TTFT's word must have taken
 
 
 class ScanState(StrEnum):
@@ -36,6 +50,8 @@ class Policy:
     sustain: int = 3
     calm_seconds: float = 300.0
     slo_probability: float = 0.8
+    slo_sustain: int = 1  # scans TTFT must stay beyond its SLO (its p95 is already over 5 minutes)
+    warmup_seconds: float = 900.0  # early signals of a target started this recently are held
 
 
 @dataclass(frozen=True)
@@ -45,6 +61,48 @@ class Assessment:
     at: float
     signals: list[SignalForecast]
     slo: SloForecast | None = None
+    started_at: float | None = None  # its engine process's start, when known (`rca.scan.restarts`)
+
+    def warming_up(self, policy: Policy) -> bool:
+        return self.started_at is not None and self.at - self.started_at < policy.warmup_seconds
+
+    def held(self, policy: Policy) -> Assessment:
+        """What the policy judges: only TTFT while the target warms up after a restart."""
+        if not self.warming_up(policy):
+            return self
+        return replace(self, signals=[s for s in self.signals if s.limit.signal == TTFT_SIGNAL])
+
+    @property
+    def ttft_breached(self) -> bool:
+        """TTFT beyond its SLO and away from its own normal level."""
+        return any(s.limit.signal == TTFT_SIGNAL for s in self.degrading)
+
+    @property
+    def early_degrading(self) -> list[SignalForecast]:
+        """The early signals degrading. Two count only once TTFT feels them (`ttft_felt`): the
+        queue (waiting requests hurt only through the time they wait, which TTFT measures) and a
+        signal whose own normal level is already beyond its threshold (a host that lives there:
+        the threshold tells nothing about it, and a small departure of a busy host is noise
+        until TTFT shows otherwise)."""
+        felt = self.ttft_felt
+        return [
+            s
+            for s in self.degrading
+            if s.limit.signal != TTFT_SIGNAL and (felt or (s.limit.signal != DEPTH_SIGNAL and not _lives_beyond(s)))
+        ]
+
+    @property
+    def ttft_felt(self) -> bool:
+        """Whether TTFT has risen from its own normal by TTFT_FELT_SHARE of its headroom to the
+        SLO (True without TTFT to tell): the SLO sets how much of a rise matters."""
+        ttft = next((s for s in self.signals if s.limit.signal == TTFT_SIGNAL), None)
+        if ttft is None:
+            return True
+        if not ttft.departed:
+            return False
+        if ttft.baseline is None or ttft.baseline >= ttft.limit.threshold:
+            return True
+        return ttft.current - ttft.baseline >= TTFT_FELT_SHARE * (ttft.limit.threshold - ttft.baseline)
 
     @property
     def degrading(self) -> list[SignalForecast]:
@@ -68,13 +126,21 @@ class Assessment:
         )
 
 
+def _lives_beyond(signal: SignalForecast) -> bool:
+    """Its own normal level is already beyond its threshold (a busy host's CPU, say)."""
+    if signal.baseline is None:
+        return False
+    return COMPARE[signal.limit.comparison](signal.baseline, signal.limit.threshold)
+
+
 @dataclass(frozen=True)
 class TargetMemory:
     """What the scan remembers of a target between scans."""
 
     state: ScanState = ScanState.OK
     since: float | None = None  # when it entered `state`
-    streak: int = 0  # scans in a row with a degrading signal
+    streak: int = 0  # scans in a row with a degrading early signal
+    slo_streak: int = 0  # scans in a row with TTFT beyond its SLO
     calm_since: float | None = None  # first scan of the current calm run
     incident_id: int | None = None  # the warning's incident, kept while warning or cleared
 
@@ -97,6 +163,7 @@ def _figures(assessment: Assessment) -> dict[str, object]:
         "slo_probability": slo.probability if slo else None,
         "slo_depth_at_horizon": slo.depth_at_horizon if slo else None,
         "slo_model": slo.model if slo else None,
+        "started_at": assessment.started_at,
     }
 
 
@@ -105,7 +172,14 @@ def _names(signals: list[SignalForecast]) -> str:
 
 
 def _reason_to_warn(assessment: Assessment, memory: TargetMemory, policy: Policy) -> str | None:
-    degrading = assessment.degrading
+    if assessment.ttft_breached and memory.slo_streak >= policy.slo_sustain:
+        ttft = next(s for s in assessment.degrading if s.limit.signal == TTFT_SIGNAL)
+        also = assessment.early_degrading
+        return (
+            f"TTFT p95 {ttft.current:.2f} s beyond its SLO ({ttft.limit.threshold:g} s) for {memory.slo_streak} scans"
+            + (f", with {_names(also)} beyond threshold" if also else "")
+        )
+    degrading = assessment.early_degrading
     if degrading and memory.streak >= policy.sustain:
         return f"{_names(degrading)} beyond threshold and own baseline for {memory.streak} scans"
     if assessment.slo_likely(policy):
@@ -116,11 +190,13 @@ def _reason_to_warn(assessment: Assessment, memory: TargetMemory, policy: Policy
 
 def advance(memory: TargetMemory, assessment: Assessment, policy: Policy) -> tuple[TargetMemory, Transition | None]:
     """The target's memory after this scan, and the transition it made, if any."""
+    assessment = assessment.held(policy)
     now = assessment.at
     calm = assessment.calm(policy.horizon_seconds)
     memory = replace(
         memory,
-        streak=memory.streak + 1 if assessment.degrading else 0,
+        streak=memory.streak + 1 if assessment.early_degrading else 0,
+        slo_streak=memory.slo_streak + 1 if assessment.ttft_breached else 0,
         calm_since=(memory.calm_since or now) if calm else None,
     )
     calm_for = now - memory.calm_since if memory.calm_since is not None else 0.0

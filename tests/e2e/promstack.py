@@ -98,12 +98,17 @@ def backfill(fleet: Fleet, end: float, data_dir: Path, workdir: Path) -> None:
     source = workdir / "history.om"
     with source.open("w") as out:
         out.writelines(fleet.openmetrics(end))
+    blocks_from(source, data_dir, timeout=300)
+
+
+def blocks_from(source: Path, data_dir: Path, timeout: float) -> None:
+    """TSDB blocks in `data_dir` from an OpenMetrics file (promtool), which is then removed."""
     data_dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data_dir)],
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=timeout,
     )
     source.unlink()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rca.scan.forecast import Limit, SignalForecast, SloForecast
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, advance
 
@@ -71,3 +73,71 @@ def test_a_warning_again_after_clearing_keeps_its_incident() -> None:
     assert after.state == ScanState.WARNING and after.incident_id == 7
     assert transition is not None and transition.before == ScanState.CLEARED
     assert "queue_median" in transition.reason and transition.figures["signals"]
+
+
+TTFT = Limit("ttft_p95", "TTFT p95 against its SLO", "s", ">", 2.0)
+HIT = Limit("prefix_cache_hit_rate", "Prefix-cache hit rate", "ratio", "<", 0.61)
+
+
+def forecast(limit: Limit, current: float, breached: bool, departed: bool = True) -> SignalForecast:
+    return SignalForecast(limit, "test", current, None, 0.0, None, breached, departed, 0.0 if departed else None)
+
+
+def states_of(assessments: list[Assessment], policy: Policy = POLICY) -> list[ScanState]:
+    memory, states = TargetMemory(), []
+    for assessment in assessments:
+        memory, _ = advance(memory, assessment, policy)
+        states.append(memory.state)
+    return states
+
+
+def test_ttft_beyond_its_slo_warns_at_the_first_scan_and_an_early_signal_only_when_sustained() -> None:
+    breach = Assessment(at=0.0, signals=[forecast(TTFT, 3.1, True)])
+    memory, transition = advance(TargetMemory(), breach, POLICY)
+    assert memory.state == ScanState.WARNING and transition is not None
+    assert "TTFT p95 3.10 s beyond its SLO (2 s)" in transition.reason
+    cold = [Assessment(at=30.0 * i, signals=[forecast(HIT, 0.4, True)]) for i in range(3)]
+    assert states_of(cold) == [ScanState.WATCH, ScanState.WATCH, ScanState.WARNING]
+    held = Policy(horizon_seconds=600, sustain=3, calm_seconds=120, slo_sustain=2)
+    assert states_of([breach, replace(breach, at=30.0)], held) == [ScanState.WATCH, ScanState.WARNING]
+
+
+def test_a_restarted_target_holds_its_early_signals_through_the_warmup_but_not_its_ttft() -> None:
+    started = 1000.0
+    cold = [
+        Assessment(at=started + 60 + 30.0 * i, signals=[forecast(HIT, 0.3, True)], started_at=started)
+        for i in range(20)
+    ]
+    assert states_of(cold) == [ScanState.OK] * 20  # a cold prefix cache after a deploy is not a degradation
+    later = [replace(a, at=a.at + POLICY.warmup_seconds) for a in cold[:3]]
+    assert states_of(later)[-1] == ScanState.WARNING  # the same cache, still cold after the warm-up, is
+    slo = Assessment(at=started + 60, signals=[forecast(HIT, 0.3, True), forecast(TTFT, 2.6, True)], started_at=started)
+    memory, transition = advance(TargetMemory(), slo, POLICY)
+    assert memory.state == ScanState.WARNING and transition is not None
+    assert "prefix_cache_hit_rate" not in transition.reason  # held while it warms up
+    assert transition.figures["started_at"] == started
+
+
+def test_a_deeper_queue_counts_only_once_ttft_has_felt_a_share_of_its_headroom() -> None:
+    def scans(ttft_now: float) -> list[Assessment]:
+        ttft = SignalForecast(TTFT, "test", ttft_now, 0.75, 0.0, None, False, ttft_now > 0.8, None)
+        return [Assessment(at=30.0 * i, signals=[signal(6.0), ttft]) for i in range(6)]
+
+    assert ScanState.WARNING not in states_of(scans(0.8))  # 6 waiting instead of 5: a busy host as usual
+    assert ScanState.WARNING not in states_of(scans(0.9))  # TTFT up, but by 0.15 s of its 1.25 s headroom
+    assert states_of(scans(1.2))[2] == ScanState.WARNING  # up by more than a quarter of it
+    assert states_of([Assessment(at=30.0 * i, signals=[signal(6.0)]) for i in range(3)])[2] == ScanState.WARNING
+
+
+def test_a_host_living_beyond_a_threshold_warns_on_that_signal_only_once_ttft_feels_it() -> None:
+    cpu = Limit("cpu_bound_ratio", "CPU-bound ratio", "ratio", ">", 0.82)
+    busy = SignalForecast(cpu, "test", 0.93, 0.88, 0.0, None, True, True, 0.0)  # 0.88 is its normal
+    crossing = SignalForecast(cpu, "test", 0.86, 0.55, 0.0, None, True, True, 0.0)  # 0.55 is its normal
+
+    def scans(cpu_now: SignalForecast, ttft_now: float) -> list[Assessment]:
+        ttft = SignalForecast(TTFT, "test", ttft_now, 0.4, 0.0, None, False, ttft_now > 0.45, None)
+        return [Assessment(at=30.0 * i, signals=[cpu_now, ttft]) for i in range(3)]
+
+    assert ScanState.WARNING not in states_of(scans(busy, 0.4))
+    assert states_of(scans(busy, 0.9))[2] == ScanState.WARNING  # TTFT up by 0.5 s of its 1.6 s headroom
+    assert states_of(scans(crossing, 0.4))[2] == ScanState.WARNING  # the threshold means something here
