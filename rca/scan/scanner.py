@@ -122,7 +122,9 @@ class Scanner:
         }
         if TTFT_SIGNAL in specs:
             spec = specs[TTFT_SIGNAL]
-            self.limits[TTFT_SIGNAL] = Limit(TTFT_SIGNAL, TTFT_SLO_TITLE, spec.unit, ">", file_config.slo_ttft_seconds)
+            self.limits[TTFT_SIGNAL] = Limit(
+                TTFT_SIGNAL, TTFT_SLO_TITLE, spec.unit, ">", file_config.slo_ttft_seconds, latest=True
+            )
         built = [fleet_query(specs[signal], params) for signal in self.limits]
         self.queries = [query for query in built if query is not None]
 

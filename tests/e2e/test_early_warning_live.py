@@ -4,8 +4,8 @@ Two hosts serve; on one the prefix-cache hit rate starts sliding a minute after 
 TTFT follows. Nothing but the SLO alert is configured in Prometheus, so only the service's own fleet
 scan (in `rca worker`) can speak before it: it must warn for the sliding host, rank its cause, and
 the SLA alert that Prometheus and Alertmanager fire later must join that incident. The healthy
-neighbour is never warned about. Time is compressed (a 2.5-minute slide, a scan every 5 s, an SLO
-alert `for: 60s` on a 1.6 s SLO); the full-length lead times are bench/early_warning.py's.
+neighbour is never warned about. Time is compressed (a 100 s slide, a scan every 5 s, an SLO
+alert `for: 45s` on a 1.6 s SLO); the full-length lead times are bench/early_warning.py's.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SLO_SECONDS = 1.6  # the prefix-miss engine's TTFT p95 (2.0 s) breaks it; the he
 SLA_ALERT = {
     "alert": "LLMTTFTSLOBreach",
     "expr": f"rca:ttft_seconds:p95_rate5m > {SLO_SECONDS}",
-    "for": "60s",
+    "for": "45s",
     "labels": {"severity": "critical"},
     "annotations": {"summary": "TTFT p95 over its SLO on {{ $labels.instance }}"},
 }
@@ -45,7 +45,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, e2e_broker_url: str) -> Itera
     config.write_text(f"slo_ttft_seconds: {SLO_SECONDS}\n")
     now = time.time()
     fleet = Fleet(
-        [Host("gpu-a", "prefix_cache_miss", now + 30, ramp=150), Host("gpu-b", None, now + 30)],
+        [Host("gpu-a", "prefix_cache_miss", now + 20, ramp=100), Host("gpu-b", None, now + 20)],
         start=now - 40 * 60,
     )
     database = create_database()
@@ -135,6 +135,7 @@ def test_the_scan_warns_before_the_only_alert_and_the_alert_joins_its_incident(
     warned_at = datetime.fromisoformat(incident["created_at"])
     fired_at = datetime.fromisoformat(alerts["LLMTTFTSLOBreach"]["starts_at"])
     assert warned_at < fired_at, (warned_at, fired_at)
+    print(f"warned {(fired_at - warned_at).total_seconds():.0f} s before the SLA alert fired")
     assert incidents(stack, origin="alertmanager") == []
     # The investigation ranks the cause.
     top = incident["investigation"]["hypotheses"][0]

@@ -1,7 +1,7 @@
 """`rca worker` as processes (rca/cli.py, rca/jobs/beat.py, rca/jobs/lease.py), on the real Redis
 and PostgreSQL: Slack deliveries on a pool of their own, so that a hanging Slack does not slow
-investigations; a worker killed with -9 mid-investigation, taken over by the next within a
-minute and posted to Slack once; one scheduler at a time, which dies with its worker."""
+investigations; one scheduler at a time, which dies with its worker. (A worker killed with -9
+mid-investigation, taken over within a minute and posted once: tests/faults/test_worker_kills.py.)"""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.helpers.databases import rows
 from tests.helpers.paths import VENV_BIN
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.processes import alive, child_pids, running_worker, stop_process, subprocess_env
-from tests.helpers.slack import CHANNEL, of_incident, slack_settings
+from tests.helpers.slack import CHANNEL, slack_settings
 from tests.helpers.waiting import wait_for
 
 WARM_UP, BATCH = 6, 10  # investigations
@@ -90,11 +90,6 @@ def investigate_batch(api: TestClient, db: str, label: str, count: int) -> float
     return time.monotonic() - started
 
 
-def descendants(pid: int) -> list[int]:
-    found = child_pids(pid)
-    return found + [d for child in found for d in descendants(child)]
-
-
 def test_a_hanging_slack_does_not_slow_investigations(
     pg_db: str, broker: str, slack: FakeSlack, stub_prometheus: StubPrometheus, tmp_path: Path
 ) -> None:
@@ -124,47 +119,6 @@ def test_a_hanging_slack_does_not_slow_investigations(
     # Measured around the hanging batch, the healthy timings bracket the machine's noise.
     times = f"healthy Slack: {healthy[0]:.2f} s and {healthy[1]:.2f} s, hanging Slack: {hanging:.2f} s"
     assert 0.8 * min(healthy) <= hanging <= 1.2 * max(healthy), times
-
-
-def test_a_worker_killed_mid_investigation_is_taken_over_within_a_minute(
-    pg_db: str, broker: str, slack: FakeSlack, stub_prometheus: StubPrometheus, tmp_path: Path
-) -> None:
-    """kill -9 of `rca worker` takes its consumers, their pool and its scheduler with it (none
-    survives its parent); the running investigation's lease lapses, the next worker's scheduler
-    re-queues it and that worker finishes it: within a minute, with one Slack message."""
-    env = worker_env(
-        pg_db, broker, tmp_path, stub_prometheus, slack, investigation_lease_seconds="3", sweep_interval_seconds="1"
-    )
-    app = create_celery_app(slack_settings(pg_db, tmp_path, slack, broker_url=broker))
-    settings = slack_settings(pg_db, tmp_path, slack, broker_url=broker, prometheus_url=stub_prometheus.url)
-    stub_prometheus.delay = 1.0  # every query takes a second: the investigation runs for a while
-    with TestClient(create_app(settings)) as api:
-        with running_worker(tmp_path, env, app, broker, "rca-crash", ("--concurrency", "1")) as first:
-            reply = post_webhook(api, make_payload("crash", alerts=[make_alert("fp-crash")])).json()
-            investigation_id, incident_id = reply["investigation_id"], reply["incident_id"]
-            wait_for(lambda: statuses(pg_db, [investigation_id]) == ["running"], 30, "the investigation to start")
-            wait_for(lambda: stub_prometheus.queries, 10, "the investigation to query Prometheus")
-            family = descendants(first.process.pid)
-            assert len(family) >= 4, family  # two consumers, the pool, the scheduler
-            first.process.send_signal(signal.SIGKILL)
-            killed = time.monotonic()
-            first.process.wait()
-            wait_for(lambda: not any(alive(pid) for pid in family), 10, f"the worker's children {family} to die")
-        assert statuses(pg_db, [investigation_id]) == ["running"]
-        stub_prometheus.delay = 0.0
-        with running_worker(tmp_path, env, app, broker, "rca-next", ("--concurrency", "1"), "next.log") as second:
-            wait_for(
-                lambda: statuses(pg_db, [investigation_id]) == ["done"],
-                60 - (time.monotonic() - killed),
-                f"the next worker to finish the investigation\n{second.output()}",
-            )
-            took_over = time.monotonic() - killed
-            wait_for(lambda: of_incident(slack.posts(), incident_id), 20, f"the Slack message\n{second.output()}")
-            time.sleep(2)  # a second post would come now, if at all
-            assert len(of_incident(slack.posts(), incident_id)) == 1
-    [row] = rows(pg_db, select(Investigation.attempts, Investigation.error).where(Investigation.id == investigation_id))
-    assert (row.attempts, row.error) == (2, None)
-    assert took_over < 60
 
 
 def test_one_scheduler_at_a_time_and_it_dies_with_its_worker(
