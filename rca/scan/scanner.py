@@ -82,7 +82,9 @@ def prometheus_fleet_source(settings: Settings) -> FleetSource:
     )
 
 
-def _joined(older: SignalSeries | None, recent: SignalSeries | None, first: float, split: float) -> SignalSeries | None:
+def _spliced(
+    older: SignalSeries | None, recent: SignalSeries | None, first: float, split: float
+) -> SignalSeries | None:
     """The kept samples in [first, split) of the last read followed by the recent read; the older
     ones are dropped when another alternative answered this time (not one series then)."""
     if older is None or (recent is not None and older.source != recent.source):
@@ -166,9 +168,9 @@ class Scanner:
             before = self._history.get(signal, {})
             merged[signal] = {}
             for instance in by_target.keys() | before.keys():
-                joined_up = _joined(before.get(instance), by_target.get(instance), first, split)
-                if joined_up is not None:
-                    merged[signal][instance] = joined_up
+                spliced = _spliced(before.get(instance), by_target.get(instance), first, split)
+                if spliced is not None:
+                    merged[signal][instance] = spliced
         self._history = merged
         return merged
 
