@@ -262,9 +262,12 @@ def _run_consumer(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _supervise(children: dict[str, list[str]]) -> int:
-    """Start the children, forward SIGTERM and SIGINT to them, and when one exits on its own stop
-    the others: the whole worker then exits (non-zero) for its supervisor (compose, Kubernetes) to
-    restart it whole. Returns the exit status."""
+    """Start the children, forward SIGTERM and SIGINT to them, and when one fails (a non-zero exit)
+    stop the others: the whole worker then exits (non-zero) for its supervisor (compose, Kubernetes)
+    to restart it whole. A child that shut down cleanly without being asked is started again: a
+    Celery consumer does that when its broker goes away at the wrong moment (its connection's
+    close fails with an AttributeError in kombu), and the rest of the worker is still sound.
+    Returns the exit status."""
     stop = threading.Event()
     status = EXIT_OK
 
@@ -276,11 +279,16 @@ def _supervise(children: dict[str, list[str]]) -> int:
     procs = {name: subprocess.Popen(command) for name, command in children.items()}
     log.info("worker: started %s", ", ".join(f"{name} (pid {p.pid})" for name, p in procs.items()))
     while not stop.is_set():
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                log.error("worker: %s exited with %s; stopping the others", name, proc.returncode)
-                status = EXIT_FAILED
-                stop.set()
+        for name, proc in list(procs.items()):
+            if proc.poll() is None or stop.is_set():
+                continue
+            if proc.returncode == 0:
+                log.warning("worker: %s shut down on its own; starting it again", name)
+                procs[name] = subprocess.Popen(children[name])
+                continue
+            log.error("worker: %s exited with %s; stopping the others", name, proc.returncode)
+            status = EXIT_FAILED
+            stop.set()
         stop.wait(0.5)
     for proc in procs.values():
         if proc.poll() is None:

@@ -246,8 +246,8 @@ def test_the_worker_names_each_consumer_after_its_own_node_name() -> None:
 
 
 def test_the_worker_stops_its_other_children_when_one_exits() -> None:
-    """`rca worker` supervises its consumers and scheduler: one exiting on its own stops the rest
-    and the worker exits non-zero, for compose or Kubernetes to restart it whole."""
+    """`rca worker` supervises its consumers and scheduler: one failing stops the rest and the
+    worker exits non-zero, for compose or Kubernetes to restart it whole."""
     import signal
     import sys
     import time
@@ -266,6 +266,32 @@ def test_the_worker_stops_its_other_children_when_one_exits() -> None:
             signal.signal(signum, handler)
     assert status == cli.EXIT_FAILED
     assert time.monotonic() - started < 15
+
+
+def test_the_worker_starts_again_a_child_that_shut_down_cleanly_on_its_own(tmp_path: Path) -> None:
+    """A consumer that shuts down cleanly unasked (Celery's, when its broker vanishes at the wrong
+    moment) is started again, and the rest keep running; a failure then stops them all."""
+    import signal
+    import sys
+
+    starts = tmp_path / "starts"
+    child = (
+        "import pathlib, sys, time; p = pathlib.Path(sys.argv[1]); n = len(p.read_text()) if p.exists() else 0; "
+        "p.write_text('x' * (n + 1)); time.sleep(0.5); raise SystemExit(0 if n == 0 else 3)"
+    )
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        status = cli._supervise(
+            {
+                "flaky": [sys.executable, "-c", child, str(starts)],
+                "runs": [sys.executable, "-c", "import time; time.sleep(60)"],
+            }
+        )
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert starts.read_text() == "xx"  # started again after its clean exit, stopped all on its failure
+    assert status == cli.EXIT_FAILED
 
 
 # --------------------------------------------------------------------------- serve
