@@ -1,7 +1,7 @@
 """Fit the ranking's calibration on tuning seeds of the generated worlds and write it into the
 `calibration:` section of rca/diagnosis/taxonomy.yaml (the one place it comes from).
 
-    .venv/bin/python tools/fit_calibration.py --count 2000 [--jobs 2]
+    .venv/bin/python tools/fit_calibration.py --count 3000 [--jobs 2]
 
 Each tuning world goes through the real pipeline (tests/worlds/fast.py) and the raw ranking
 (`rank(..., calibrated=False)`). The cause map is fitted on the first cause of every world that has

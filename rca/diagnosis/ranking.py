@@ -41,6 +41,8 @@ MAX_CONFIDENCE = 0.9
 UNCOVERED_FLOOR = 0.6  # the confidence factor of a cause none of whose evidence could be measured
 LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at least LEAD_MINUTES
 LEAD_MINUTES = 3.0
+PRECEDE_MINUTES = 0.5  # two scrapes: what moved this much earlier came first (a category's `precedes`)
+ORDER_WEIGHT = 2.0  # against a cause whose signals moved out of its order
 RANGE = re.compile(r"\[(\d+)([smh])(?::\w+)?\]")  # a PromQL range or subquery window: [5m], [10m:15s]
 RANGE_UNITS = {"s": 1, "m": 60, "h": 3600}
 CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
@@ -68,6 +70,10 @@ class Category(BaseModel):
     # The score at which the evidence is complete. Default: every supporting weight. Lower for a
     # cause whose anchors are alternatives (a degraded GPU shows XID errors *or* thermal throttling).
     full_at: float | None = Field(default=None, gt=0)
+    # Pairs [earlier, later] in the order this cause moves them (the cache overflows and preempts,
+    # and only then evicts cached prefixes). Observed in order, the later one is no look-alike's
+    # sign; out of order, it is no evidence for this cause and counts against it.
+    precedes: list[tuple[str, str]] = []
 
     def full_score(self, observable: Callable[[str], bool] = lambda key: True) -> float:
         """The support at which the evidence is complete: `full_at`, or every supporting weight,
@@ -192,15 +198,15 @@ def _clearly_after(finding: Finding, moment: datetime) -> bool:
     return at is not None and at - moment >= timedelta(minutes=LEAD_MINUTES)
 
 
-def _first_mover(
+def _own_dates(
     candidates: dict[str, Category], findings: dict[str, Finding], breached: set[str]
-) -> tuple[str, datetime] | None:
-    """The candidate whose earliest breached anchor finding leads every other candidate's by
-    LEAD_MINUTES, and when it moved. A finding that is another candidate's anchor on its own is
-    that cause's evidence and says nothing of when this one began (a full cache evicts prefixes:
-    the hit rate's fall dates the misses, not the pressure); symptoms and shared consequences are
-    left out (TTFT rises and the queue grows after any cause), and so are chronic breaches (their
-    onset is only the start of the window)."""
+) -> dict[str, datetime]:
+    """When each candidate's own evidence moved: its earliest dated breached anchor finding. A
+    finding that is another candidate's anchor on its own is that cause's evidence and says
+    nothing of when this one began (a full cache evicts prefixes: the hit rate's fall dates the
+    misses, not the pressure); symptoms and shared consequences are left out (TTFT rises and the
+    queue grows after any cause), and so are chronic breaches (their onset is only the start of
+    the window)."""
     alone = {name: {a for a in cat.anchors if isinstance(a, str)} for name, cat in candidates.items()}
     undated = symptoms() | consequences()
     leads: dict[str, datetime] = {}
@@ -210,9 +216,34 @@ def _first_mover(
         dated = [at for k in keys - theirs if (at := _moved_at(findings[k])) is not None]
         if dated:
             leads[name] = min(dated)
-    if len(leads) < 2:
+    return leads
+
+
+def _order(cat: Category, findings: dict[str, Finding]) -> tuple[set[str], dict[str, str]]:
+    """The cause's `precedes` pairs as observed: the later findings that moved PRECEDE_MINUTES or
+    more after their earlier one (in order: a contradiction among them is this cause's own
+    consequence), and those that moved that much before it (out of order: no evidence for this
+    cause, and against it), each with the finding it should have followed."""
+    in_order: set[str] = set()
+    out_of_order: dict[str, str] = {}
+    margin = timedelta(minutes=PRECEDE_MINUTES)
+    for earlier, later in cat.precedes:
+        first = _moved_at(findings[earlier]) if earlier in findings else None
+        then = _moved_at(findings[later]) if later in findings else None
+        if first is None or then is None:
+            continue
+        if then - first >= margin:
+            in_order.add(later)
+        elif first - then >= margin:
+            out_of_order[later] = earlier
+    return in_order, out_of_order
+
+
+def _first_mover(dates: dict[str, datetime]) -> tuple[str, datetime] | None:
+    """The candidate whose own evidence moved LEAD_MINUTES or more before every other's, and when."""
+    if len(dates) < 2:
         return None
-    (first, first_onset), (_, second_onset) = sorted(leads.items(), key=lambda item: item[1])[:2]
+    (first, first_onset), (_, second_onset) = sorted(dates.items(), key=lambda item: item[1])[:2]
     return (first, first_onset) if second_onset - first_onset >= timedelta(minutes=LEAD_MINUTES) else None
 
 
@@ -231,7 +262,8 @@ def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True
         for name, cat in taxonomy().items()
         if name != NO_CLEAR_CAUSE and any(anchor & moved for anchor in cat.held_anchors(breached))
     }
-    first_mover = _first_mover(anchored, by_key, breached)
+    dates = _own_dates(anchored, by_key, breached)
+    first_mover = _first_mover(dates)
     candidates: list[Hypothesis] = []
     for name, cat in anchored.items():
         evidence = [k for k in cat.supports if k in breached]
@@ -240,12 +272,28 @@ def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True
             # What moved clearly after the cause that led is its consequence, not a look-alike's
             # sign: prefix misses that fill the cache until it preempts.
             against = [k for k in against if not _clearly_after(by_key[k], first_mover[1])]
+        in_order, out_of_order = _order(cat, by_key)
+        evidence = [k for k in evidence if k not in out_of_order]
+        against = [k for k in against if k not in in_order]
         support = sum(cat.supports[k] * _weight(by_key[k]) for k in evidence)
         contradiction = sum(cat.contradicts[k] * _weight(by_key[k]) for k in against)
+        contradiction += ORDER_WEIGHT * len(out_of_order)
         explanation = _explain(by_key, evidence)
+        if out_of_order:
+            explanation += ". Out of this cause's order: " + "; ".join(
+                f"{later} moved before {earlier}" for later, earlier in out_of_order.items()
+            )
         if first_mover and name == first_mover[0] and support > contradiction:
             support += LEAD_BONUS
             explanation += ". It moved first, before the other candidates' signals"
+        elif first_mover and name in dates and dates[name] - first_mover[1] >= timedelta(minutes=LEAD_MINUTES):
+            # Its own signals moved well after another cause's, as that cause's consequences do
+            # (prefix misses fill the cache until it preempts): the lead counts against it.
+            contradiction += LEAD_BONUS
+            lag_minutes = (dates[name] - first_mover[1]).total_seconds() / 60
+            explanation += (
+                f". Its own signals moved {lag_minutes:.0f} min after {first_mover[0]}'s, as a consequence's do"
+            )
         score = support - contradiction
         # Support beyond `full_at` saturates; a contradiction always costs its weight.
         full = cat.full_score(lambda key: _observable(key, by_key))

@@ -106,10 +106,14 @@ def _judge_series(
     compare = COMPARE[spec.comparison]
     breached = limit is not None and compare(current, limit)
     onset = breach_onset(samples, lambda v: compare(v, limit)) if breached and limit is not None else None
-    if breached and onset is not None and spec.threshold is not None:
+    if breached and onset is not None and limit is not None and spec.threshold is not None:
         # For absolute thresholds the baseline is what the series looked like before it broke;
         # a series that starts broken has none (the pre-guard samples are part of the breach).
         baseline = _median([v for ts, v in samples if ts < onset])
+        if baseline is not None and compare(baseline, limit):
+            # Mostly beyond the limit before the onset too: a noisy series that dipped under its
+            # limit for a moment has no healthy baseline; it is broken all along, not newly.
+            baseline = None
     if onset is not None and baseline is not None:
         normal = [v for ts, v in samples if ts < min(guard, onset)]
         onset = departure(samples, onset, normal, spec.comparison)

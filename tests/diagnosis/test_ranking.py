@@ -301,31 +301,55 @@ def with_onsets(items: list[Finding], onsets: dict[str, int]) -> list[Finding]:
     return items
 
 
-def test_the_cause_that_moved_first_gets_the_lead_bonus() -> None:
-    # Preemptions and missed prefixes together: which broke first decides between two causes (the
-    # KV usage both fill dates neither).
+def test_the_cause_that_moved_first_gets_the_lead_bonus_and_the_follower_a_penalty() -> None:
+    # A throttled container and host-side copies: which broke first decides between two causes
+    # (ITL, a symptom both slow, dates neither).
+    breached = {"cpu_throttling", "pcie_traffic", "itl_p95"}
+    together = by_category(rank(with_onsets(findings(breached), {"cpu_throttling": 0, "pcie_traffic": 2})))
+    quota_first = by_category(
+        rank(with_onsets(findings(breached), {"cpu_throttling": 0, "pcie_traffic": 5, "itl_p95": 1}))
+    )
+    quota, sync = quota_first["cpu_quota_throttling"], quota_first["host_device_sync"]
+    assert quota.score == together["cpu_quota_throttling"].score + LEAD_BONUS and "moved first" in quota.explanation
+    assert sync.score == together["host_device_sync"].score - LEAD_BONUS
+    assert "moved 5 min after cpu_quota_throttling's" in sync.explanation
+    assert quota.rank < sync.rank
+
+
+def test_a_cause_whose_signals_moved_in_its_order_is_not_held_to_a_look_alikes_signs() -> None:
+    # Prefix misses fill the cache until it preempts; a full cache evicts prefixes only once it
+    # overflows. The same findings, in the two orders.
     breached = {"kv_cache_usage", "preemption_rate", "prefix_cache_hit_rate", "ttft_p95"}
-    kv_onsets = {"kv_cache_usage": 0, "preemption_rate": 1, "prefix_cache_hit_rate": 6, "ttft_p95": 7}
-    miss_onsets = {"kv_cache_usage": 4, "preemption_rate": 7, "prefix_cache_hit_rate": 0, "ttft_p95": 1}
-    kv_first = rank(with_onsets(findings(breached), kv_onsets))
-    miss_first = rank(with_onsets(findings(breached), miss_onsets))
-    kv_a, miss_a = by_category(kv_first)["kv_memory_pressure"], by_category(kv_first)["prefix_cache_miss"]
-    kv_b, miss_b = by_category(miss_first)["kv_memory_pressure"], by_category(miss_first)["prefix_cache_miss"]
-    assert kv_a.score == kv_b.score + LEAD_BONUS and "moved first" in kv_a.explanation
-    assert "moved first" in miss_b.explanation
-    # The preemptions and the full cache came 4 and 7 minutes after the misses: their consequences,
-    # not a look-alike's signs, so they no longer count against the cause that led.
-    assert miss_a.contradicting == ["preemption_rate", "kv_cache_usage"] and miss_b.contradicting == []
-    against = sum(taxonomy()["prefix_cache_miss"].contradicts[k] for k in miss_a.contradicting)
-    assert miss_b.score == miss_a.score + LEAD_BONUS + against
-    assert by_category(miss_first)["prefix_cache_miss"].rank < by_category(miss_first)["kv_memory_pressure"].rank
+    kv_onsets = {"kv_cache_usage": 0, "preemption_rate": 1, "prefix_cache_hit_rate": 1, "ttft_p95": 2}
+    miss_onsets = {"kv_cache_usage": 1, "preemption_rate": 2, "prefix_cache_hit_rate": 0, "ttft_p95": 1}
+    kv_first = by_category(rank(with_onsets(findings(breached), kv_onsets)))
+    miss_first = by_category(rank(with_onsets(findings(breached), miss_onsets)))
+    # Misses first: the cache's filling and preemptions are their consequences, not a look-alike's
+    # signs; and a hit rate that fell before the preemptions was not evicted.
+    miss, kv = miss_first["prefix_cache_miss"], miss_first["kv_memory_pressure"]
+    assert miss.contradicting == [] and miss.rank < kv.rank
+    assert "prefix_cache_hit_rate" not in kv.evidence
+    assert "Out of this cause's order: prefix_cache_hit_rate moved before preemption_rate" in kv.explanation
+    # Pressure first: the misses came with the preemptions (evictions), and the cache had filled
+    # and preempted before the hit rate fell, which is not how misses present.
+    assert kv_first["kv_memory_pressure"].rank == 1
+    assert "prefix_cache_hit_rate" in kv_first["kv_memory_pressure"].evidence
+    assert "prefix_cache_miss" not in kv_first or kv_first["prefix_cache_miss"].confidence < miss.confidence
+
+
+def test_signals_a_scrape_apart_say_nothing_of_order() -> None:
+    breached = {"kv_cache_usage", "preemption_rate", "prefix_cache_hit_rate", "ttft_p95"}
+    base = findings(breached)
+    near = with_onsets(findings(breached), dict.fromkeys(breached, 0) | {"prefix_cache_hit_rate": 0})
+    near[[f.key for f in near].index("preemption_rate")].onset += timedelta(seconds=15)
+    assert [(h.category, h.score) for h in rank(near)] == [(h.category, h.score) for h in rank(base)]
 
 
 @pytest.mark.parametrize("gap", [0, 2])
 def test_no_lead_bonus_when_onsets_are_close(gap: int) -> None:
-    breached = {"kv_cache_usage", "prefix_cache_hit_rate"}
-    items = with_onsets(findings(breached), {"kv_cache_usage": 0, "prefix_cache_hit_rate": gap})
-    assert all("moved first" not in h.explanation for h in rank(items))
+    breached = {"cpu_throttling", "pcie_traffic"}
+    items = with_onsets(findings(breached), {"cpu_throttling": 0, "pcie_traffic": gap})
+    assert all("moved first" not in h.explanation and " min after " not in h.explanation for h in rank(items))
     assert rank(items) == rank(findings(breached))
 
 

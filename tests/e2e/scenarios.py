@@ -25,6 +25,7 @@ RAMP_SECONDS = 120.0
 MODEL = "llama-3-8b"
 CPUS = 8
 PINNED = range(4, 8)
+KV_TOKENS = 70_000.0  # an SGLang token pool, for its token-count gauges
 NAMESPACE = "llm-serving"
 CFS_PERIODS_PER_SECOND = 10.0  # the default 100 ms CFS period
 THROTTLED_STALL = 0.3  # a throttled period holds each of the container's cores back for 30 % of it
@@ -255,8 +256,12 @@ Gauge = Callable[..., Callable[[dict[str, float], float], float]]
 
 
 def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
-    """vLLM V1 names (vllm/v1/metrics/loggers.py)."""
+    """vLLM V1 names (vllm/v1/metrics/loggers.py), as 0.34 exports them."""
     vllm = {"job": "vllm", "instance": f"{h}:{port}", "model_name": MODEL, "engine": "0"}
+
+    def cached(p: dict[str, float], t: float) -> float:
+        return p["arrival_rate"] * p["prompt_len"] * min(1.0, p["hit_rate"] * (1 + _noise(f"{h}:hit", t, 0.02)))
+
     return [
         Series("vllm:num_requests_waiting", vllm, gauge=g("waiting", 0.2)),
         Series("vllm:num_requests_running", vllm, gauge=g("running", 0.05)),
@@ -264,18 +269,20 @@ def _vllm_v1(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         Series("vllm:num_requests_waiting_by_reason", vllm | {"reason": "deferred"}, gauge=g("deferred")),
         Series("vllm:num_requests_waiting_by_reason", vllm | {"reason": "capacity"}, gauge=g("waiting", 0.2)),
         Series("vllm:prefix_cache_queries_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
-        Series(
-            "vllm:prefix_cache_hits_total",
-            vllm,
-            rate=lambda p, t: (
-                p["arrival_rate"] * p["prompt_len"] * min(1.0, p["hit_rate"] * (1 + _noise(f"{h}:hit", t, 0.02)))
-            ),
-        ),
+        Series("vllm:prefix_cache_hits_total", vllm, rate=cached),
         Series("vllm:num_preemptions_total", vllm, rate=lambda p, t: p["preempt_rate"]),
         Series("vllm:request_success_total", vllm | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
         # Requests whose client gave up in the queue finish too, as `abort`.
         Series("vllm:request_success_total", vllm | {"finished_reason": "abort"}, rate=lambda p, t: p["aborted"]),
         Series("vllm:prompt_tokens_total", vllm, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
+        # The same cache hits counted per prompt token (vLLM 0.34: local and external caches, by source).
+        Series("vllm:prompt_tokens_cached_total", vllm, rate=cached),
+        Series("vllm:prompt_tokens_by_source_total", vllm | {"source": "local_cache_hit"}, rate=cached),
+        Series(
+            "vllm:prompt_tokens_by_source_total",
+            vllm | {"source": "local_compute"},
+            rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] - cached(p, t),
+        ),
         *_histogram("vllm:request_prompt_tokens", vllm, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("vllm:time_to_first_token_seconds", vllm, TTFT_BUCKETS, "ttft"),
         *_histogram("vllm:inter_token_latency_seconds", vllm, ITL_BUCKETS, "itl"),
@@ -299,6 +306,14 @@ def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
         Series("sglang:num_queue_reqs", labels, gauge=g("waiting", 0.2)),
         Series("sglang:num_running_reqs", labels, gauge=g("running", 0.05)),
         Series("sglang:token_usage", labels, gauge=g("kv_usage", 0.01, hi=1.0)),
+        Series("sglang:full_token_usage", labels, gauge=g("kv_usage", 0.01, hi=1.0)),
+        # The pool in tokens: used and available (what is neither is evictable cache).
+        Series("sglang:kv_used_tokens", labels, gauge=lambda p, t: KV_TOKENS * g("kv_usage", 0.01, hi=1.0)(p, t)),
+        Series(
+            "sglang:kv_available_tokens",
+            labels,
+            gauge=lambda p, t: KV_TOKENS * (1 - g("kv_usage", 0.01, hi=1.0)(p, t)),
+        ),
         Series(
             "sglang:prefill_effective_tokens_total",
             labels | {"mode": "input"},
@@ -310,6 +325,12 @@ def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
             rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * p["hit_rate"],
         ),
         Series("sglang:prompt_tokens_total", labels, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
+        # The tokenizer's count of the same hits, per cache tier.
+        Series(
+            "sglang:cached_tokens_total",
+            labels | {"cache_source": "device"},
+            rate=lambda p, t: p["arrival_rate"] * p["prompt_len"] * p["hit_rate"],
+        ),
         Series("sglang:cache_hit_rate", labels, gauge=g("hit_rate", 0.03, hi=1.0)),
         *_histogram("sglang:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("sglang:inter_token_latency_seconds", labels, ITL_BUCKETS, "itl"),
@@ -558,9 +579,16 @@ def host_series(host: Host) -> list[Series]:
                 )
             )
     if "node" in host.exporters:
+        numa_misses = g("numa_miss", 0.1)
+        half_numa_misses = lambda p, t: numa_misses(p, t) / 2  # noqa: E731
         series += [
             Series("node_context_switches_total", node, rate=g("ctx_switches", 0.05)),
-            Series("node_memory_numa_numa_miss_total", node | {"node": "0"}, rate=g("numa_miss", 0.1)),
+            # meminfo_numa per NUMA node: a miss on one node is a foreign allocation of the other.
+            *(
+                Series(f"node_memory_numa_numa_{kind}_total", node | {"node": numa}, rate=half_numa_misses)
+                for numa in ("0", "1")
+                for kind in ("miss", "foreign")
+            ),
         ]
     for cpu in range(CPUS if "node" in host.exporters else 0):
         busy_key = "pinned_busy" if cpu in PINNED else "other_busy"

@@ -187,6 +187,17 @@ def test_threshold_series_that_starts_breached_has_no_baseline() -> None:
     assert "baseline n/a" in finding.detail
 
 
+def test_a_series_beyond_its_threshold_that_dipped_under_it_has_no_baseline() -> None:
+    # A host whose cores are always pegged near the limit: one sample under it starts a "breach"
+    # whose samples before were mostly beyond the limit too. It was broken all along, not newly.
+    value = lambda m: 0.80 if m == 120 else 0.87  # noqa: E731
+    finding = judged(spec(">", threshold=0.82), series(value))
+    assert finding.breached
+    assert finding.onset is not None
+    assert finding.baseline is None
+    assert "no healthy baseline" in finding.detail
+
+
 def test_healthy_threshold_series_reports_the_pre_guard_baseline() -> None:
     value = lambda m: 0.3 if m > GUARD_MINUTES_BEFORE_END else 0.7  # noqa: E731
     finding = judged(spec(">", threshold=0.82), series(value))
