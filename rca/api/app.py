@@ -46,6 +46,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = dispatcher is None
         app.state.dispatcher = dispatcher or create_dispatcher(settings)
+        app.state.intake_batcher = webhook.make_batcher(settings, app.state.dispatcher)
         yield
         if owned:
             app.state.dispatcher.close()
