@@ -46,6 +46,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = dispatcher is None
         app.state.dispatcher = dispatcher or create_dispatcher(settings)
+        app.state.intake_batcher = webhook.make_batcher(settings, app.state.dispatcher)
         yield
         if owned:
             app.state.dispatcher.close()
@@ -58,6 +59,10 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         docs_url=None,
         redoc_url=None,
         description="Root-cause analysis for LLM inference fleets, driven by Alertmanager.",
+        # FastAPI's OpenTelemetry hooks: the service's metrics are its own (docs/metrics.md), and with
+        # no provider configured the hooks only looked the global providers up on every request
+        # (a tenth of what a webhook refused 401 costs the app).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     install_docs(app)

@@ -1,5 +1,13 @@
 """`POST /api/v1/alertmanager`: validate, store durably, then enqueue, then answer.
 
+Stores are batched (rca/api/batch.py): a webhook that arrives while the process's transactions are
+busy is stored with the others waiting, in one transaction, and the investigations of a batch are
+enqueued right after its commit, in the same thread. Each request is still answered only after
+its own notification is committed and its investigation enqueued (or found unenqueueable: the
+sweeper enqueues it later); when a batch fails for one notification's sake (a race for a new group,
+a value the database refuses, a deadlock), its notifications are stored again one by one, so that
+each gets the answer it would have got alone.
+
 Answers: 200 stored; 400 not JSON; 401 no or wrong token; 408 body too slow; 413 body over the
 limit (or over a database limit); 422 not an Alertmanager v4 payload, or over a webhook limit, or
 JSON the database cannot store; 503 database unavailable (Alertmanager retries 5xx, and only that
@@ -12,12 +20,12 @@ validated (rca/intake/schema.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, Depends, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
@@ -27,14 +35,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rca import metrics
 from rca.api import jsonbody
 from rca.api.auth import require_webhook_token
+from rca.api.batch import Batcher
 from rca.api.database import refusal
 from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
-from rca.config import TargetConfig
+from rca.config import Settings, TargetConfig
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
-from rca.intake.service import IntakeResult, record_notification
+from rca.intake.service import IntakeResult, Notice, record_notification, record_notifications
+from rca.jobs.dispatch import Dispatcher
 from rca.store.db import session_scope
+from rca.store.errors import unreachable
 
 log = logging.getLogger(__name__)
 
@@ -66,33 +77,84 @@ class CountedRoute(APIRoute):
 
 router = APIRouter(route_class=CountedRoute)
 
-# Notifications stored at once by one server process. The engine's pool keeps 10 connections
-# (rca/store/db.py); a store beyond them would open an overflow connection, a new Postgres backend,
-# and close it again, which under a storm costs more than the wait for a pooled one.
-STORE_CONCURRENCY = 10
+# Transactions storing notifications at once in one server process, and how much one may carry.
+# Two keep the database busy while the other's Python runs, well inside the engine's pool of 10
+# connections (rca/store/db.py). A batch is bounded by notifications and by their alerts (a
+# notification may carry RCA_WEBHOOK_MAX_ALERTS of them).
+STORE_BATCHES = 2
+BATCH_NOTIFICATIONS = 64
+BATCH_ALERTS = 2000
 
 
-def store_limiter(request: Request) -> anyio.CapacityLimiter:
-    """The process's limiter of concurrent stores, made on first use (in the event loop)."""
-    state = request.app.state
-    if getattr(state, "store_limiter", None) is None:
-        state.store_limiter = anyio.CapacityLimiter(STORE_CONCURRENCY)
-    limiter: anyio.CapacityLimiter = state.store_limiter
-    return limiter
+@dataclass(frozen=True)
+class Stored:
+    """One notification committed, and whether its investigation reached the queue."""
+
+    result: IntakeResult
+    enqueued: bool
 
 
-def _store(
-    url: str, payload: WebhookPayload, raw: dict[str, Any], owe_slack: bool, target: TargetConfig
-) -> IntakeResult:
+def _store(url: str, notice: Notice, owe_slack: bool, target: TargetConfig) -> IntakeResult:
+    """One notification in a transaction of its own."""
     for attempt in (1, 2):
         try:
             with session_scope(url) as session:
-                return record_notification(session, payload, raw, owe_slack=owe_slack, target=target)
+                return record_notification(session, notice.payload, notice.raw, owe_slack=owe_slack, target=target)
         except IntegrityError:
             # Two notifications of a new group raced; the loser now finds the winner's incident.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
+
+
+def _alone(url: str, notice: Notice, owe_slack: bool, target: TargetConfig) -> IntakeResult | Exception:
+    try:
+        return _store(url, notice, owe_slack, target)
+    except Exception as exc:  # answered by the request it belongs to
+        return exc
+
+
+def _record(
+    url: str, batch: Sequence[Notice], owe_slack: bool, target: TargetConfig
+) -> Sequence[IntakeResult | Exception]:
+    """The batch in one transaction; one by one if that fails for one notification's sake."""
+    if len(batch) > 1:
+        try:
+            with session_scope(url) as session:
+                return record_notifications(session, batch, owe_slack=owe_slack, target=target)
+        except DBAPIError as exc:
+            if unreachable(exc):
+                return [exc] * len(batch)
+        except Exception:
+            log.debug("a batch of %d notifications failed; storing them one by one", len(batch), exc_info=True)
+    return [_alone(url, notice, owe_slack, target) for notice in batch]
+
+
+def _store_batch(
+    url: str, owe_slack: bool, target: TargetConfig, dispatcher: Dispatcher, batch: Sequence[Notice]
+) -> list[Stored | Exception]:
+    """Commit the batch, then enqueue its investigations and resolve notices (in this thread: a
+    second hand-off per request cost more than the enqueue)."""
+    outcomes: list[Stored | Exception] = []
+    for result in _record(url, batch, owe_slack, target):
+        if isinstance(result, Exception):
+            outcomes.append(result)
+            continue
+        enqueued = result.investigation_id is not None and dispatcher.enqueue(result.investigation_id)
+        if result.resolved_now and owe_slack:
+            dispatcher.notify(result.incident_id, "resolved")
+        outcomes.append(Stored(result, enqueued))
+    return outcomes
+
+
+def make_batcher(settings: Settings, dispatcher: Dispatcher) -> Batcher[Notice, Stored]:
+    """The process's batcher of notifications (made at start-up, with the dispatcher)."""
+    run = partial(
+        _store_batch, settings.effective_database_url, settings.slack_enabled, settings.file_config().target, dispatcher
+    )
+    return Batcher(
+        run, STORE_BATCHES, BATCH_NOTIFICATIONS, BATCH_ALERTS, weight=lambda notice: len(notice.payload.alerts)
+    )
 
 
 def _shown(group_key: str, width: int = 120) -> str:
@@ -137,15 +199,7 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
     except ValidationError as exc:
         raise from_pydantic(exc, ("body",)) from None
     try:
-        result = await anyio.to_thread.run_sync(
-            _store,
-            settings.effective_database_url,
-            payload,
-            raw,
-            settings.slack_enabled,
-            settings.file_config().target,
-            limiter=store_limiter(request),
-        )
+        stored = await request.app.state.intake_batcher.submit(Notice(payload, raw))
     except DBAPIError as exc:
         answer = refusal(
             exc,
@@ -156,16 +210,12 @@ async def receive_alertmanager(request: Request) -> AcceptedOut:
         if answer is None:
             raise
         raise answer from None
+    result = stored.result
     if result.created:
         metrics.INCIDENTS_OPENED.inc()
-    enqueued = False
-    if result.investigation_id is not None:
-        enqueued = await run_in_threadpool(request.app.state.dispatcher.enqueue, result.investigation_id)
-    if result.resolved_now and settings.slack_enabled:
-        await run_in_threadpool(request.app.state.dispatcher.notify, result.incident_id, "resolved")
     return AcceptedOut(
         incident_id=result.incident_id,
         created=result.created,
         investigation_id=result.investigation_id,
-        enqueued=enqueued,
+        enqueued=stored.enqueued,
     )

@@ -6,13 +6,14 @@ assembled from five tables and JSON label maps: one Python function does that id
 Postgres and SQLite, where triggers would need the flattening written twice in two SQL dialects.
 Every write path calls `refresh` in its own transaction: intake (`rca.intake.service`), a finished
 analysis (`rca.store.investigations.save_result`) and feedback (`rca.store.feedback`). Intake, the
-hot path, writes a new incident's digest from the rows in hand (`write_new`) and leaves it alone
+hot path, writes new incidents' digests from the rows in hand (`write_new`) and leaves it alone
 when a notification changed nothing the digest is built from (a plain re-send).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -25,6 +26,7 @@ from rca.store.models import Alert, Base, Feedback, Finding, Hypothesis, Inciden
 
 TOP_CATEGORIES = 3
 DIGESTS = Base.metadata.tables["incident_digests"]
+NEW_DIGESTS = insert(DIGESTS)  # built once: intake inserts them for every new incident
 # The search document of one incident holds at most this many characters. Postgres refuses a
 # tsvector over 1 MB, and one built from distinct short words (or CJK text) takes up to about six
 # bytes per character; an incident's alerts accumulate over every notification, so without a cap a
@@ -115,12 +117,16 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
     return digest
 
 
-def write_new(session: Session, incident: Incident, alerts: list[Alert]) -> None:
-    """Insert the digest of an incident created in this transaction, from the rows in hand: nothing
-    of it has been analysed or confirmed yet, so there is nothing to read back (intake's hot path)."""
-    columns = _columns(incident, alerts, None, [], [], None)
-    session.execute(insert(DIGESTS).values(incident_id=incident.id, **columns))
-    fts.write(session, incident.id, columns["document"])
+def write_new(session: Session, new: Sequence[tuple[Incident, list[Alert]]]) -> None:
+    """Insert the digests of incidents created in this transaction, from the rows in hand, in one
+    statement: nothing of them has been analysed or confirmed yet, so there is nothing to read
+    back (intake's hot path)."""
+    rows = [{"incident_id": incident.id, **_columns(incident, alerts, None, [], [], None)} for incident, alerts in new]
+    if not rows:
+        return
+    session.execute(NEW_DIGESTS, rows)
+    for row in rows:
+        fts.write(session, row["incident_id"], row["document"])
 
 
 def _columns(

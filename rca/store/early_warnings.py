@@ -8,39 +8,74 @@ there (a repeat, a resolve), by fingerprint.
 
 from __future__ import annotations
 
-from sqlalchemy import or_, select
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import BindParameter, CompoundSelect, bindparam, literal, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from rca.domain.early_warning import ORIGIN
 from rca.store.models import Alert, Incident, ScanTarget, ScanTransition
 
 WARNING = "warning"  # rca.scan.states.ScanState.WARNING
+_FINGERPRINTS: BindParameter[list[str]] = bindparam("fingerprints", expanding=True)
+_INSTANCES: BindParameter[list[str]] = bindparam("instances", expanding=True)
+_HOSTS: BindParameter[list[str]] = bindparam("hosts", expanding=True)
+# Every candidate of every notification asked about, in one round trip, built once (intake asks for
+# each new group): the early-warning incidents holding one of the fingerprints, and the warned
+# targets named by one of the instances or hosts. Which one each notification joins is chosen in
+# `joined_incidents`.
+_CANDIDATES: CompoundSelect[Any] = union_all(
+    select(literal("fingerprint"), Alert.fingerprint, literal(""), Incident.id)
+    .join(Alert, Alert.incident_id == Incident.id)
+    .where(Incident.origin == ORIGIN, Alert.fingerprint.in_(_FINGERPRINTS)),
+    select(literal("target"), ScanTarget.host, ScanTarget.instance, ScanTarget.incident_id.label("id")).where(
+        ScanTarget.state == WARNING,
+        ScanTarget.incident_id.is_not(None),
+        or_(ScanTarget.instance.in_(_INSTANCES), ScanTarget.host.in_(_HOSTS)),
+    ),
+)
 
 
-def joined_incident(
-    session: Session, instances: list[str], hosts: list[str], fingerprints: list[str]
-) -> Incident | None:
-    """The early-warning incident holding one of these alert fingerprints, else the open warning
-    of a target these alerts name (its exact `instance` first, else its host)."""
-    holding = session.scalar(
-        select(Incident)
-        .join(Alert, Alert.incident_id == Incident.id)
-        .where(Incident.origin == ORIGIN, Alert.fingerprint.in_(fingerprints))
-        .order_by(Incident.id.desc())
-        .limit(1)
-    )
-    if holding is not None or not (instances or hosts):
-        return holding
-    warned = session.scalars(
-        select(ScanTarget).where(
-            ScanTarget.state == WARNING,
-            ScanTarget.incident_id.is_not(None),
-            or_(ScanTarget.instance.in_(instances), ScanTarget.host.in_(hosts)),
-        )
-    ).all()
-    exact = [row for row in warned if row.instance in instances]
-    chosen = (exact or sorted(warned, key=lambda row: row.instance))[:1]
-    return session.get(Incident, chosen[0].incident_id, with_for_update=True) if chosen else None
+@dataclass(frozen=True)
+class Named:
+    """What one notification's alerts name: their fingerprints, `instance` labels and hosts."""
+
+    fingerprints: Sequence[str]
+    instances: Sequence[str]
+    hosts: Sequence[str]
+
+
+def joined_incidents(session: Session, asks: Sequence[Named]) -> list[int | None]:
+    """For each notification, the early-warning incident it joins: the latest one holding one of
+    its fingerprints, else the open warning of a target it names (its exact `instance` first, else
+    its host; the first instance in order among several)."""
+    if not asks:
+        return []
+    params = {
+        "fingerprints": sorted({f for ask in asks for f in ask.fingerprints}),
+        "instances": sorted({i for ask in asks for i in ask.instances}),
+        "hosts": sorted({h for ask in asks for h in ask.hosts}),
+    }
+    holding: dict[str, int] = {}
+    warned: list[tuple[str, str, int]] = []  # (instance, host, incident)
+    for by, name, instance, incident_id in session.execute(_CANDIDATES, params):
+        if by == "fingerprint":
+            holding[name] = max(incident_id, holding.get(name, incident_id))
+        else:
+            warned.append((instance, name, incident_id))
+    warned.sort()
+    return [_chosen(ask, holding, warned) for ask in asks]
+
+
+def _chosen(ask: Named, holding: dict[str, int], warned: list[tuple[str, str, int]]) -> int | None:
+    held = [holding[f] for f in ask.fingerprints if f in holding]
+    if held:
+        return max(held)
+    exact = [incident for instance, _, incident in warned if instance in ask.instances]
+    by_host = [incident for _, host, incident in warned if host in ask.hosts]
+    return next(iter(exact or by_host), None)
 
 
 def transitions(session: Session, incident_id: int) -> list[ScanTransition]:

@@ -16,6 +16,7 @@ from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalErr
 
 DATA_EXCEPTION = "22"
 PROGRAM_LIMIT_EXCEEDED = "54"
+TRANSACTION_ROLLBACK = "40"
 
 
 class Refusal(StrEnum):
@@ -43,6 +44,12 @@ def classify(exc: DBAPIError) -> Refusal:
     if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
         return Refusal.UNAVAILABLE
     return Refusal.OTHER
+
+
+def unreachable(exc: DBAPIError) -> bool:
+    """The database failed whatever was asked of it (down, overloaded, connection lost), not one
+    statement's data: a deadlock or serialization failure (SQLSTATE class 40) is one transaction's."""
+    return classify(exc) is Refusal.UNAVAILABLE and not (sqlstate(exc) or "").startswith(TRANSACTION_ROLLBACK)
 
 
 def first_line(exc: DBAPIError, limit: int = 200) -> str:

@@ -82,7 +82,7 @@ class Incident(Base):
     __tablename__ = "incidents"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    group_key: Mapped[str] = mapped_column(StorableText)
+    group_key: Mapped[str] = mapped_column(StorableText, index=True)  # the group's latest incident, open or not
     status: Mapped[str] = mapped_column(StorableString(16))  # firing | resolved
     title: Mapped[str] = mapped_column(StorableText)
     alertname: Mapped[str | None] = mapped_column(StorableString(NAME_CHARS), index=True)
@@ -138,7 +138,8 @@ class Alert(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
-    fingerprint: Mapped[str] = mapped_column(StorableString(FINGERPRINT_CHARS))
+    # Indexed for intake's question "does this alert already belong to an early warning?"
+    fingerprint: Mapped[str] = mapped_column(StorableString(FINGERPRINT_CHARS), index=True)
     alertname: Mapped[str | None] = mapped_column(StorableString(NAME_CHARS))
     status: Mapped[str] = mapped_column(StorableString(16))
     labels: Mapped[dict[str, str]] = mapped_column(JSONType)

@@ -743,7 +743,7 @@ def searched(client: TestClient, **params: str) -> list[int]:
     return [item["id"] for item in found.json()["items"]]
 
 
-def test_a_new_group_is_stored_in_eight_statements_and_a_plain_resend_in_five_without_the_digest(
+def test_a_new_group_is_stored_in_seven_statements_and_a_plain_resend_in_five_without_the_digest(
     pg_db: str, tmp_path: Path
 ) -> None:
     """Intake's hot path (bench/intake_throughput.py): a new group writes its incident, notification,
@@ -756,11 +756,14 @@ def test_a_new_group_is_stored_in_eight_statements_and_a_plain_resend_in_five_wi
         resent = statements_of(pg_db, lambda: post_webhook(client, payload))
         [incident_id] = searched(client, q="gpu-node-2")
 
-    # SELECT the open incident, then the early warning it might join (by fingerprint, then by the
-    # scan's warned targets); INSERT the incident, notification, alerts, investigation and digest
-    assert len(first) == 8, first
-    selected = [s.split(" WHERE ")[0].split(" FROM ")[1].split()[0] for s in first if s.startswith("SELECT")]
-    assert selected == ["incidents", "incidents", "scan_targets"], first
+    # SELECT the open incident, then, in one statement, the early warning it might join (by
+    # fingerprint or by the scan's warned targets); INSERT the incident, notification, alerts,
+    # investigation and digest
+    assert len(first) == 7, first
+    selects = [s for s in first if s.startswith("SELECT")]
+    assert len(selects) == 2, first
+    assert selects[0].split(" FROM ")[1].split()[0] == "incidents" and "FOR UPDATE" in selects[0]
+    assert "JOIN alerts" in selects[1] and "UNION ALL" in selects[1] and "FROM scan_targets" in selects[1]
     # SELECT the incident and its alerts; INSERT the notification; UPDATE the incident and the alert
     assert len(resent) == 5, resent
     assert not [s for s in resent if "incident_digests" in s or "investigations" in s], resent
@@ -790,3 +793,118 @@ def test_a_resend_that_changes_the_searchable_text_or_the_status_rewrites_the_di
     resolved = make_payload(group, alerts=[make_alert("fp-0001", status="resolved")])
     assert post_webhook(intake_client, resolved).status_code == 200
     assert searched(intake_client, status="resolved") == [incident_id]
+
+
+# --------------------------------------------------------------------------- batches (rca/api/batch.py)
+
+
+def test_concurrent_webhooks_are_stored_in_batches_each_answered_with_its_own_incident(
+    pg_db: str, tmp_path: Path
+) -> None:
+    """Webhooks that arrive while the process's transactions are busy are stored together: fewer
+    INSERTs into incidents than new groups, and each request still gets its own incident."""
+    from sqlalchemy import event
+
+    from rca.store.db import get_engine
+
+    senders = 40
+    inserts: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("INSERT INTO incidents"):
+            inserts.append(statement)
+
+    recorder = RecordingDispatcher()
+    engine = get_engine(pg_db)
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        with LiveServer(create_app(make_settings(pg_db, tmp_path), dispatcher=recorder)) as server:
+            barrier = threading.Barrier(senders)
+            replies: dict[int, httpx.Response] = {}
+
+            def send(n: int) -> None:
+                payload = make_payload(f'{{}}:{{alertname="Burst",n="{n}"}}', alerts=[make_alert(f"fp-burst-{n}")])
+                with httpx.Client(base_url=server.url, timeout=30) as client:
+                    barrier.wait()
+                    replies[n] = client.post("/api/v1/alertmanager", json=payload, headers=WEBHOOK_AUTH)
+
+            threads = [threading.Thread(target=send, args=(n,)) for n in range(senders)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+    assert sorted(replies) == list(range(senders))
+    assert all(r.status_code == 200 for r in replies.values()), [
+        r.text for r in replies.values() if r.status_code != 200
+    ]
+    bodies = {n: r.json() for n, r in replies.items()}
+    assert len({b["incident_id"] for b in bodies.values()}) == senders
+    assert all(b["created"] and b["enqueued"] for b in bodies.values())
+    for n, body in bodies.items():  # each answer names the incident of its own group
+        assert incident_row(pg_db, body["incident_id"]).group_key == f'{{}}:{{alertname="Burst",n="{n}"}}'
+    assert sorted(recorder.enqueued) == sorted(b["investigation_id"] for b in bodies.values())
+    assert count_rows(pg_db)["incidents"] == senders
+    assert len(inserts) < senders, len(inserts)
+
+
+def test_a_batch_that_one_notification_fails_is_stored_again_one_by_one(
+    pg_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notification the database refuses (here a groupKey over the index row limit, past raised
+    webhook limits) fails its batch's transaction; the others are then stored one by one and only
+    it is refused, as it would have been alone."""
+    from rca.api import webhook
+    from rca.api.database import refusal
+    from rca.intake.limits import IntakeLimits
+    from rca.intake.schema import WebhookPayload
+    from rca.intake.service import Notice
+
+    settings = make_settings(pg_db, tmp_path)
+    limits = replace(IntakeLimits.from_settings(settings), max_group_key_bytes=200_000).context()
+    payloads = [
+        make_payload('{}:{alertname="Fine",n="1"}', alerts=[make_alert("fp-fine-1")]),
+        make_payload(distinct_words(100_000), alerts=[make_alert("fp-poison")]),
+        make_payload('{}:{alertname="Fine",n="2"}', alerts=[make_alert("fp-fine-2")]),
+    ]
+    batch = [Notice(WebhookPayload.model_validate(p, context=limits), p) for p in payloads]
+    recorder = RecordingDispatcher()
+
+    first, poison, second = webhook._store_batch(pg_db, False, settings.file_config().target, recorder, batch)
+
+    assert isinstance(first, webhook.Stored) and isinstance(second, webhook.Stored)
+    answer = refusal(poison, "the notification", "unavailable")  # type: ignore[arg-type]
+    assert answer is not None and answer.status_code == 413  # type: ignore[union-attr]
+    assert count_rows(pg_db)["incidents"] == 2
+    assert recorder.enqueued == [first.result.investigation_id, second.result.investigation_id]
+
+
+def test_a_batch_with_the_database_down_is_refused_whole_without_trying_each(tmp_path: Path) -> None:
+    from sqlalchemy import event
+
+    from rca.api import webhook
+    from rca.intake.schema import WebhookPayload
+    from rca.intake.service import Notice
+    from rca.store.db import get_engine
+    from rca.store.errors import unreachable
+
+    payloads = [make_payload(f'{{}}:{{n="{n}"}}', alerts=[make_alert(f"fp-{n}")]) for n in range(3)]
+    batch = [Notice(WebhookPayload.model_validate(p), p) for p in payloads]
+    settings = make_settings(CLOSED_PORT_DATABASE_URL, tmp_path)
+    connects: list[int] = []
+
+    def connecting(*_args: Any) -> None:
+        connects.append(1)
+
+    engine = get_engine(CLOSED_PORT_DATABASE_URL)
+    event.listen(engine, "do_connect", connecting)
+    try:
+        outcomes = webhook._store_batch(
+            CLOSED_PORT_DATABASE_URL, False, settings.file_config().target, RecordingDispatcher(), batch
+        )
+    finally:
+        event.remove(engine, "do_connect", connecting)
+    assert all(unreachable(outcome) for outcome in outcomes), outcomes  # type: ignore[arg-type]
+    assert len(connects) == 1

@@ -105,7 +105,7 @@ class Reply:
     status: int
     headers: dict[str, str]
     body: bytes
-    server_level: bool = False  # answered by the HTTP server (h11), not the app
+    server_level: bool = False  # answered by the HTTP server (uvicorn's parser), not the app
 
 
 @dataclass
@@ -552,7 +552,13 @@ def parse_response(data: bytes) -> Reply:
         headers[name.strip().lower()] = value.strip()
     if "content-length" in headers:
         body = body[: int(headers["content-length"])]
-    server_level = "date" not in headers and headers.get("content-type", "").startswith("text/plain")
+    # uvicorn's own answer to what it cannot parse (h11 sends no Date header with it, httptools does):
+    # a plain-text 400 that closes the connection; every 4xx of the app is JSON.
+    server_level = (
+        status == 400
+        and headers.get("content-type", "").startswith("text/plain")
+        and headers.get("connection", "").lower() == "close"
+    )
     return Reply(status, headers, body, server_level)
 
 
