@@ -64,7 +64,7 @@ def test_requests_that_arrive_while_every_batch_is_busy_go_together_within_the_b
     assert isinstance(outcomes[3], ValueError) and str(outcomes[3]) == "bad-d"  # its own error, to it alone
     assert outcomes[4:] == ["E", "F", "G", "HEAVY", "H"]
     # four at most, and no more weight than 5 unless alone: "heavy" goes in a batch of its own
-    assert store.batches[:2] == [["a"], ["b"]]
+    assert sorted(store.batches[:2]) == [["a"], ["b"]]  # their two threads start in either order
     assert sorted(store.batches[2:]) == [["c", "bad-d", "e", "f"], ["g"], ["h"], ["heavy"]]
 
 
