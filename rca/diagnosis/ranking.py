@@ -192,10 +192,10 @@ def _moved_at(finding: Finding) -> datetime | None:
     return finding.onset - _lag(finding)
 
 
-def _clearly_after(finding: Finding, moment: datetime) -> bool:
-    """The finding moved LEAD_MINUTES or more after `moment`."""
+def _clearly_after(finding: Finding, moment: datetime | None, minutes: float = LEAD_MINUTES) -> bool:
+    """The finding moved `minutes` or more after `moment`."""
     at = _moved_at(finding)
-    return at is not None and at - moment >= timedelta(minutes=LEAD_MINUTES)
+    return at is not None and moment is not None and at - moment >= timedelta(minutes=minutes)
 
 
 def _own_dates(
@@ -226,15 +226,12 @@ def _order(cat: Category, findings: dict[str, Finding]) -> tuple[set[str], dict[
     cause, and against it), each with the finding it should have followed."""
     in_order: set[str] = set()
     out_of_order: dict[str, str] = {}
-    margin = timedelta(minutes=PRECEDE_MINUTES)
     for earlier, later in cat.precedes:
-        first = _moved_at(findings[earlier]) if earlier in findings else None
-        then = _moved_at(findings[later]) if later in findings else None
-        if first is None or then is None:
+        if earlier not in findings or later not in findings:
             continue
-        if then - first >= margin:
+        if _clearly_after(findings[later], _moved_at(findings[earlier]), PRECEDE_MINUTES):
             in_order.add(later)
-        elif first - then >= margin:
+        elif _clearly_after(findings[earlier], _moved_at(findings[later]), PRECEDE_MINUTES):
             out_of_order[later] = earlier
     return in_order, out_of_order
 

@@ -302,18 +302,15 @@ def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
         "tp_rank": "0",
         "pp_rank": "0",
     }
+    kv_usage = g("kv_usage", 0.01, hi=1.0)
     return [
         Series("sglang:num_queue_reqs", labels, gauge=g("waiting", 0.2)),
         Series("sglang:num_running_reqs", labels, gauge=g("running", 0.05)),
-        Series("sglang:token_usage", labels, gauge=g("kv_usage", 0.01, hi=1.0)),
-        Series("sglang:full_token_usage", labels, gauge=g("kv_usage", 0.01, hi=1.0)),
+        Series("sglang:token_usage", labels, gauge=kv_usage),
+        Series("sglang:full_token_usage", labels, gauge=kv_usage),
         # The pool in tokens: used and available (what is neither is evictable cache).
-        Series("sglang:kv_used_tokens", labels, gauge=lambda p, t: KV_TOKENS * g("kv_usage", 0.01, hi=1.0)(p, t)),
-        Series(
-            "sglang:kv_available_tokens",
-            labels,
-            gauge=lambda p, t: KV_TOKENS * (1 - g("kv_usage", 0.01, hi=1.0)(p, t)),
-        ),
+        Series("sglang:kv_used_tokens", labels, gauge=lambda p, t: KV_TOKENS * kv_usage(p, t)),
+        Series("sglang:kv_available_tokens", labels, gauge=lambda p, t: KV_TOKENS * (1 - kv_usage(p, t))),
         Series(
             "sglang:prefill_effective_tokens_total",
             labels | {"mode": "input"},
