@@ -14,6 +14,7 @@ Seeds are the split: `TUNING_SEEDS` may be looked at while changing the taxonomy
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,11 @@ ALERT_RATE_LAG = 150.0  # the rule's quantile is over a 5-minute rate, which lag
 INVESTIGATED_AFTER_ALERT_SECONDS = (30.0, 20 * 60.0)
 MAX_REDRAWS = 12
 STACKS = ("vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi", "triton", "triton_trtllm")
+# LoRA: every host of the LoRA cause serves adapters, and this share of the other vLLM hosts; the
+# adapters in use fit the budget (--max-loras), and fill it exactly on some.
+LORA_STACKS = frozenset({"vllm_v1", "vllm_v0", "vllm_v08"})
+LORA_SHARE = 0.25
+LORA_BUDGETS = (1, 2, 4, 8)
 
 Draw = Callable[[random.Random, Given, float], Given]  # (rng, healthy, severity 0..1) -> given once it hit
 
@@ -103,7 +109,14 @@ def _sync(r: random.Random, g: Given, s: float) -> Given:
 
 
 def _lora(r: random.Random, g: Given, s: float) -> Given:
-    return replace(g, deferred=_lerp(2.0, 10.0, s), adapter_load_seconds=_lerp(0.2, 1.0, s))
+    """The traffic asks for more adapters than the budget holds: the others' requests wait for a
+    slot, and adapters load on the request path."""
+    return replace(
+        g,
+        deferred=_lerp(2.0, 10.0, s),
+        adapter_load_seconds=_lerp(0.2, 1.0, s),
+        adapters=math.ceil(g.max_loras * _lerp(1.5, 3.0, s)),
+    )
 
 
 def _bandwidth(r: random.Random, g: Given, s: float) -> Given:
@@ -214,6 +227,16 @@ class World:
         return {"alertname": "LLMTimeToFirstTokenHigh", **scope}
 
 
+def _lora_setup(seed: int, stack: str, cause: str) -> dict[str, float]:
+    """The host's LoRA budget and adapters in use (none: LoRA off), drawn apart from the world's
+    other draws so that those stay what they were."""
+    r = random.Random(f"lora:{seed}")
+    if stack not in LORA_STACKS or (cause != "lora_adapter_loading" and r.random() >= LORA_SHARE):
+        return {}
+    budget = r.choice(LORA_BUDGETS)
+    return {"max_loras": float(budget), "adapters": float(r.randint(1, budget))}
+
+
 def _healthy_given(r: random.Random, busy: bool, load: tuple[float, float] = (0.3, 0.75)) -> Given:
     """The host's own healthy levels: load, prompt and output lengths, cache, memory."""
     prompt = r.uniform(300, 2500)
@@ -289,7 +312,10 @@ def draw(seed: int, now: float, cause: str | None = None) -> World:
     if "cadvisor" in exporters:
         notes.append("in a pod with cAdvisor")
     busy = cause == HEALTHY and r.random() < 0.4
-    healthy = _healthy_given(r, busy)
+    lora = _lora_setup(seed, stack, cause)
+    if lora:
+        notes.append(f"LoRA budget {lora['max_loras']:.0f}, {lora['adapters']:.0f} adapters in use")
+    healthy = replace(_healthy_given(r, busy), **lora)
     severity = r.random()
     ramp = r.uniform(30, 600)
     chronic: Given | None = None
@@ -309,7 +335,7 @@ def draw(seed: int, now: float, cause: str | None = None) -> World:
         # that runs nearer its capacity when even the hardest does not show on this one.
         for attempt in range(MAX_REDRAWS):
             if attempt and attempt % 4 == 0:
-                healthy = _healthy_given(r, busy=False, load=(0.75, 0.85))
+                healthy = replace(_healthy_given(r, busy=False, load=(0.75, 0.85)), **lora)
                 chronic = chronic and _chronic(healthy)
                 base = chronic or healthy
                 severity = r.random()
