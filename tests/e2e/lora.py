@@ -12,8 +12,8 @@ The label set of a moment follows from the engine's values (`lora_labels`): the 
 `adapters` distinct adapters, at most `max_loras` of them run at once (and no more than there are
 running requests); the requests of an adapter beyond a full budget wait for a slot (`deferred`),
 and a capacity queue of at least one request shows the adapter its requests are for, which is
-already running. So a full budget with waiting adapters is what a LoRA-budget wait looks like, and
-also what a capacity wait looks like when the adapters in use fill the budget exactly.
+already running. An adapter waiting outside the running ones at a full budget is the schedulers'
+own rule for deferring a request (V0 and V1); a capacity queue shows only running adapters.
 """
 
 from __future__ import annotations

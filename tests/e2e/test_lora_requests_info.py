@@ -20,11 +20,13 @@ from tests.e2e import promstack
 from tests.e2e.scenarios import LORA_HOST, MODEL, Fleet, Host
 
 pytestmark = pytest.mark.e2e
-FALLBACK = "vLLM waiting requests while lora_requests_info shows adapters waiting at a full adapter budget"
+FALLBACK = "vLLM waiting requests while lora_requests_info shows an adapter waiting for a full adapter budget"
 BUDGET_NOT_FULL = (("max_loras", 4.0), ("adapters", 2.0))
-# Before the onset 2 adapters fill a budget of 2 and 6 requests wait for capacity (the latest set
-# shows a full budget with waiting adapters); after it the queue is empty.
-FULL_THEN_DRAINED = (("max_loras", 2.0), ("adapters", 2.0), ("waiting", 6.0))
+BUDGET_FILLED_EXACTLY = (("max_loras", 2.0), ("adapters", 2.0))
+# Before the onset 4 adapters want a budget of 2: 3 requests wait for it, 6 in all; after it the
+# traffic uses 2 adapters and nothing waits.
+DEFERRED_THEN_DRAINED = (("max_loras", 2.0), ("adapters", 4.0), ("deferred", 3.0), ("waiting", 6.0))
+DRAINED = (("adapters", 2.0), ("deferred", 0.0), ("waiting", 0.2))
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         [
             Host("lora-full", "lora_adapter_loading", onset, stack="vllm_v08", normal=LORA_HOST),
             Host("lora-room", "arrival_surge", onset, stack="vllm_v08", normal=BUDGET_NOT_FULL),
-            Host("lora-stale", None, onset, stack="vllm_v08", normal=FULL_THEN_DRAINED, extra=(("waiting", 0.2),)),
+            Host("lora-exact", "arrival_surge", onset, stack="vllm_v08", normal=BUDGET_FILLED_EXACTLY),
+            Host("lora-stale", None, onset, stack="vllm_v08", normal=DEFERRED_THEN_DRAINED, extra=DRAINED),
             Host("lora-wide", "lora_adapter_loading", onset, stack="vllm_v08", normal=(("max_loras", 16.0),)),
             Host(
                 "lora-keep",
@@ -77,17 +80,25 @@ def test_a_full_adapter_budget_with_adapters_waiting_counts_every_waiting_reques
     assert result["top"] == "lora_adapter_loading"
 
 
-def test_adapters_waiting_with_room_in_the_budget_count_nothing(prometheus: str) -> None:
-    deferred = _analyse(prometheus, "lora-room")["findings"]["requests_deferred"]
+@pytest.mark.parametrize("host", ["lora-room", "lora-exact"])
+def test_a_capacity_queue_counts_nothing_whether_or_not_its_adapters_fill_the_budget(
+    prometheus: str, host: str
+) -> None:
+    """A surge queues requests of running adapters: with room in the budget, or with the adapters
+    in use filling it exactly, no adapter waits for the budget."""
+    result = _analyse(prometheus, host)
+    deferred = result["findings"]["requests_deferred"]
     assert deferred.source == FALLBACK
     assert deferred.status == "ok" and deferred.value == 0
+    assert result["findings"]["queue_median"].breached and result["top"] == "arrival_surge"
 
 
 def test_a_stale_label_set_with_an_older_time_is_ignored(prometheus: str) -> None:
     sets = _instant(prometheus, 'vllm:lora_requests_info{instance="lora-stale:8000"}')
     # Prometheus stores an empty label as none: the set with no adapter waiting has no such label.
     waiting = {s["metric"].get("waiting_lora_adapters", ""): float(s["value"][1]) for s in sets}
-    assert waiting["tenant-1"] < waiting[""] - 10 * 60  # still exported, last set about the onset
+    assert "tenant-3,tenant-4,tenant-1" in waiting  # still exported: set before the onset and in its ramp
+    assert all(set_at < waiting[""] - 10 * 60 for names, set_at in waiting.items() if names)
     deferred = _analyse(prometheus, "lora-stale")["findings"]["requests_deferred"]
     assert deferred.source == FALLBACK
     assert deferred.baseline == pytest.approx(6.0, rel=0.3)  # counted while it was the latest
@@ -121,5 +132,6 @@ def test_the_fleet_rewrite_gives_each_instance_its_own_value(prometheus: str) ->
     promql = per_instance(alternative.render({"serving": FLEET_SELECTORS["serving"]}))
     values = {s["metric"]["instance"]: float(s["value"][1]) for s in _instant(prometheus, promql)}
     assert values["lora-full:8000"] > 4 and values["lora-keep:8000"] > 4
-    assert values["lora-room:8000"] == values["lora-stale:8000"] == values["v0-off:8000"] == 0
+    assert values["lora-room:8000"] == values["lora-exact:8000"] == values["lora-stale:8000"] == 0
+    assert values["v0-off:8000"] == 0
     assert "lora-wide:8000" not in values
