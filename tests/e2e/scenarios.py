@@ -88,6 +88,7 @@ FAULTS: dict[str, dict[str, float]] = {
 EXPORTERS = frozenset({"serving", "dcgm", "node"})
 # A vLLM host serving LoRA adapters: a budget of 4 (--max-loras), 3 adapters in use (`Host.normal`).
 LORA_HOST = (("max_loras", 4.0), ("adapters", 3.0))
+LORA_STACKS = frozenset({"vllm_v1", "vllm_v08", "vllm_v0"})  # engines that export vllm:lora_requests_info
 
 PROMPT_BUCKETS = [
     1,
@@ -513,7 +514,7 @@ def host_series(host: Host) -> list[Series]:
     series = serving(h, g, host.port) if host.port else serving(h, g)
     if "serving" not in host.exporters:
         series = []
-    elif host.stack in ("vllm_v1", "vllm_v08", "vllm_v0"):
+    elif host.stack in LORA_STACKS:
         series += _lora_info(host, series[0].labels)
     if host.pod:
         for s in series:

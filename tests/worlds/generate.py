@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.e2e.scenarios import EXPORTERS, Host, host_series
+from tests.e2e.scenarios import EXPORTERS, LORA_STACKS, Host, host_series
 from tests.worlds.engine import Given, Timeline, blend, changes, simulate
 
 TUNING_SEEDS = range(0, 100_000)
@@ -38,7 +38,6 @@ MAX_REDRAWS = 12
 STACKS = ("vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi", "triton", "triton_trtllm")
 # LoRA: every host of the LoRA cause serves adapters, and this share of the other vLLM hosts; the
 # adapters in use fit the budget (--max-loras), and fill it exactly on some.
-LORA_STACKS = frozenset({"vllm_v1", "vllm_v0", "vllm_v08"})
 LORA_SHARE = 0.25
 LORA_BUDGETS = (1, 2, 4, 8)
 
@@ -154,7 +153,8 @@ NEEDS: dict[str, dict[str, Any]] = {
     "host_device_sync": {"exporters": {"dcgm"}},
     "memory_bandwidth_bound": {"exporters": {"dcgm"}},
     "gpu_degraded": {"exporters": {"dcgm"}},
-    "lora_adapter_loading": {"stacks": {"vllm_v1"}},
+    # vLLM 0.34 counts deferred requests; older V1 and V0 show them in lora_requests_info.
+    "lora_adapter_loading": {"stacks": LORA_STACKS},
     # Prompt lengths are exported by vLLM, SGLang and TGI (the test exporters' Triton has none).
     "prefill_blocking": {"stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi"}},
     # Requests held while the GPU idles: GPU activity, and a queue-time or TTFT histogram.
