@@ -101,6 +101,20 @@ def backfill(fleet: Fleet, end: float, data_dir: Path, workdir: Path) -> None:
     blocks_from(source, data_dir, timeout=300)
 
 
+@contextmanager
+def fleet_prometheus(fleet: Fleet, now: float, workdir: Path, settle: float = 0.0) -> Iterator[str]:
+    """A real Prometheus with the fleet's history up to `now`, scraping its live exporter; `settle`
+    seconds to wait for the first scrapes."""
+    backfill(fleet, now, workdir / "tsdb", workdir)
+    with Exporter(fleet, time.time) as exporter:
+        proc, url = start_prometheus(workdir, exporter.port, None)
+        try:
+            time.sleep(settle)
+            yield url
+        finally:
+            proc.stop()
+
+
 def blocks_from(source: Path, data_dir: Path, timeout: float) -> None:
     """TSDB blocks in `data_dir` from an OpenMetrics file (promtool), which is then removed."""
     data_dir.mkdir(parents=True, exist_ok=True)

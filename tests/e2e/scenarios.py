@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
 
+from tests.e2e.lora import LABEL_NAMES, LORA_OFF, LastSet, label_sets
 from tests.helpers.loopback import LoopbackServer
 
 GRID_SECONDS = 5.0  # counters integrate their rates on this grid
@@ -56,6 +57,8 @@ BASELINE: dict[str, float] = {
     "numa_miss": 50.0,
     "throttled": 0.02,  # share of CFS periods in which the container was throttled
     "aborted": 0.0,  # requests per second the engine aborts (clients gave up waiting)
+    "max_loras": 0.0,  # LoRA adapters that run at once (--max-loras); 0: LoRA off
+    "adapters": 0.0,  # distinct LoRA adapters the traffic asks for (see tests/e2e/lora.py)
 }
 
 # What each fault changes, after onset. Values follow DOMAIN.md's descriptions of each cause.
@@ -75,13 +78,17 @@ FAULTS: dict[str, dict[str, float]] = {
     "host_device_sync": {"pcie_bytes": 1.2e9, "pinned_busy": 0.88, "gpu_util": 55.0},
     "batching_misconfig": {"waiting": 9.0, "gpu_util": 45.0, "running": 4.0, "ttft": 0.5, "queue_time": 0.9},
     "prefill_blocking": {"prompt_len": 4000.0, "itl": 0.045, "ttft": 0.9, "waiting": 7.0, "queue_time": 0.5},
-    "lora_adapter_loading": {"deferred": 6.0, "waiting": 8.0, "ttft": 0.7, "queue_time": 0.8},
+    # More adapters than the budget (LORA_HOST's 4) holds: the others' requests wait for a slot.
+    "lora_adapter_loading": {"deferred": 6.0, "waiting": 8.0, "ttft": 0.7, "queue_time": 0.8, "adapters": 7.0},
     "memory_bandwidth_bound": {"tensor_active": 0.2, "dram_active": 0.75, "itl": 0.03},
     "gpu_degraded": {"sm_clock": 1400.0, "gpu_temp": 92.0, "itl": 0.03, "throttle": 0x40},
     "cpu_quota_throttling": {"throttled": 0.6, "pinned_busy": 0.9, "itl": 0.03},
 }
 # Also: "cadvisor" (with a pod), "process" (process-exporter), "dcgm_basic" (DCGM without profiling fields).
 EXPORTERS = frozenset({"serving", "dcgm", "node"})
+# A vLLM host serving LoRA adapters: a budget of 4 (--max-loras), 3 adapters in use (`Host.normal`).
+LORA_HOST = (("max_loras", 4.0), ("adapters", 3.0))
+LORA_STACKS = frozenset({"vllm_v1", "vllm_v08", "vllm_v0"})  # engines that export vllm:lora_requests_info
 
 PROMPT_BUCKETS = [
     1,
@@ -153,18 +160,27 @@ def _exp_cdf(le: float, median: float) -> float:
 
 @dataclass
 class Series:
-    """One time series; `gauge` gives its value at t, `rate` its per-second increase (counters)."""
+    """One time series; `gauge` gives its value at t, `rate` its per-second increase (counters),
+    `stamp` the wall-clock time it was last set at (None: not exported yet)."""
 
     name: str
     labels: dict[str, str]
     gauge: Callable[[dict[str, float], float], float] | None = None
     rate: Callable[[dict[str, float], float], float] | None = None
+    stamp: Callable[[float, float], float | None] | None = None  # (t, start) -> time last set
     host: Host | None = None
     _cursor: tuple[float, float] | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
         return self.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(self.labels.items())) + "}"
+
+    def sample(self, t: float, start: float) -> str | None:
+        """The value as the exporter writes it at t; None while the series does not exist."""
+        if self.stamp is None:
+            return f"{self.value(t, start):.6g}"
+        at = self.stamp(t, start)
+        return None if at is None else f"{at:.3f}"  # a time: to the millisecond, as prometheus_client
 
     def value(self, t: float, start: float) -> float:
         assert self.host is not None
@@ -498,6 +514,8 @@ def host_series(host: Host) -> list[Series]:
     series = serving(h, g, host.port) if host.port else serving(h, g)
     if "serving" not in host.exporters:
         series = []
+    elif host.stack in LORA_STACKS:
+        series += _lora_info(host, series[0].labels)
     if host.pod:
         for s in series:
             s.labels = s.labels | {"namespace": NAMESPACE, "pod": host.pod}
@@ -602,6 +620,25 @@ def host_series(host: Host) -> list[Series]:
     return series
 
 
+def _lora_info(host: Host, engine: dict[str, str]) -> list[Series]:
+    """`vllm:lora_requests_info` (tests/e2e/lora.py) under the engine's scrape labels (it has no
+    `model_name`): every label set the host's budget allows, each exported once first set."""
+    labels = {"job": engine["job"], "instance": engine["instance"]}
+    budget = round(host.params(host.onset)["max_loras"])
+    if budget < 1:  # V0 sets its LoRA-off label set every iteration; V1 exports nothing without LoRA
+        off = labels | dict(zip(LABEL_NAMES, LORA_OFF, strict=True))
+        return [Series("vllm:lora_requests_info", off, stamp=lambda t, start: t)] if host.stack == "vllm_v0" else []
+    clock = LastSet(host.params, GRID_SECONDS)
+    return [
+        Series(
+            "vllm:lora_requests_info",
+            labels | dict(zip(LABEL_NAMES, label_set, strict=True)),
+            stamp=lambda t, start, label_set=label_set: clock.value(label_set, t, start),
+        )
+        for label_set in label_sets(budget)
+    ]
+
+
 def _family(name: str) -> str:
     """A histogram's family name (`x` of `x_bucket`, `x_count`, `x_sum`); other names unchanged."""
     for suffix in ("_bucket", "_count", "_sum"):
@@ -626,13 +663,14 @@ class Fleet:
         for s in self.series:
             t = self.start
             while t < end:
-                yield f"{s.key} {s.value(t, self.start):.6g} {t:.3f}\n"
+                if (value := s.sample(t, self.start)) is not None:
+                    yield f"{s.key} {value} {t:.3f}\n"
                 t += step
         yield "# EOF\n"
 
     def exposition(self, now: float) -> str:
         """The live scrape: current values in the Prometheus text format (labels included)."""
-        return "".join(f"{s.key} {s.value(now, self.start):.6g}\n" for s in self.series)
+        return "".join(f"{s.key} {value}\n" for s in self.series if (value := s.sample(now, self.start)) is not None)
 
 
 class Exporter(LoopbackServer):

@@ -23,7 +23,7 @@ from rca.config import Settings, TargetConfig
 from rca.domain.evidence import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
-from tests.e2e.scenarios import MODEL, NAMESPACE, RAMP_SECONDS, Exporter, Fleet, Host, address
+from tests.e2e.scenarios import LORA_HOST, MODEL, NAMESPACE, RAMP_SECONDS, Exporter, Fleet, Host, address
 from tests.fakes.traces import LORA_FAULT, FakeBackend, Phases, Store, TraceFactory
 
 ONSET_MINUTES_AGO = 25
@@ -87,7 +87,17 @@ def scenarios(onset: float, severity: float = 1.0, ramp: float = RAMP_SECONDS) -
         ),
         Scenario("vllm-prefill-blocking", "prefill_blocking", [host("s08", "prefill_blocking")], _vllm_alert("s08")),
         Scenario(
-            "vllm-lora-loading", "lora_adapter_loading", [host("s09", "lora_adapter_loading")], _vllm_alert("s09")
+            "vllm-lora-loading",
+            "lora_adapter_loading",
+            [host("s09", "lora_adapter_loading", normal=LORA_HOST)],
+            _vllm_alert("s09"),
+        ),
+        Scenario(
+            "vllm-v0-lora-loading",
+            "lora_adapter_loading",
+            [host("s28", "lora_adapter_loading", stack="vllm_v0", normal=LORA_HOST)],
+            _vllm_alert("s28"),
+            "V0 has no deferred reason: requests wait while lora_requests_info shows a full adapter budget",
         ),
         Scenario(
             "vllm-memory-bound", "memory_bandwidth_bound", [host("s10", "memory_bandwidth_bound")], _dcgm_alert("s10")

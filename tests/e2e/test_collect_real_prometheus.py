@@ -15,7 +15,7 @@ from rca.collect.target import target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.pipeline import analyse
 from tests.e2e import promstack
-from tests.e2e.scenarios import MODEL, NAMESPACE, Exporter, Fleet, Host, address
+from tests.e2e.scenarios import LORA_HOST, MODEL, NAMESPACE, Fleet, Host, address
 
 pytestmark = pytest.mark.e2e
 WITH_PROCESS = frozenset({"serving", "dcgm", "node", "process"})
@@ -55,7 +55,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 exporters=frozenset({"serving", "dcgm", "cadvisor"}),
             ),
             Host("nopin-a", "cpu_launch_overhead", onset, isolcpus=False),
-            Host("v08-a", "prefix_cache_miss", onset, stack="vllm_v08"),
+            Host("v08-a", "prefix_cache_miss", onset, stack="vllm_v08", normal=LORA_HOST),  # serves LoRA adapters
             Host("proc-a", "cpu_launch_overhead", onset, isolcpus=False, exporters=WITH_PROCESS),
             Host("proc-b", "cpu_launch_overhead", onset, exporters=WITH_PROCESS),
             Host("k8s-b", "cpu_affinity_numa", onset, pod="vllm-k8s-b-0", addresses=True),
@@ -78,13 +78,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         ],
         start=now - 3 * 3600 - 15 * 60,
     )
-    promstack.backfill(fleet, now, workdir / "tsdb", workdir)
-    with Exporter(fleet, time.time) as exporter:
-        proc, url = promstack.start_prometheus(workdir, exporter.port, None)
-        try:
-            yield url
-        finally:
-            proc.stop()
+    with promstack.fleet_prometheus(fleet, now, workdir) as url:
+        yield url
 
 
 def _analyse(url: str | None, labels: dict[str, str], settings: Settings | None = None) -> dict:
@@ -244,7 +239,9 @@ def test_vllm_v0_reads_its_own_cache_gauges(prometheus: str) -> None:
     assert findings["prefix_cache_hit_rate"].status == "ok"
     assert "V0" in (findings["prefix_cache_hit_rate"].source or "")
     assert "time_per_output_token" in (findings["itl_p95"].query or "")
-    assert findings["requests_deferred"].status == "not_measurable"
+    # No reasons gauge; V0 exports lora_requests_info with max_lora="0" when LoRA is off: none wait for it.
+    assert "lora_requests_info" in (findings["requests_deferred"].query or "")
+    assert findings["requests_deferred"].status == "ok" and findings["requests_deferred"].value == 0
 
 
 def test_vllm_08_reads_prefix_hits_from_its_block_counters(prometheus: str) -> None:
@@ -332,8 +329,8 @@ def test_one_throttled_gpu_of_four_is_found_and_named_by_its_uuid(prometheus: st
 # What each stack cannot measure at all (the profile has no source for it), as docs/diagnosis.md says.
 NOT_MEASURABLE = {
     "gpu-b:8000": set(),  # vLLM V1
-    "v0-a:8000": {"requests_deferred"},
-    "v08-a:8000": {"requests_deferred"},
+    "v0-a:8000": set(),  # requests_deferred from lora_requests_info (LoRA off: 0)
+    "v08-a:8000": set(),  # requests_deferred from lora_requests_info (the host serves LoRA adapters)
     "sg-a:30000": {"preemption_rate", "requests_deferred"},
     "tgi-a:9000": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
     "tri-a:8002": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},

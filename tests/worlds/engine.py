@@ -27,6 +27,9 @@ Relations (per moment; the queue is integrated over time, everything else is qua
   evicts cached prefixes (the hit rate falls with the overflow).
 - GPU utilisation = busy share of time (load, less CPU launch gaps and batching holds); tensor
   activity follows it, DRAM activity follows it times the memory-boundness.
+- LoRA: the traffic asks for `adapters` distinct adapters, at most `max_loras` run at once; the
+  requests of adapters beyond a full budget wait for a slot (`deferred`, among the waiting). What
+  vLLM's `lora_requests_info` then shows is in tests/e2e/lora.py.
 - The pinned cores are busy with scheduling (more with load) and with launching each step's
   kernels (the CPU share of a step, which eager mode makes most of it), and with host-side copies;
   context switches and NUMA misses follow load, far more when threads are unpinned.
@@ -68,6 +71,8 @@ class Given:
     unpinned: float = 0.0  # 0..1, threads migrating across cores and NUMA nodes
     host_copies: float = 0.0  # extra host<->device traffic per request (host-side KV handling), relative
     deferred: float = 0.0  # requests waiting for a LoRA or KV-transfer budget
+    max_loras: float = 0.0  # LoRA adapters that run at once (--max-loras); 0: LoRA off
+    adapters: float = 0.0  # distinct LoRA adapters the traffic asks for
     adapter_load_seconds: float = 0.0  # adapter loads on the request path
     gpu_temp: float = 62.0
     throttle_reasons: float = 0.0
@@ -163,6 +168,8 @@ def observe(given: Given, queue_before: float, dt: float) -> tuple[dict[str, flo
         "numa_miss": 40 * (1 + min(1.0, load)) * (1 + 40 * g.unpinned),
         "throttled": g.cpu_throttled,
         "aborted": aborted,
+        "max_loras": g.max_loras,
+        "adapters": g.adapters,
     }, queue
 
 

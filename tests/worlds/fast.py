@@ -26,6 +26,7 @@ from rca.collect.prometheus import PrometheusSource, Samples, Series, Window
 from rca.collect.target import target_from_alerts
 from rca.config import Settings
 from rca.pipeline import Analysis, analyse
+from tests.e2e.lora import lora_labels
 from tests.e2e.scenarios import ITL_BUCKETS, PROMPT_BUCKETS, THROTTLED_STALL, TTFT_BUCKETS, host_series
 from tests.worlds.generate import World
 
@@ -43,6 +44,27 @@ def bucket_quantile(q: float, buckets: list[float], median: float) -> float:
             return previous_le + (le - previous_le) * (rank - previous_cdf) / max(share - previous_cdf, 1e-12)
         previous_le, previous_cdf = le, share
     return buckets[-1]
+
+
+LORA_BUDGETS_READ = range(0, 9)  # the `max_lora` values the profile's lora_requests_info query enumerates
+
+
+LORA_NAMES_READ = 8  # how many running and waiting adapter names the query compares
+
+
+def adapter_wait(p: Params) -> float:
+    """What `requests_deferred`'s lora_requests_info alternative reads: every waiting request while
+    the engine's latest label set shows an adapter waiting outside the running ones at a full
+    budget, else 0 (LoRA off on V0 included); NaN (no data) for a budget the query does not read."""
+    labels = lora_labels(p)
+    if labels is None:
+        return 0.0
+    budget, running, waiting = labels
+    if int(budget) not in LORA_BUDGETS_READ:
+        return math.nan
+    names = running.split(",")
+    outside = set(waiting.split(",")[:LORA_NAMES_READ]) - set(names[:LORA_NAMES_READ]) - {""}
+    return p["waiting"] if outside and len(names) == int(budget) else 0.0
 
 
 VALUE: dict[str, Callable[[Params], float]] = {
@@ -77,8 +99,10 @@ DEFAULT_LAG = 150.0
 # request counters that also count requests whose client gave up (the latency histograms do not),
 # the graphics engine's active time (a stalled kernel counts), mean prompt lengths (the mean of
 # the exporters' exponential), queue depths by Little's law over the exporters' queue-time
-# histograms (whose median is the engine's mean: their mean is 1/ln 2 of it) and throttled seconds.
+# histograms (whose median is the engine's mean: their mean is 1/ln 2 of it), throttled seconds and
+# the requests waiting while an adapter waits for a full LoRA budget.
 BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
+    ("requests_deferred", "lora_requests_info", adapter_wait),
     ("queue_median", "queue_time_seconds_sum", lambda p: p["arrival_rate"] * p["queue_time"] / math.log(2)),
     ("queue_median", "tgi_request_queue_duration_sum", lambda p: p["arrival_rate"] * p["ttft"] * 0.5 / math.log(2)),
     ("queue_median", "nv_inference_queue_duration_us", lambda p: p["arrival_rate"] * p["queue_time"]),
@@ -111,7 +135,8 @@ def _alternatives() -> list[Alternative]:
     out: list[Alternative] = []
     for spec in load_profile().signals:
         for alternative in spec.queries:
-            pattern = _PLACEHOLDER.sub(".*?", re.escape(alternative.promql))
+            # Placeholders match anything; `$$` is a literal `$` once rendered (a label_replace group).
+            pattern = _PLACEHOLDER.sub(".*?", re.escape(alternative.promql)).replace(r"\$\$", r"\$")
             names = METRIC_NAME.findall(alternative.promql) + _NAME_REGEX.findall(alternative.promql)
             out.append((re.compile(pattern, re.S), spec.id, names))
     return out

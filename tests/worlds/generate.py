@@ -14,12 +14,13 @@ Seeds are the split: `TUNING_SEEDS` may be looked at while changing the taxonomy
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.e2e.scenarios import EXPORTERS, Host, host_series
+from tests.e2e.scenarios import EXPORTERS, LORA_STACKS, Host, host_series
 from tests.worlds.engine import Given, Timeline, blend, changes, simulate
 
 TUNING_SEEDS = range(0, 100_000)
@@ -35,6 +36,10 @@ ALERT_RATE_LAG = 150.0  # the rule's quantile is over a 5-minute rate, which lag
 INVESTIGATED_AFTER_ALERT_SECONDS = (30.0, 20 * 60.0)
 MAX_REDRAWS = 12
 STACKS = ("vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi", "triton", "triton_trtllm")
+# LoRA: every host of the LoRA cause serves adapters, and this share of the other vLLM hosts; the
+# adapters in use fit the budget (--max-loras), and fill it exactly on some.
+LORA_SHARE = 0.25
+LORA_BUDGETS = (1, 2, 4, 8)
 
 Draw = Callable[[random.Random, Given, float], Given]  # (rng, healthy, severity 0..1) -> given once it hit
 
@@ -103,7 +108,14 @@ def _sync(r: random.Random, g: Given, s: float) -> Given:
 
 
 def _lora(r: random.Random, g: Given, s: float) -> Given:
-    return replace(g, deferred=_lerp(2.0, 10.0, s), adapter_load_seconds=_lerp(0.2, 1.0, s))
+    """The traffic asks for more adapters than the budget holds: the others' requests wait for a
+    slot, and adapters load on the request path."""
+    return replace(
+        g,
+        deferred=_lerp(2.0, 10.0, s),
+        adapter_load_seconds=_lerp(0.2, 1.0, s),
+        adapters=math.ceil(g.max_loras * _lerp(1.5, 3.0, s)),
+    )
 
 
 def _bandwidth(r: random.Random, g: Given, s: float) -> Given:
@@ -141,7 +153,8 @@ NEEDS: dict[str, dict[str, Any]] = {
     "host_device_sync": {"exporters": {"dcgm"}},
     "memory_bandwidth_bound": {"exporters": {"dcgm"}},
     "gpu_degraded": {"exporters": {"dcgm"}},
-    "lora_adapter_loading": {"stacks": {"vllm_v1"}},
+    # vLLM 0.34 counts deferred requests; older V1 and V0 show them in lora_requests_info.
+    "lora_adapter_loading": {"stacks": LORA_STACKS},
     # Prompt lengths are exported by vLLM, SGLang and TGI (the test exporters' Triton has none).
     "prefill_blocking": {"stacks": {"vllm_v1", "vllm_v0", "vllm_v08", "sglang", "tgi"}},
     # Requests held while the GPU idles: GPU activity, and a queue-time or TTFT histogram.
@@ -212,6 +225,16 @@ class World:
         serving = next(s for s in host_series(self.host) if s.labels.get("job") in SERVING_JOBS)
         scope = {k: v for k, v in serving.labels.items() if k in ("instance", "namespace", "pod")}
         return {"alertname": "LLMTimeToFirstTokenHigh", **scope}
+
+
+def _lora_setup(seed: int, stack: str, cause: str) -> dict[str, float]:
+    """The host's LoRA budget and adapters in use (none: LoRA off), drawn apart from the world's
+    other draws so that those stay what they were."""
+    r = random.Random(f"lora:{seed}")
+    if stack not in LORA_STACKS or (cause != "lora_adapter_loading" and r.random() >= LORA_SHARE):
+        return {}
+    budget = r.choice(LORA_BUDGETS)
+    return {"max_loras": float(budget), "adapters": float(r.randint(1, budget))}
 
 
 def _healthy_given(r: random.Random, busy: bool, load: tuple[float, float] = (0.3, 0.75)) -> Given:
@@ -289,7 +312,10 @@ def draw(seed: int, now: float, cause: str | None = None) -> World:
     if "cadvisor" in exporters:
         notes.append("in a pod with cAdvisor")
     busy = cause == HEALTHY and r.random() < 0.4
-    healthy = _healthy_given(r, busy)
+    lora = _lora_setup(seed, stack, cause)
+    if lora:
+        notes.append(f"LoRA budget {lora['max_loras']:.0f}, {lora['adapters']:.0f} adapters in use")
+    healthy = replace(_healthy_given(r, busy), **lora)
     severity = r.random()
     ramp = r.uniform(30, 600)
     chronic: Given | None = None
@@ -309,7 +335,7 @@ def draw(seed: int, now: float, cause: str | None = None) -> World:
         # that runs nearer its capacity when even the hardest does not show on this one.
         for attempt in range(MAX_REDRAWS):
             if attempt and attempt % 4 == 0:
-                healthy = _healthy_given(r, busy=False, load=(0.75, 0.85))
+                healthy = replace(_healthy_given(r, busy=False, load=(0.75, 0.85)), **lora)
                 chronic = chronic and _chronic(healthy)
                 base = chronic or healthy
                 severity = r.random()

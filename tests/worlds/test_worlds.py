@@ -4,6 +4,7 @@ figures are the benchmark's (bench/diagnosis_worlds.py), never asserted here."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from rca.config import load_settings
 from tests.worlds.engine import Given, simulate
-from tests.worlds.fast import bucket_quantile, diagnose
+from tests.worlds.fast import adapter_wait, bucket_quantile, diagnose
 from tests.worlds.generate import ALERT_FACTOR, ALERT_RATE_LAG, CAUSES, HEALTHY, TUNING_SEEDS, World, draw
 from tests.worlds.report import Outcome, summarise
 
@@ -57,6 +58,18 @@ def test_host_side_sync_stalls_each_step_and_slows_tokens() -> None:
     before, after = settled(HEALTHY_ENGINE), settled(replace(HEALTHY_ENGINE, host_copies=5.0))
     assert after["pcie_bytes"] > 2 * before["pcie_bytes"] and after["itl"] > 1.3 * before["itl"]
     assert after["gpu_util"] < before["gpu_util"]
+
+
+def test_adapters_beyond_a_full_budget_wait_and_lora_requests_info_shows_them() -> None:
+    """What the profile's lora_requests_info reading of requests_deferred gives (tests/e2e/lora.py)."""
+    lora = replace(HEALTHY_ENGINE, max_loras=4.0, adapters=3.0)
+    assert adapter_wait(settled(lora)) == 0  # room in the budget
+    over = settled(replace(lora, adapters=7.0, deferred=5.0))
+    assert adapter_wait(over) == over["waiting"] > 5  # every waiting request, not only the deferred
+    # A capacity queue while the adapters in use fill the budget exactly: no adapter waits for it.
+    queued = settled(replace(lora, adapters=4.0, arrival_rate=18.0))
+    assert queued["waiting"] > 1 and adapter_wait(queued) == 0
+    assert math.isnan(adapter_wait(settled(replace(lora, max_loras=16.0))))  # a budget the query does not read
 
 
 @pytest.mark.parametrize("seed", range(20))
