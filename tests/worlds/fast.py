@@ -117,7 +117,15 @@ BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
     ("prompt_tokens_p95", "_sum", lambda p: p["prompt_len"] / math.log(2)),
     ("prompt_tokens_p95", "prompt_tokens_total", lambda p: p["prompt_len"] / math.log(2)),
 ]
-GAUGES = {"xid_errors", "gpu_throttle_reasons", "gpu_temperature", "sm_clock", "running_batch", "kv_cache_usage"}
+GAUGES = {
+    "xid_errors",
+    "gpu_throttle_reasons",
+    "gpu_temperature",
+    "sm_clock",
+    "running_batch",
+    "kv_cache_usage",
+    "requests_deferred",
+}
 
 METRIC_NAME = re.compile(
     r"(?<![\w:\"])((?:vllm|sglang):[\w:]+|(?:DCGM_|node_|nv_|tgi_|container_|namedprocess_|rca_gpu_)\w+)"
