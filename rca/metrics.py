@@ -97,6 +97,10 @@ SCAN_TARGETS = Counter("rca_scan_targets_total", "Serving targets the fleet scan
 SCAN_DURATION = Histogram(
     "rca_scan_duration_seconds", "Wall time of one fleet scan.", buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 )
+SCAN_WARMING = Counter(
+    "rca_scan_warming_total",
+    "Serving targets the fleet scans held as warming (history not yet read), summed over scans.",
+)
 SCAN_TRANSITIONS = Counter(
     "rca_scan_transitions_total", "Early-warning state changes of serving targets, by the state entered.", ["state"]
 )
@@ -135,10 +139,11 @@ def investigation_finished(status: str, seconds: float) -> None:
     INVESTIGATION_DURATION.labels(status=status).observe(seconds)
 
 
-def scan_finished(targets: int, queries: int, seconds: float) -> None:
+def scan_finished(targets: int, warming: int, queries: int, seconds: float) -> None:
     """Count one fleet scan and its cost."""
     SCANS.inc()
     SCAN_TARGETS.inc(targets)
+    SCAN_WARMING.inc(warming)
     SCAN_QUERIES.inc(queries)
     SCAN_DURATION.observe(seconds)
 

@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     scan_slo_probability: float = Field(default=0.8, gt=0, le=1)  # P(SLO breach) that warns at once
     scan_slo_sustain_scans: int = Field(default=1, ge=1, le=100)  # TTFT beyond its SLO this many scans: "warning"
     scan_warmup_seconds: float = Field(default=900.0, ge=0, le=86400)  # early signals held this long after a restart
+    # Points (targets x steps) of history never read that one scan reads, newest first: at the
+    # scanner's start, for a new target or after a gap the history comes in pieces, not at once.
+    scan_fill_points: int = Field(default=8000, ge=1, le=10_000_000)
     # Runs handed out (by intake or the sweep) before the sweep gives an investigation up as
     # failed instead of re-queueing it: one that crashes its worker or times out every time.
     investigation_max_attempts: int = Field(default=3, ge=1, le=100)

@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 
 from rca.config import Settings
 from rca.scan.fleet import FleetSource
-from rca.scan.restarts import started, with_starts
 from rca.scan.scanner import Scanner
 from rca.scan.service import policy_of
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, advance
@@ -92,15 +91,15 @@ def scan_frames(
     progress: Callable[[int], None] | None = None,
 ) -> list[Frame]:
     """The scan at every RCA_SCAN_INTERVAL_SECONDS of [start, end]: the slow half of a backtest
-    (Prometheus), kept apart so that a policy can be replayed over the same scans (`replay`)."""
-    scanner = Scanner(settings, source)
+    (Prometheus), kept apart so that a policy can be replayed over the same scans (`replay`).
+    Its first scan reads the whole windows at once (no target warms): a replay has no scan
+    interval to keep to."""
+    scanner = Scanner(settings, source, whole_reads=True)
     step = timedelta(seconds=settings.scan_interval_seconds)
     frames: list[Frame] = []
     at = start
     while at <= end:
-        report = scanner.scan(at)
-        assessments = with_starts(report.assessments, started(source, at)) if report.targets else {}
-        frames.append(Frame(at.timestamp(), assessments))
+        frames.append(Frame(at.timestamp(), scanner.scan(at).assessments))
         if progress:
             progress(len(frames))
         at += step

@@ -168,13 +168,11 @@ def fetch(
     queries: list[FleetQuery],
     targets: list[ServingTarget],
     joined: Machines,
-    start: datetime,
-    end: datetime,
-    step: int,
-) -> dict[str, dict[str, SignalSeries]]:
-    """Every signal's series for every target over [start, end]: one range query per signal,
-    run concurrently. Returns {signal id: {instance: series}}."""
+    spans: list[tuple[datetime, datetime, int]],
+) -> list[dict[str, dict[str, SignalSeries]]]:
+    """Every signal's series for every target over each span (start, end, step): one range
+    query per signal and span, all run concurrently. Returns, per span, {signal id: {instance: series}}."""
     with ThreadPoolExecutor(max_workers=source.concurrency) as pool:
-        futures = {q.spec.id: pool.submit(source.range, q.promql, start, end, step) for q in queries}
-        rows = {signal: future.result() for signal, future in futures.items()}
-    return {q.spec.id: assign(q, rows[q.spec.id], targets, joined) for q in queries}
+        futures = [{q.spec.id: pool.submit(source.range, q.promql, *span) for q in queries} for span in spans]
+        rows = [{signal: future.result() for signal, future in read.items()} for read in futures]
+    return [{q.spec.id: assign(q, read[q.spec.id], targets, joined) for q in queries} for read in rows]

@@ -10,7 +10,6 @@ from datetime import datetime
 
 from rca import metrics
 from rca.config import Settings
-from rca.scan.restarts import started, with_starts
 from rca.scan.scanner import Scanner, ScanReport, prometheus_fleet_source
 from rca.scan.states import Policy, TargetMemory, advance
 from rca.scan.warnings import Actions, load_memories, record
@@ -45,8 +44,6 @@ class EarlyWarnings:
     def tick(self, at: datetime) -> tuple[ScanReport, Actions]:
         """One scan at `at`; transitions stored in one transaction."""
         report = self.scanner.scan(at)
-        if report.targets:
-            report.assessments = with_starts(report.assessments, started(self.scanner.source, at))
         policy = policy_of(self.settings)
         actions = Actions()
         url = self.settings.effective_database_url
@@ -75,6 +72,12 @@ class EarlyWarnings:
                     )
                 updated[target.instance] = memory
         self.memories = updated  # only once the transitions are committed
-        metrics.scan_finished(len(report.targets), report.queries, report.seconds)
-        log.info("scan: %d targets, %d queries, %.2f s", len(report.targets), report.queries, report.seconds)
+        metrics.scan_finished(len(report.targets), len(report.warming), report.queries, report.seconds)
+        log.info(
+            "scan: %d targets (%d warming), %d queries, %.2f s",
+            len(report.targets),
+            len(report.warming),
+            report.queries,
+            report.seconds,
+        )
         return report, actions

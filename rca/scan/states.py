@@ -18,7 +18,9 @@ that waited as long as the SLA alert's own `for:` would tell nothing new (`slo_s
 by default). The early signals of a target whose engine started less than `warmup_seconds` ago
 are held (`Assessment.started_at`): a restart empties the prefix cache and the queue and its
 rates and trend window straddle two processes, so a cold cache after a deploy is not a
-degradation; its TTFT still counts. The queue, and a signal whose own normal level is already
+degradation; its TTFT still counts. So are those of a target still warming (`Assessment.warming`:
+the scanner has not yet read its whole hour and its baseline, `rca.scan.window`): without them
+every level would look new. The queue, and a signal whose own normal level is already
 beyond its threshold, count only once TTFT feels them (`Assessment.ttft_felt`). Every
 leaving of a state waits for a streak or a calm period, so a target hovering at a threshold does
 not flap, and a target has at most one warning open (the scan stores it with its incident).
@@ -62,13 +64,16 @@ class Assessment:
     signals: list[SignalForecast]
     slo: SloForecast | None = None
     started_at: float | None = None  # its engine process's start, when known (`rca.scan.restarts`)
+    warming: bool = False  # the scanner's windows still lack some of its history
 
-    def warming_up(self, policy: Policy) -> bool:
+    def restarted(self, policy: Policy) -> bool:
+        """Its engine started less than the policy's warm-up ago."""
         return self.started_at is not None and self.at - self.started_at < policy.warmup_seconds
 
     def held(self, policy: Policy) -> Assessment:
-        """What the policy judges: only TTFT while the target warms up after a restart."""
-        if not self.warming_up(policy):
+        """What the policy judges: only TTFT while the target warms up after a restart, or while
+        the scanner has not read its history yet."""
+        if not (self.warming or self.restarted(policy)):
             return self
         return replace(self, signals=[s for s in self.signals if s.limit.signal == TTFT_SIGNAL])
 
@@ -164,6 +169,7 @@ def _figures(assessment: Assessment) -> dict[str, object]:
         "slo_depth_at_horizon": slo.depth_at_horizon if slo else None,
         "slo_model": slo.model if slo else None,
         "started_at": assessment.started_at,
+        "warming": assessment.warming,
     }
 
 

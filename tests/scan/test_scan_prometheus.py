@@ -20,7 +20,13 @@ from rca.api.app import create_app
 from rca.notify.message import from_incident
 from rca.pipeline import run_investigation
 from rca.scan.backtest import backtest
-from rca.scan.scanner import Scanner, prometheus_fleet_source
+from rca.scan.scanner import (
+    BASELINE_MOVE_SECONDS,
+    BASELINE_SECONDS,
+    BASELINE_STEP_SECONDS,
+    Scanner,
+    prometheus_fleet_source,
+)
 from rca.scan.service import EarlyWarnings
 from rca.scan.states import ScanState
 from rca.store.db import session_scope
@@ -71,9 +77,10 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
     while at < now - 60:
         report, actions = warnings.tick(datetime.fromtimestamp(at, UTC))
         assert {t.instance for t in report.targets} == {"gpu-a:8000", "gpu-b:8000", "gpu-busy:8000"}
-        # A fixed cost: discovery, the identity series, a range query per signal (and its day-before).
+        # A bounded cost: discovery, the identity series, the start times, and per signal a range
+        # query for each window's new steps and at most one for each window's missing history.
         scanner = warnings.scanner
-        assert report.queries <= 1 + len(scanner.profile.identities) + 2 * len(scanner.queries)
+        assert report.queries <= 2 + len(scanner.profile.identities) + 4 * len(scanner.queries)
         enqueued += actions.investigations
         states = warnings.memories or {}
         if first_warning is None and states["gpu-a:8000"].state == ScanState.WARNING:
@@ -157,21 +164,24 @@ def test_scans_after_the_first_read_only_the_new_steps_and_see_what_a_whole_read
 ) -> None:
     url, onset, _ = fleet_prometheus
     settings = make_settings("sqlite://", tmp_path, prometheus_url=url, scan_interval_seconds=30)
-    spans: list[float] = []
+    spans: list[tuple[float, int]] = []  # each range read's length and step
     source = prometheus_fleet_source(settings)
     ranged = source.range_query
     source.range_query = lambda promql, start, end, step: (
-        spans.append((end - start).total_seconds()) or ranged(promql, start, end, step)
+        spans.append(((end - start).total_seconds(), step)) or ranged(promql, start, end, step)
     )
     scanner = Scanner(settings, source)
     at = onset + 5 * 60
     scanner.scan(datetime.fromtimestamp(at, UTC))
-    assert spans and min(spans) == settings.scan_history_minutes * 60  # the first scan reads the whole hour
+    # The first scan reads the whole hour, and the hour around this time yesterday at a minute.
+    assert set(spans) == {(settings.scan_history_minutes * 60, 30), (BASELINE_SECONDS, BASELINE_STEP_SECONDS)}
     for _ in range(12):  # six minutes of scans, through the ramp
         at += 30
         spans.clear()
         incremental = scanner.scan(datetime.fromtimestamp(at, UTC))
-        assert spans and max(spans) == 3 * 30  # the step since the last scan and two before it, read again
+        # The step since the last scan and two before it, read again; yesterday's next minutes.
+        assert {length for length, step in spans if step == 30} == {3 * 30}
+        assert {length for length, step in spans if step != 30} <= {BASELINE_MOVE_SECONDS - BASELINE_STEP_SECONDS}
     fresh = Scanner(settings, prometheus_fleet_source(settings)).scan(datetime.fromtimestamp(at, UTC))
     for instance, assessment in fresh.assessments.items():
         kept = incremental.assessments[instance]

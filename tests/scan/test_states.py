@@ -118,6 +118,17 @@ def test_a_restarted_target_holds_its_early_signals_through_the_warmup_but_not_i
     assert transition.figures["started_at"] == started
 
 
+def test_a_warming_target_is_judged_on_its_ttft_only_until_its_history_is_read() -> None:
+    warming = [Assessment(at=30.0 * i, signals=[forecast(HIT, 0.3, True)], warming=True) for i in range(20)]
+    assert states_of(warming) == [ScanState.OK] * 20  # every level looks new without the history
+    warm = [replace(a, warming=False) for a in warming[:3]]
+    assert states_of(warm)[-1] == ScanState.WARNING
+    slo = Assessment(at=0.0, signals=[forecast(HIT, 0.3, True), forecast(TTFT, 2.6, True)], warming=True)
+    memory, transition = advance(TargetMemory(), slo, POLICY)
+    assert memory.state == ScanState.WARNING and transition is not None
+    assert "prefix_cache_hit_rate" not in transition.reason and transition.figures["warming"] is True
+
+
 def test_a_deeper_queue_counts_only_once_ttft_has_felt_a_share_of_its_headroom() -> None:
     def scans(ttft_now: float) -> list[Assessment]:
         ttft = SignalForecast(TTFT, "test", ttft_now, 0.75, 0.0, None, False, ttft_now > 0.8, None)
