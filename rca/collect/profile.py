@@ -4,14 +4,17 @@ A profile is a YAML file (see `rca/profiles/`), so adding a serving stack is add
 not code. Queries are `string.Template`s over the scope selectors `$serving`, `$gpu`, `$node`,
 `$pod` and the operator parameters in `PARAMETERS` (e.g. `$pinned_cpus`). An alternative is only
 rendered when every placeholder it names has a value, so a missing one is skipped, never blanked.
+A profile's `fragments` are PromQL pieces several alternatives share (`$name` in a query), written
+once and expanded as the profile loads, so every alternative reads as the whole query it runs.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from string import Template
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -139,17 +142,49 @@ class IdentitySpec(BaseModel):
     pod_labels: list[str] = Field(default_factory=list, max_length=2)
 
 
+def _expand_fragments(raw: Any) -> Any:
+    """The raw profile with every `$fragment` in its queries replaced by the fragment's PromQL
+    (`$$` stays a literal dollar); a fragment named like a scope or parameter is an error."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("fragments"), dict) or not raw["fragments"]:
+        return raw
+    fragments: dict[str, Any] = raw["fragments"]
+    clash = sorted(set(fragments) & (set(SCOPES) | set(PARAMETERS)))
+    if clash:
+        raise ValueError(f"fragments: {', '.join(clash)} already name a scope or parameter")
+    named = re.compile(r"(?<!\$)\$(" + "|".join(map(re.escape, sorted(fragments, key=len, reverse=True))) + r")\b")
+    signals = []
+    for signal in raw.get("signals") or []:
+        if isinstance(signal, dict) and isinstance(signal.get("queries"), list):
+            queries = [
+                q | {"promql": named.sub(lambda m: str(fragments[m.group(1)]).strip(), q["promql"])}
+                if isinstance(q, dict) and isinstance(q.get("promql"), str)
+                else q
+                for q in signal["queries"]
+            ]
+            signal = signal | {"queries": queries}
+        signals.append(signal)
+    return raw | {"signals": signals}
+
+
 class Profile(BaseModel):
     model_config = {"extra": "forbid"}
 
     name: str
     description: str = ""
+    fragments: dict[str, str] = Field(
+        default_factory=dict, description="PromQL pieces shared by several queries, named `$name` in them"
+    )
     scopes: dict[Scope, ScopeSpec]
     identities: list[IdentitySpec] = Field(
         default_factory=list, description="series that join a host's spellings across exporters"
     )
     stacks: dict[str, StackSpec] = Field(default_factory=dict, description="in probing order, most specific first")
     signals: list[SignalSpec]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fragments_expanded(cls, raw: Any) -> Any:
+        return _expand_fragments(raw)
 
     @model_validator(mode="after")
     def _known_stacks(self) -> Profile:

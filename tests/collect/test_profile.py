@@ -136,6 +136,36 @@ def test_profile_query_that_does_not_use_its_own_scope_is_refused(tmp_path: Path
         load_profile(str(write_profile(tmp_path, wrong_scope)))
 
 
+def test_a_fragment_is_expanded_into_every_query_that_names_it(tmp_path: Path) -> None:
+    """Shared PromQL is written once; each query holds it whole, `$$` kept for the render."""
+
+    def shared(raw: dict) -> None:
+        raw["fragments"]["up_once"] = 'label_replace(up{$node}, "x", "$$1", "job", "(.*)")'
+        raw["signals"][0]["queries"][0]["promql"] = "sum($up_once) * $up_once_more"
+
+    with pytest.raises(ConfigError, match="up_once_more"):  # a longer name is not the fragment
+        load_profile(str(write_profile(tmp_path, shared)))
+
+    def used(raw: dict) -> None:
+        shared(raw)
+        raw["signals"][0]["queries"][0]["promql"] = "sum($up_once) + count($up_once)"
+
+    query = load_profile(str(write_profile(tmp_path, used))).signals[0].queries[0]
+    assert query.placeholders() == {"node"}
+    assert query.render({"node": 'instance="a"'}) == (
+        'sum(label_replace(up{instance="a"}, "x", "$1", "job", "(.*)")) + '
+        'count(label_replace(up{instance="a"}, "x", "$1", "job", "(.*)"))'
+    )
+
+
+def test_a_fragment_named_like_a_scope_is_refused(tmp_path: Path) -> None:
+    def clash(raw: dict) -> None:
+        raw["fragments"]["serving"] = "up"
+
+    with pytest.raises(ConfigError, match="serving"):
+        load_profile(str(write_profile(tmp_path, clash)))
+
+
 def test_every_rendered_query_has_balanced_brackets(profile: Profile) -> None:
     for signal_id, promql in all_queries(profile):
         rendered = Template(promql).substitute(SELECTORS | PARAMS)

@@ -21,6 +21,10 @@ from tests.e2e.scenarios import LORA_HOST, MODEL, Fleet, Host
 
 pytestmark = pytest.mark.e2e
 FALLBACK = "vLLM waiting requests while lora_requests_info shows an adapter waiting for a full adapter budget"
+LITTLES_LAW = (
+    "vLLM mean waiting requests (queue-time histogram, Little's law) while lora_requests_info shows an adapter "
+    "waiting for a full adapter budget"
+)
 BUDGET_NOT_FULL = (("max_loras", 4.0), ("adapters", 2.0))
 BUDGET_FILLED_EXACTLY = (("max_loras", 2.0), ("adapters", 2.0))
 # Before the onset 4 adapters want a budget of 2: 3 requests wait for it, 6 in all; after it the
@@ -49,6 +53,14 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 dropped=frozenset({"vllm:num_requests_waiting_by_reason"}),
             ),
             Host("lora-v1", "lora_adapter_loading", onset, normal=LORA_HOST),
+            Host(
+                "lora-nowait",
+                "lora_adapter_loading",
+                onset,
+                stack="vllm_v08",
+                normal=LORA_HOST,
+                dropped=frozenset({"vllm:num_requests_waiting"}),
+            ),
             Host("v0-off", None, onset, stack="vllm_v0"),
         ],
         start=now - 3 * 3600 - 15 * 60,
@@ -124,6 +136,16 @@ def test_the_reasons_gauge_comes_first_and_lora_info_stands_in_when_a_keep_list_
     assert deferred.source == FALLBACK, deferred.detail
     assert deferred.breached and deferred.value > with_reasons.value  # every waiting request, not only the deferred
     assert kept["top"] == "lora_adapter_loading"
+
+
+def test_without_the_waiting_gauge_the_queue_time_histogram_counts_them(prometheus: str) -> None:
+    """A keep-list that drops `vllm:num_requests_waiting` leaves both the count (Little's law over
+    the queue-time histogram) and the instance join (the target's other vLLM series)."""
+    result = _analyse(prometheus, "lora-nowait")
+    deferred = result["findings"]["requests_deferred"]
+    assert deferred.source == LITTLES_LAW, deferred.detail
+    assert deferred.breached and deferred.value > 4 and deferred.baseline == 0
+    assert result["top"] == "lora_adapter_loading"
 
 
 def test_the_fleet_rewrite_gives_each_instance_its_own_value(prometheus: str) -> None:

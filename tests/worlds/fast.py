@@ -52,19 +52,29 @@ LORA_BUDGETS_READ = range(0, 9)  # the `max_lora` values the profile's lora_requ
 LORA_NAMES_READ = 8  # how many running and waiting adapter names the query compares
 
 
-def adapter_wait(p: Params) -> float:
-    """What `requests_deferred`'s lora_requests_info alternative reads: every waiting request while
+def adapter_wait(waiting: Callable[[Params], float]) -> Callable[[Params], float]:
+    """What `requests_deferred`'s lora_requests_info alternatives read: the `waiting` requests while
     the engine's latest label set shows an adapter waiting outside the running ones at a full
     budget, else 0 (LoRA off on V0 included); NaN (no data) for a budget the query does not read."""
-    labels = lora_labels(p)
-    if labels is None:
-        return 0.0
-    budget, running, waiting = labels
-    if int(budget) not in LORA_BUDGETS_READ:
-        return math.nan
-    names = running.split(",")
-    outside = set(waiting.split(",")[:LORA_NAMES_READ]) - set(names[:LORA_NAMES_READ]) - {""}
-    return p["waiting"] if outside and len(names) == int(budget) else 0.0
+
+    def value(p: Params) -> float:
+        labels = lora_labels(p)
+        if labels is None:
+            return 0.0
+        budget, running, queued = labels
+        if int(budget) not in LORA_BUDGETS_READ:
+            return math.nan
+        names = running.split(",")
+        outside = set(queued.split(",")[:LORA_NAMES_READ]) - set(names[:LORA_NAMES_READ]) - {""}
+        return waiting(p) if outside and len(names) == int(budget) else 0.0
+
+    return value
+
+
+def littles_law_waiting(p: Params) -> float:
+    """Mean waiting requests from a queue-time histogram: arrivals times the mean wait (the
+    exporters' exponential has its median at `queue_time`, its mean 1/ln 2 of it)."""
+    return p["arrival_rate"] * p["queue_time"] / math.log(2)
 
 
 VALUE: dict[str, Callable[[Params], float]] = {
@@ -102,8 +112,9 @@ DEFAULT_LAG = 150.0
 # histograms (whose median is the engine's mean: their mean is 1/ln 2 of it), throttled seconds and
 # the requests waiting while an adapter waits for a full LoRA budget.
 BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
-    ("requests_deferred", "lora_requests_info", adapter_wait),
-    ("queue_median", "queue_time_seconds_sum", lambda p: p["arrival_rate"] * p["queue_time"] / math.log(2)),
+    ("requests_deferred", "queue_time_seconds_sum", adapter_wait(littles_law_waiting)),
+    ("requests_deferred", "lora_requests_info", adapter_wait(lambda p: p["waiting"])),
+    ("queue_median", "queue_time_seconds_sum", littles_law_waiting),
     ("queue_median", "tgi_request_queue_duration_sum", lambda p: p["arrival_rate"] * p["ttft"] * 0.5 / math.log(2)),
     ("queue_median", "nv_inference_queue_duration_us", lambda p: p["arrival_rate"] * p["queue_time"]),
     ("cpu_throttling", "throttled_seconds_total", lambda p: THROTTLED_STALL * p["throttled"]),

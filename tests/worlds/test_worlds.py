@@ -62,14 +62,15 @@ def test_host_side_sync_stalls_each_step_and_slows_tokens() -> None:
 
 def test_adapters_beyond_a_full_budget_wait_and_lora_requests_info_shows_them() -> None:
     """What the profile's lora_requests_info reading of requests_deferred gives (tests/e2e/lora.py)."""
+    waiting = adapter_wait(lambda p: p["waiting"])
     lora = replace(HEALTHY_ENGINE, max_loras=4.0, adapters=3.0)
-    assert adapter_wait(settled(lora)) == 0  # room in the budget
+    assert waiting(settled(lora)) == 0  # room in the budget
     over = settled(replace(lora, adapters=7.0, deferred=5.0))
-    assert adapter_wait(over) == over["waiting"] > 5  # every waiting request, not only the deferred
+    assert waiting(over) == over["waiting"] > 5  # every waiting request, not only the deferred
     # A capacity queue while the adapters in use fill the budget exactly: no adapter waits for it.
     queued = settled(replace(lora, adapters=4.0, arrival_rate=18.0))
-    assert queued["waiting"] > 1 and adapter_wait(queued) == 0
-    assert math.isnan(adapter_wait(settled(replace(lora, max_loras=16.0))))  # a budget the query does not read
+    assert queued["waiting"] > 1 and waiting(queued) == 0
+    assert math.isnan(waiting(settled(replace(lora, max_loras=16.0))))  # a budget the query does not read
 
 
 @pytest.mark.parametrize("seed", range(20))
