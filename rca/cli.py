@@ -19,13 +19,17 @@ import time
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr, ValidationError
 
 from rca.config import ConfigError, Settings, first_error
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.startup import checked_settings
+
+if TYPE_CHECKING:
+    from rca.scan.backtest import BacktestResult
+    from rca.scan.stored import Stored
 
 log = logging.getLogger("rca")
 DEMO_ALERT = "demo_alert.json"  # the recorded incident's webhook (tools/record_demo_window.py)
@@ -325,23 +329,50 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=int(number) * DURATION_UNITS[unit])
 
 
+def _on_the_scan_grid(when: datetime, interval: float) -> datetime:
+    """`when` moved back to a multiple of the scan interval (unix time): a re-run over the same
+    history scans at the same times, so it finds the same warnings (what `--store` skips)."""
+    return datetime.fromtimestamp(when.timestamp() // interval * interval, UTC)
+
+
+def _stored(settings: Settings, result: BacktestResult) -> Stored:
+    """The backtest's warnings stored in one transaction: all of them, or none on an error."""
+    from sqlalchemy.exc import OperationalError
+
+    from rca.scan.service import policy_of
+    from rca.scan.stored import store
+    from rca.store.db import session_scope
+
+    try:
+        with session_scope(settings.effective_database_url) as session:
+            stored = store(session, result, policy_of(settings))
+    except OperationalError as exc:
+        _fail(f"RCA_DATABASE_URL: cannot connect ({str(exc.orig).strip().splitlines()[0]}); nothing was stored")
+    return stored
+
+
 def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
     from rca.scan.backtest import backtest
     from rca.scan.scanner import prometheus_fleet_source
 
     if not settings.prometheus_url:
         _fail("RCA_PROMETHEUS_URL: not set; the backtest replays the scan over Prometheus history")
+    if args.store:
+        _prepare_database(settings)  # before the replay, which can take minutes
     _quiet_http_retries()
     now = datetime.now(UTC)
     end = now - (args.until or timedelta(0))
-    start = now - args.since
+    start = _on_the_scan_grid(now - args.since, settings.scan_interval_seconds)
     if start >= end:
         _fail("--since: must reach further back than --until")
     result = backtest(settings, prometheus_fleet_source(settings), start, end, args.target)
-    if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
-        return
     summary = result.as_dict()
+    stored = _stored(settings, result) if args.store else None
+    if stored is not None:
+        summary |= {"stored": len(stored.incident_ids), "already_stored": stored.already_stored}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
     print(f"{result.scans} scans of {result.targets} targets, {summary['start']} to {summary['end']}")
     for verdict in result.breaches:
         when = datetime.fromtimestamp(verdict.breach_at, UTC)
@@ -356,6 +387,11 @@ def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
         f"false warnings {len(result.false_warnings)}, median lead "
         + (f"{float(median) / 60:.1f} min" if isinstance(median, int | float) else "n/a")
     )
+    if stored is not None:
+        print(
+            f"stored {len(stored.incident_ids)} warning(s) as incidents of origin backtest "
+            f"({stored.already_stored} already stored); never posted to Slack"
+        )
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
@@ -795,13 +831,20 @@ def build_parser() -> argparse.ArgumentParser:
         "backtest",
         "replay the early-warning scan over Prometheus history",
         "Run the fleet scan at every RCA_SCAN_INTERVAL_SECONDS of the past (same queries, forecasts "
-        "and states as live, nothing written) and report each warning, its lead time before the TTFT "
-        "SLO breach over the same history, the breaches it missed and the warnings no breach followed.",
+        "and states as live, nothing written unless --store) and report each warning, its lead time "
+        "before the TTFT SLO breach over the same history, the breaches it missed and the warnings no "
+        "breach followed.",
     )
     backtest.add_argument("--since", required=True, type=parse_duration, help="how far back: 90m, 6h, 7d")
     backtest.add_argument("--until", type=parse_duration, help="stop this long before now (default: now)")
     backtest.add_argument("--target", help="one serving instance (host:port) instead of the whole fleet")
     backtest.add_argument("--json", action="store_true", help="print the result as JSON")
+    backtest.add_argument(
+        "--store",
+        action="store_true",
+        help="store each warning as a resolved incident of origin backtest, with its transitions, in "
+        "RCA_DATABASE_URL (never posted to Slack, not investigated); warnings stored before are skipped",
+    )
     backtest.set_defaults(func=cmd_backtest)
 
     demo = command(

@@ -20,6 +20,7 @@ import pytest
 from rca import cli
 from tests.fakes.llm import FakeLLM, completion, error
 from tests.fakes.prometheus import StubPrometheus
+from tests.helpers.databases import CLOSED_PORT_DATABASE_URL
 from tests.helpers.processes import stop_process, subprocess_env
 
 LABEL = ["--label", "instance=gpu-node-1:8000"]
@@ -188,6 +189,19 @@ def test_the_llm_clients_request_lines_stay_out_of_the_log_at_info(tmp_path: Pat
     assert " INFO rca." in done.stderr or " WARNING rca." in done.stderr, "the service's own log is still there"
 
 
+# --------------------------------------------------------------------------- backtest
+
+
+def test_backtest_store_without_a_database_is_one_line_before_any_replay(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"  # never asked: the database is checked first
+    done = _rca(
+        ["backtest", "--since", "7d", "--store"], tmp_path, prometheus_url=url, database_url=CLOSED_PORT_DATABASE_URL
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: RCA_DATABASE_URL: cannot connect (") and "is the database running?" in line
+
+
 # --------------------------------------------------------------------------- help and version
 
 
@@ -221,6 +235,7 @@ def test_every_command_has_a_description_and_every_option_help_with_its_default(
         "beat",
         "migrate",
         "investigate",
+        "backtest",
         "demo",
         "gpu-probe",
         "token",

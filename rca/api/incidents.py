@@ -89,8 +89,11 @@ def list_incidents(
     confirmed: Annotated[bool | None, Query(description="whether an engineer confirmed the cause")] = None,
     confirmed_category: Annotated[str | None, Query(max_length=64)] = None,
     origin: Annotated[
-        Literal["alertmanager", "early_warning"] | None,
-        Query(description="who opened it: an Alertmanager alert, or the fleet scan's early warning"),
+        Literal["alertmanager", "early_warning", "backtest"] | None,
+        Query(
+            description="who opened it: an Alertmanager alert, the fleet scan's early warning, or a "
+            "warning the scan's replay over history stored (`rca backtest --store`)"
+        ),
     ] = None,
     since: AwareDatetime | None = None,
     until: AwareDatetime | None = None,

@@ -184,7 +184,11 @@ class IncidentOut(BaseModel):
     common_labels: dict[str, str]
     common_annotations: dict[str, str]
     external_url: str | None
-    origin: str = Field(default="alertmanager", description="alertmanager, or early_warning (the fleet scan)")
+    origin: str = Field(
+        default="alertmanager",
+        description="alertmanager, early_warning (the fleet scan) or backtest (a warning the scan's replay "
+        "over history stored, `rca backtest --store`; never posted to Slack)",
+    )
     created_at: datetime
     updated_at: datetime
     resolved_at: datetime | None

@@ -6,6 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 
 ORIGIN = "early_warning"  # Incident.origin of the scan's incidents; the others are "alertmanager"
+# Incident.origin of the warnings a replay of the scan over history stored (`rca backtest --store`):
+# past episodes, shown and searchable like the scan's own, never posted to Slack nor joined by an alert.
+BACKTEST = "backtest"
+SCANNED = (ORIGIN, BACKTEST)  # the origins whose incident the scan opened: its own alert and transitions
 ALERTNAME = "EarlyWarning"  # the scan's own alert in its incident; any other alert there joined it
 
 

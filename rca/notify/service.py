@@ -18,7 +18,8 @@ is better than an alert nobody sees.
 Notices owed. The transaction that finishes an investigation (or resolves the incident at intake)
 records a notice as owed (rca/store/notices.py); each run settles it with its outcome, so that the
 sweep delivers whatever notice a lost enqueue dropped, and a swept run racing a queued one is just
-another concurrent task: it waits on the row and sends nothing.
+another concurrent task: it waits on the row and sends nothing. A backtest's incident (origin
+`backtest`, past warnings replayed) is never owed and never posted, whoever asks.
 
 A Slack outage never touches investigations: this runs in its own task on its own queue, after
 the investigation was saved, and only writes the delivery rows.
@@ -38,6 +39,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from rca import metrics
 from rca.config import Settings
+from rca.domain import early_warning
 from rca.domain.clock import utcnow
 from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
 from rca.notify import blocks, once
@@ -205,8 +207,11 @@ def deliver(
     if sender is None:
         return Outcome("skipped", detail="Slack is not configured")
     with session_scope(settings.effective_database_url) as session:
-        if session.scalar(select(Incident.id).where(Incident.id == incident_id)) is None:
+        origin = session.scalar(select(Incident.origin).where(Incident.id == incident_id))
+        if origin is None:
             return Outcome("skipped", detail=f"incident {incident_id} not found")
+        if origin == early_warning.BACKTEST:
+            return Outcome("skipped", detail=f"incident {incident_id} is a backtest's: never posted")
         delivery = lock_delivery(session, incident_id, sender.mode)
         # Read after the lock: a notice owed before this point is answered (and settled) here, one
         # owed later changes the count and stays owed.
@@ -330,9 +335,12 @@ def count_slack_call(action: str, result: SendResult) -> None:
 
 
 def finished_incident(settings: Settings, investigation_id: int) -> int | None:
-    """The incident of a finished investigation, done or failed (None otherwise): what to notify about."""
+    """The incident of a finished investigation, done or failed (None otherwise, and for a
+    backtest's incident, never posted): what to notify about."""
     with session_scope(settings.effective_database_url) as session:
         row = session.execute(
-            select(Investigation.incident_id, Investigation.status).where(Investigation.id == investigation_id)
+            select(Investigation.incident_id, Investigation.status)
+            .join(Incident, Incident.id == Investigation.incident_id)
+            .where(Investigation.id == investigation_id, Incident.origin != early_warning.BACKTEST)
         ).first()
     return row.incident_id if row is not None and row.status in FINISHED else None

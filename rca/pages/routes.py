@@ -33,7 +33,7 @@ router = APIRouter(include_in_schema=False)
 Viewer = Annotated[Principal, Depends(web_session.principal)]
 IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 PAGE_SIZE = 25
-ORIGINS = ("alertmanager", early_warning.ORIGIN)  # the API's `origin=` filter
+ORIGINS = ("alertmanager", *early_warning.SCANNED)  # the API's `origin=` filter
 MAX_FORM_BYTES = 16_384
 
 
@@ -134,7 +134,7 @@ def incident_list(
     if given["confirmed"] not in (None, "yes", "no"):
         errors.append("confirmed must be yes or no")
     if given["origin"] not in (None, *ORIGINS):
-        errors.append(f"origin must be {' or '.join(ORIGINS)}")
+        errors.append(f"origin must be {', '.join(ORIGINS[:-1])} or {ORIGINS[-1]}")
     page = None
     if not errors:
         try:
@@ -194,7 +194,7 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
         )
         feedback = [incident_api.feedback_out(f) for f in feedback_store.history(session, incident_id)]
         transitions = (
-            early_warnings.transitions(session, incident_id) if incident.origin == early_warning.ORIGIN else []
+            early_warnings.transitions(session, incident_id) if incident.origin in early_warning.SCANNED else []
         )
     findings = {f.id: f for f in inv.findings} if inv else {}
     return {

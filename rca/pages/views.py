@@ -41,9 +41,15 @@ def _moving_since(transitions: list[ScanTransition]) -> datetime | None:
 
 def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: list[ScanTransition]) -> list[Event]:
     """Everything that happened to the incident, oldest first."""
-    warning = incident.origin == early_warning.ORIGIN
-    opened = "early warning raised" if warning else "incident opened"
-    events = [Event(incident.created_at, opened, f"{incident.notification_count} notification(s) since")]
+    warning = incident.origin in early_warning.SCANNED
+    opened = {early_warning.ORIGIN: "early warning raised", early_warning.BACKTEST: "backtest: the scan would warn"}
+    events = [
+        Event(
+            incident.created_at,
+            opened.get(incident.origin, "incident opened"),
+            f"{incident.notification_count} notification(s) since",
+        )
+    ]
     for alert in incident.alerts:
         name = alert.alertname or alert.fingerprint
         if warning and alert.alertname == early_warning.ALERTNAME:
@@ -144,7 +150,7 @@ def warning_view(
 ) -> WarningView | None:
     """The early warning's header, from its annotations and the scan's latest move to `warning`;
     None for an incident an Alertmanager alert opened."""
-    if incident.origin != early_warning.ORIGIN:
+    if incident.origin not in early_warning.SCANNED:
         return None
     warned = [row for row in transitions if row.after == "warning"]
     latest = warned[-1] if warned else None

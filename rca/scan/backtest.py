@@ -2,7 +2,8 @@
 SLO breach, which breaches it missed and which warnings no breach followed.
 
 The scan runs at each step of [start, end] exactly as it runs live (same queries, forecasts and
-states, `at` set in the past), and nothing is written. The SLO condition is the scan's own TTFT
+states, `at` set in the past), and nothing is written here: `rca.scan.stored` keeps the warnings
+as incidents when asked (`rca backtest --store`). The SLO condition is the scan's own TTFT
 signal beyond `slo_ttft_seconds` over the same history; a breach starts when it holds after at
 least RCA_SCAN_CALM_SECONDS without it. An operator tunes horizons and thresholds on their own
 fleet with this before turning warnings on (`rca backtest`).
@@ -15,21 +16,29 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from rca.config import Settings
-from rca.scan.fleet import FleetSource
+from rca.scan.fleet import FleetSource, ServingTarget
 from rca.scan.scanner import Scanner
 from rca.scan.service import policy_of
-from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, advance
+from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition, advance
 from rca.signals.slo import TTFT_SIGNAL
 
 
 @dataclass
 class Episode:
-    """One target's warning, or one SLO breach, from when to when (unix seconds)."""
+    """One target's warning, from when to when it cleared (unix seconds; no end: still warning),
+    with what storing it needs: the target, the assessment it warned on (its summary) and its
+    transitions, from leaving `ok` (or from `cleared`, warning again) to `ok` or the next warning."""
 
     instance: str
     start: float
     end: float | None = None
     reason: str = ""
+    target: ServingTarget | None = field(default=None, repr=False, compare=False)
+    assessment: Assessment | None = field(default=None, repr=False, compare=False)
+    transitions: list[Transition] = field(default_factory=list, repr=False, compare=False)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"instance": self.instance, "start": self.start, "end": self.end, "reason": self.reason}
 
 
 @dataclass
@@ -63,10 +72,10 @@ class BacktestResult:
             "end": datetime.fromtimestamp(self.end, UTC).isoformat(),
             "scans": self.scans,
             "targets": self.targets,
-            "warnings": [asdict(w) for w in self.warnings],
+            "warnings": [w.as_dict() for w in self.warnings],
             "breaches": [asdict(b) for b in self.breaches],
             "missed": len(self.missed),
-            "false_warnings": [asdict(w) for w in self.false_warnings],
+            "false_warnings": [w.as_dict() for w in self.false_warnings],
             "median_lead_seconds": leads[len(leads) // 2] if leads else None,
         }
 
@@ -77,10 +86,11 @@ def _ttft_breached(assessment: Assessment) -> bool:
 
 @dataclass(frozen=True)
 class Frame:
-    """One scan of the history: its time and every target's assessment."""
+    """One scan of the history: its time, every target's assessment and the targets by instance."""
 
     at: float
     assessments: dict[str, Assessment]
+    targets: dict[str, ServingTarget] = field(default_factory=dict)
 
 
 def scan_frames(
@@ -99,7 +109,8 @@ def scan_frames(
     frames: list[Frame] = []
     at = start
     while at <= end:
-        frames.append(Frame(at.timestamp(), scanner.scan(at).assessments))
+        report = scanner.scan(at)
+        frames.append(Frame(at.timestamp(), report.assessments, {t.instance: t for t in report.targets}))
         if progress:
             progress(len(frames))
         at += step
@@ -111,6 +122,8 @@ def replay(frames: list[Frame], policy: Policy, target: str | None = None) -> Ba
     Prometheus), for tuning. `target` keeps one instance."""
     memories: dict[str, TargetMemory] = {}
     open_warning: dict[str, Episode] = {}
+    episode_of: dict[str, Episode] = {}  # while warning or cleared: the episode its transitions go to
+    lead_in: dict[str, list[Transition]] = {}  # ok -> watch, for the warning that may follow
     last_breached: dict[str, float] = {}
     start = frames[0].at if frames else 0.0
     result = BacktestResult(start=start, end=frames[-1].at if frames else start, scans=len(frames), targets=0)
@@ -124,10 +137,20 @@ def replay(frames: list[Frame], policy: Policy, target: str | None = None) -> Ba
             memory, transition = advance(memories.get(instance, TargetMemory()), assessment, policy)
             memories[instance] = memory
             if transition and transition.after == ScanState.WARNING:
-                open_warning[instance] = Episode(instance, now, reason=transition.reason)
-                result.warnings.append(open_warning[instance])
-            elif transition and transition.after == ScanState.CLEARED and instance in open_warning:
-                open_warning.pop(instance).end = now
+                moves = [*lead_in.pop(instance, []), transition]
+                episode = Episode(
+                    instance, now, None, transition.reason, frame.targets.get(instance), assessment, moves
+                )
+                open_warning[instance] = episode_of[instance] = episode
+                result.warnings.append(episode)
+            elif transition and instance in episode_of:
+                episode_of[instance].transitions.append(transition)
+                if transition.after == ScanState.CLEARED and instance in open_warning:
+                    open_warning.pop(instance).end = now
+                elif transition.after == ScanState.OK:
+                    del episode_of[instance]
+            elif transition:
+                lead_in[instance] = [transition] if transition.after == ScanState.WATCH else []
             if _ttft_breached(assessment):
                 previous = last_breached.get(instance)
                 if previous is None or now - previous > policy.calm_seconds:

@@ -81,25 +81,29 @@ def summary(assessment: Assessment, policy: Policy) -> str:
     return "Early warning, before any SLA alert: " + "; ".join(parts)
 
 
-def _labels(target: ServingTarget) -> dict[str, str]:
+def alert_labels(target: ServingTarget) -> dict[str, str]:
+    """The labels of a warning's own alert: the target, as an SLA alert about it would name it."""
     labels = {"alertname": ALERTNAME, "instance": target.instance, "host": target.host, "severity": "warning"}
     return labels | ({"job": target.job} if target.job else {})
 
 
-def _open_incident(session: Session, target: ServingTarget, assessment: Assessment, text: str) -> Incident:
-    labels = _labels(target)
+def open_incident(
+    session: Session, *, origin: str, key: str, title: str, labels: dict[str, str], text: str, warned_at: datetime
+) -> Incident:
+    """A warning's incident (group `key`) with its one firing alert, which starts when the scan
+    warned; shared by the live scan and the backtest (`rca.scan.stored`)."""
     annotations = {"summary": text}
     incident = Incident(
-        group_key=f"{ORIGIN}/{target.instance}",
+        group_key=key,
         status=AlertStatus.FIRING,
-        title=f"Early warning: {target.instance}",
+        title=title,
         alertname=ALERTNAME,
         receiver=RECEIVER,
-        group_labels={"instance": target.instance},
+        group_labels={"instance": labels["instance"]},
         common_labels=labels,
         common_annotations=annotations,
         notification_count=0,
-        origin=ORIGIN,
+        origin=origin,
     )
     session.add(incident)
     session.flush()
@@ -107,7 +111,7 @@ def _open_incident(session: Session, target: ServingTarget, assessment: Assessme
     session.add(
         Alert(
             incident_id=incident.id,
-            fingerprint=hashlib.sha256(f"{ORIGIN}/{target.instance}".encode()).hexdigest()[:16],
+            fingerprint=hashlib.sha256(key.encode()).hexdigest()[:16],
             alertname=ALERTNAME,
             status=AlertStatus.FIRING,
             labels=labels,
@@ -115,7 +119,7 @@ def _open_incident(session: Session, target: ServingTarget, assessment: Assessme
             # When the scan warned, as Prometheus dates an alert from when it fired: the
             # investigation's "now" starts there (rca/signals/findings.current_since), so it judges
             # the signals as the scan did; when they started moving is in the summary and figures.
-            starts_at=datetime.fromtimestamp(assessment.at, UTC),
+            starts_at=warned_at,
             raw={},
             first_seen_at=now,
             last_seen_at=now,
@@ -124,10 +128,12 @@ def _open_incident(session: Session, target: ServingTarget, assessment: Assessme
     return incident
 
 
-def _set_status(session: Session, incident: Incident, status: AlertStatus, text: str | None = None) -> bool:
+def set_status(
+    session: Session, incident: Incident, status: AlertStatus, text: str | None = None, at: datetime | None = None
+) -> bool:
     """Fire or resolve the warning's own alert, and the incident with it unless an SLA alert that
-    joined it still fires; True when the incident changed status."""
-    now = utcnow()
+    joined it still fires, `at` that time (default now); True when the incident changed status."""
+    now = at or utcnow()
     for alert in incident.alerts:
         if alert.alertname == ALERTNAME:
             alert.status = status
@@ -170,13 +176,21 @@ def record(
     if transition.after == ScanState.WARNING:
         text = summary(assessment, policy)
         if incident is None:
-            incident = _open_incident(session, target, assessment, text)
+            incident = open_incident(
+                session,
+                origin=ORIGIN,
+                key=f"{ORIGIN}/{target.instance}",
+                title=f"Early warning: {target.instance}",
+                labels=alert_labels(target),
+                text=text,
+                warned_at=datetime.fromtimestamp(assessment.at, UTC),
+            )
         else:
-            _set_status(session, incident, AlertStatus.FIRING, text)
+            set_status(session, incident, AlertStatus.FIRING, text)
         session.flush()
         actions.investigations.append(_queue_investigation(session, incident))
     elif transition.after == ScanState.CLEARED and incident is not None:
-        resolved = _set_status(session, incident, AlertStatus.RESOLVED)
+        resolved = set_status(session, incident, AlertStatus.RESOLVED)
         session.flush()
         if resolved and owe_slack:
             notices.owe(session, incident.id)
@@ -197,15 +211,18 @@ def record(
         incident_id,
         utcnow(),
     )
-    session.add(
-        ScanTransition(
-            instance=target.instance,
-            before=transition.before,
-            after=transition.after,
-            at=at,
-            reason=transition.reason,
-            figures=transition.figures,
-            incident_id=incident.id if incident is not None else None,
-        )
-    )
+    session.add(transition_row(target.instance, transition, incident.id if incident is not None else None))
     return replace(memory, incident_id=incident_id)
+
+
+def transition_row(instance: str, transition: Transition, incident_id: int | None) -> ScanTransition:
+    """A transition as stored, with its reason and figures: the incident page's timeline reads them."""
+    return ScanTransition(
+        instance=instance,
+        before=transition.before,
+        after=transition.after,
+        at=datetime.fromtimestamp(transition.at, UTC),
+        reason=transition.reason,
+        figures=transition.figures,
+        incident_id=incident_id,
+    )

@@ -32,7 +32,7 @@ class IncidentFilter:
     category: str | None = None  # top-ranked root cause of the latest finished investigation
     confirmed: bool | None = None  # an engineer confirmed (or corrected) the cause
     confirmed_category: str | None = None
-    origin: str | None = None  # "alertmanager" or "early_warning" (the fleet scan)
+    origin: str | None = None  # "alertmanager", "early_warning" (the fleet scan) or "backtest" (its replay, stored)
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,9 @@ class Hit:
     confirmed_category: str | None
     breached: list[str]
     score: float | None = None
-    origin: str = "alertmanager"  # who opened it: a webhook, or the fleet scan ("early_warning")
+    origin: str = (
+        "alertmanager"  # who opened it: a webhook, the fleet scan ("early_warning") or its replay ("backtest")
+    )
 
 
 def _conditions(

@@ -100,7 +100,8 @@ class Incident(Base):
     # Slack is behind that count and cleared by the delivery that brings it up to date.
     slack_owed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     slack_owed_since: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
-    # Who opened it: "alertmanager" (a webhook) or "early_warning" (the fleet scan, rca/scan).
+    # Who opened it: "alertmanager" (a webhook), "early_warning" (the fleet scan, rca/scan) or
+    # "backtest" (a warning of the scan's replay over history, `rca backtest --store`).
     origin: Mapped[str] = mapped_column(StorableString(16), default="alertmanager", server_default="alertmanager")
 
     alerts: Mapped[list[Alert]] = relationship(back_populates="incident", order_by="Alert.id")

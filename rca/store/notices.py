@@ -23,16 +23,18 @@ from sqlalchemy import func, literal, select, update
 from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
+from rca.domain.early_warning import BACKTEST
 from rca.store.models import Incident, UTCDateTime
 
 SWEEP_BATCH = 500
 
 
 def owe(session: Session, incident_id: int) -> None:
-    """Record, in the caller's transaction, that Slack is owed a notice about this incident."""
+    """Record, in the caller's transaction, that Slack is owed a notice about this incident; never
+    about a backtest's (past warnings replayed: nobody is to be paged about them)."""
     session.execute(
         update(Incident)
-        .where(Incident.id == incident_id)
+        .where(Incident.id == incident_id, Incident.origin != BACKTEST)
         .values(
             slack_owed=Incident.slack_owed + 1,
             slack_owed_since=func.coalesce(Incident.slack_owed_since, literal(utcnow(), UTCDateTime())),

@@ -93,7 +93,7 @@ def test_an_early_warning_is_marked_filtered_and_tells_when_the_sla_alert_joined
         api = client.get("/api/v1/incidents", params={"origin": origin}, headers=API_AUTH).json()["items"]
         assert [item["id"] for item in api] == [int(row.split('"')[1])]
     refused = client.get("/", params={"origin": "pagerduty"}, headers=API_AUTH).text
-    assert "origin must be alertmanager or early_warning" in refused and "data-incident" not in refused
+    assert "origin must be alertmanager, early_warning or backtest" in refused and "data-incident" not in refused
 
     # The header: why the scan warned, what moved, the forecast, and the SLA alert that joined.
     page = client.get(f"/incidents/{warning_id}", headers=API_AUTH).text

@@ -7,6 +7,10 @@ healthy neighbour and a host whose cores are always busy beyond the 82 % thresho
 
 from __future__ import annotations
 
+import json
+import math
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -35,6 +39,7 @@ from rca.store.models import Hypothesis, Incident, Investigation, ScanTarget, Sc
 from tests.e2e import promstack
 from tests.e2e.scenarios import Exporter, Fleet, Host
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
+from tests.helpers.processes import subprocess_env
 from tests.helpers.service import RecordingDispatcher, make_settings
 
 RAMP = 20 * 60
@@ -157,6 +162,49 @@ def test_the_backtest_finds_the_warning_ahead_of_the_breach_and_no_false_one(
     assert lead is not None and lead >= 0  # the warning did not wait for TTFT to break its SLO
     one = backtest(settings, prometheus_fleet_source(settings), start, end, target="gpu-b:8000")
     assert one.targets == 1 and one.warnings == [] and one.breaches == []
+
+
+def test_the_backtest_stores_its_warning_once_as_a_backtest_incident(
+    fleet_prometheus: tuple[str, float, float], pg_db: str, tmp_path: Path
+) -> None:
+    """`rca backtest --store`, as an operator runs it, twice over the same history."""
+    url, onset, _ = fleet_prometheus
+    since = f"{math.ceil((time.time() - onset) / 60) + 5}m"  # from 5 minutes before the fault
+    env = subprocess_env(
+        database_url=pg_db, prometheus_url=url, scan_interval_seconds="30", data_dir=str(tmp_path / "rca-data")
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "rca.cli", "backtest", "--since", since, "--store", *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        for extra in (["--json"], [])
+    ]
+    assert [run.returncode for run in runs] == [0, 0], [run.stderr for run in runs]
+    first = json.loads(runs[0].stdout)
+    assert [w["instance"] for w in first["warnings"]] == ["gpu-a:8000"] and first["warnings"][0]["end"] is None
+    assert (first["stored"], first["already_stored"]) == (1, 0)
+    # The second run starts on the same scan grid: it finds the same warning, already stored.
+    assert runs[1].stdout.splitlines()[-1] == (
+        "stored 0 warning(s) as incidents of origin backtest (1 already stored); never posted to Slack"
+    )
+    with session_scope(pg_db) as session:
+        incident = session.scalars(select(Incident)).one()
+        warned = datetime.fromtimestamp(first["warnings"][0]["start"], UTC)
+        assert incident.origin == "backtest" and incident.status == "resolved"
+        assert incident.group_key == f"backtest/gpu-a:8000/{warned:%Y-%m-%dT%H:%M:%SZ}"
+        assert incident.resolved_at == datetime.fromisoformat(first["end"])  # still warning at the end
+        assert "still warning when the backtest ended" in incident.common_annotations["summary"]
+        moves = session.scalars(select(ScanTransition).order_by(ScanTransition.id)).all()
+        assert [(t.before, t.after, t.incident_id) for t in moves] == [
+            ("ok", "watch", incident.id),
+            ("watch", "warning", incident.id),
+        ]
+        assert session.scalars(select(ScanTarget)).all() == [], "the live scan's state is not written"
+        assert session.scalars(select(Investigation)).all() == [], "nothing investigated"
 
 
 def test_scans_after_the_first_read_only_the_new_steps_and_see_what_a_whole_read_sees(
