@@ -8,11 +8,12 @@ Prometheus' answers computed from the world (tests/worlds/fast.py).
 
 `tuning` seeds (tests.worlds.generate.TUNING_SEEDS) are the ones to look at while changing the
 taxonomy, the profile or the engine model; `held-out` seeds are only ever reported. `--drop-support`
-runs every fault world twice, the second time with the series behind one of the true cause's
-measured supporting findings dropped (as a keep-list would), and reports the fall in AC@1: over
-all of them, where another series of the host measured the finding instead (a fallback answered),
-and where the host had no other source for it (the evidence is gone: the answer should then not be
-a confident wrong one).
+runs every fault world twice, the second time with one series behind one of the true cause's
+measured supporting findings dropped, as one keep-list line drops it (one metric: a histogram's
+`_bucket`, `_sum` and `_count` together; of a query that joins or divides several, one of them),
+and reports the fall in AC@1: over all of them, where another series of the host measured the
+finding instead (a fallback answered), and where the host had no other source for it (the evidence
+is gone: the answer should then not be a confident wrong one).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rca.config import Settings, load_settings  # noqa: E402
 from rca.diagnosis.ranking import taxonomy  # noqa: E402
 from rca.domain.status import MEASURED  # noqa: E402
+from tests.e2e.scenarios import metric_family  # noqa: E402
 from tests.worlds.fast import METRIC_NAME, diagnose  # noqa: E402
 from tests.worlds.generate import HEALTHY, HELD_OUT_SEEDS, TUNING_SEEDS, World, draw  # noqa: E402
 from tests.worlds.report import Outcome, accuracy, summarise  # noqa: E402
@@ -50,15 +52,23 @@ def seeds(spec: str, count: int) -> range:
 
 
 def without_one_support(world: World, outcome: Outcome) -> World | None:
-    """The world again, with the series of one measured supporting finding of its cause dropped."""
+    """The world again, with one series (a metric family) behind one measured supporting finding of
+    its cause dropped: of a query that names several (a join, a ratio), one of them, as one keep-list
+    line drops it."""
     cat = taxonomy()[world.cause]
-    measured = [f for f in outcome.findings if f.key in cat.supports and f.query and f.status in MEASURED]
+    measured = [
+        f
+        for f in outcome.findings
+        if f.key in cat.supports and f.status in MEASURED and METRIC_NAME.search(f.query or "")
+    ]
     if not measured:
         return None
-    chosen = random.Random(world.seed).choice(sorted(measured, key=lambda f: f.key))
-    names = frozenset(METRIC_NAME.findall(chosen.query or ""))
-    host = replace(world.host, dropped=world.host.dropped | names)
-    return replace(world, host=host, notes=[*world.notes, f"dropped {chosen.key} ({', '.join(sorted(names))})"])
+    pick = random.Random(world.seed)
+    chosen = pick.choice(sorted(measured, key=lambda f: f.key))
+    named = METRIC_NAME.findall(chosen.query or "")
+    family = pick.choice(sorted({metric_family(n) for n in named}))  # a histogram's parts go together
+    host = replace(world.host, dropped=world.host.dropped | {family})
+    return replace(world, host=host, notes=[*world.notes, f"dropped {chosen.key} ({family})"])
 
 
 _SETTINGS: list[Settings] = []  # one per worker process

@@ -395,7 +395,8 @@ def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
 
 def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
     """vLLM V0 names (vllm/engine/metrics.py): only a model_name label, the GPU-cache gauges and
-    TPOT instead of ITL. (The real V0 hit-rate gauge is lifetime; here it follows the window.)"""
+    TPOT instead of ITL; the prompt-token counter as V1 has it. (The real V0 hit-rate gauge is
+    lifetime; here it follows the window.)"""
     labels = {"job": "vllm", "instance": f"{h}:{port}", "model_name": MODEL}
     return [
         Series("vllm:num_requests_waiting", labels, gauge=g("waiting", 0.2)),
@@ -405,6 +406,7 @@ def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         Series("vllm:num_preemptions_total", labels, rate=lambda p, t: p["preempt_rate"]),
         Series("vllm:request_success_total", labels | {"finished_reason": "stop"}, rate=lambda p, t: p["arrival_rate"]),
         Series("vllm:request_success_total", labels | {"finished_reason": "abort"}, rate=lambda p, t: p["aborted"]),
+        Series("vllm:prompt_tokens_total", labels, rate=lambda p, t: p["arrival_rate"] * p["prompt_len"]),
         *_histogram("vllm:request_prompt_tokens", labels, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("vllm:time_per_output_token_seconds", labels, ITL_BUCKETS, "itl"),
@@ -614,7 +616,7 @@ def host_series(host: Host) -> list[Series]:
         series.append(Series("node_cpu_seconds_total", labels | {"mode": "user"}, rate=busy))
         if cpu in PINNED and host.isolcpus:
             series.append(Series("node_cpu_isolated", labels, gauge=lambda p, t: 1.0))
-    series = [s for s in series if s.name not in host.dropped and _family(s.name) not in host.dropped]
+    series = [s for s in series if s.name not in host.dropped and metric_family(s.name) not in host.dropped]
     for s in series:
         s.host = host
     return series
@@ -639,7 +641,7 @@ def _lora_info(host: Host, engine: dict[str, str]) -> list[Series]:
     ]
 
 
-def _family(name: str) -> str:
+def metric_family(name: str) -> str:
     """A histogram's family name (`x` of `x_bucket`, `x_count`, `x_sum`); other names unchanged."""
     for suffix in ("_bucket", "_count", "_sum"):
         if name.endswith(suffix):

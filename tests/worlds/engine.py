@@ -19,7 +19,9 @@ Relations (per moment; the queue is integrated over time, everything else is qua
 - Below capacity the queue is short (`QUEUE_BASE + ρ^4 / (1 - ρ)`); above it, it grows by the
   excess arrivals, up to `MAX_WAITING` (clients time out). A batching delay holds arrivals for it
   (Little's law: `arrival rate * delay` more waiting), while the GPU idles for it.
-- Queue time = waiting / throughput (Little's law); TTFT = queue time + prefill + one step.
+- Queue time = waiting / throughput (Little's law), the requests held for a LoRA budget included:
+  they wait in the same queue, and vLLM's queue time runs from arrival to first scheduling;
+  TTFT = queue time + prefill + one step.
 - A queue at `MAX_WAITING` loses the excess arrivals: their clients give up, and the engine
   finishes them as aborted (vLLM counts them in `request_success_total{finished_reason="abort"}`,
   TGI's router counts every request it received); latency histograms see only the served ones.
@@ -116,7 +118,7 @@ def observe(given: Given, queue_before: float, dt: float) -> tuple[dict[str, flo
     running = min(fit, max(0.5, throughput * service(min(wanted, fit))))
     prefill_share = min(0.85, throughput * prefill_seconds)
     itl = step(running) / (1 - prefill_share)
-    queue_time = max(0.0, waiting - g.deferred) / max(throughput, 1e-3) + g.batch_delay
+    queue_time = waiting / max(throughput, 1e-3) + g.batch_delay
     # The cache holds the running requests; when the cache (not the batch limit) is what stops more
     # from running, the ones that want in press on it: preemptions, evicted prefixes.
     kv_demand = running * tokens_per_request / g.kv_capacity
