@@ -59,6 +59,7 @@ BASELINE: dict[str, float] = {
     "aborted": 0.0,  # requests per second the engine aborts (clients gave up waiting)
     "max_loras": 0.0,  # LoRA adapters that run at once (--max-loras); 0: LoRA off
     "adapters": 0.0,  # distinct LoRA adapters the traffic asks for (see tests/e2e/lora.py)
+    "kv_capacity": 11_000.0,  # tokens the KV cache holds: the running requests' tokens at kv_usage
 }
 
 # What each fault changes, after onset. Values follow DOMAIN.md's descriptions of each cause.
@@ -358,17 +359,22 @@ def _tgi(h: str, g: Gauge, port: int = 9000) -> list[Series]:
     return [
         Series("tgi_queue_size", labels, gauge=g("waiting", 0.2)),
         Series("tgi_batch_current_size", labels, gauge=g("running", 0.05)),
-        # The running batch's token budget against the most the router will batch (its KV room).
+        # The tokens the running batch holds and may grow to (each request's prompt and new tokens),
+        # against the most the router will batch (its KV room): per running request, they grow with
+        # the prompts.
         Series(
-            "tgi_batch_current_max_tokens", labels, gauge=lambda p, t: 100_000.0 * g("kv_usage", 0.01, hi=1.0)(p, t)
+            "tgi_batch_current_max_tokens",
+            labels,
+            gauge=lambda p, t: p["kv_capacity"] * g("kv_usage", 0.01, hi=1.0)(p, t),
         ),
-        Series("tgi_batch_max_total_tokens", labels, gauge=lambda p, t: 100_000.0),
+        Series("tgi_batch_max_total_tokens", labels, gauge=lambda p, t: p["kv_capacity"]),
         # Every request the router received, served or not.
         Series("tgi_request_count_total", labels, rate=lambda p, t: p["arrival_rate"] + p["aborted"]),
         *_histogram("tgi_request_input_length", labels, PROMPT_BUCKETS, "prompt_len"),
         *_histogram("tgi_request_queue_duration", labels, TTFT_BUCKETS, "ttft", scale=0.5),
         *_histogram("tgi_batch_forward_duration", labels | {"method": "prefill"}, TTFT_BUCKETS, "ttft", scale=0.5),
         *_histogram("tgi_request_mean_time_per_token_duration", labels, ITL_BUCKETS, "itl"),
+        *_in_flight_histogram("tgi_request_inference_duration", labels, INFERENCE_BUCKETS, "running"),
     ]
 
 
@@ -395,8 +401,8 @@ def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
 
 def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
     """vLLM V0 names (vllm/engine/metrics.py): only a model_name label, the GPU-cache gauges and
-    TPOT instead of ITL; the prompt-token counter as V1 has it. (The real V0 hit-rate gauge is
-    lifetime; here it follows the window.)"""
+    TPOT instead of ITL; the prompt-token counter and the queue- and inference-time histograms as
+    V1 has them. (The real V0 hit-rate gauge is lifetime; here it follows the window.)"""
     labels = {"job": "vllm", "instance": f"{h}:{port}", "model_name": MODEL}
     return [
         Series("vllm:num_requests_waiting", labels, gauge=g("waiting", 0.2)),
@@ -411,6 +417,7 @@ def _vllm_v0(h: str, g: Gauge, port: int = 8000) -> list[Series]:
         *_histogram("vllm:time_to_first_token_seconds", labels, TTFT_BUCKETS, "ttft"),
         *_histogram("vllm:time_per_output_token_seconds", labels, ITL_BUCKETS, "itl"),
         *_histogram("vllm:request_queue_time_seconds", labels, TTFT_BUCKETS, "queue_time"),
+        *_in_flight_histogram("vllm:request_inference_time_seconds", labels, INFERENCE_BUCKETS, "running"),
     ]
 
 

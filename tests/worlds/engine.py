@@ -172,6 +172,7 @@ def observe(given: Given, queue_before: float, dt: float) -> tuple[dict[str, flo
         "aborted": aborted,
         "max_loras": g.max_loras,
         "adapters": g.adapters,
+        "kv_capacity": g.kv_capacity,
     }, queue
 
 

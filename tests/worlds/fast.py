@@ -110,7 +110,8 @@ DEFAULT_LAG = 150.0
 # the graphics engine's active time (a stalled kernel counts), mean prompt lengths (the mean of
 # the exporters' exponential), queue depths by Little's law over the exporters' queue-time
 # histograms (whose median is the engine's mean: their mean is 1/ln 2 of it), throttled seconds and
-# the requests waiting while an adapter waits for a full LoRA budget.
+# the requests waiting while an adapter waits for a full LoRA budget, and the tokens TGI's running
+# batch holds per running request.
 BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
     ("requests_deferred", "queue_time_seconds_sum", adapter_wait(littles_law_waiting)),
     ("requests_deferred", "lora_requests_info", adapter_wait(lambda p: p["waiting"])),
@@ -125,6 +126,7 @@ BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
         "GR_ENGINE_ACTIVE",
         lambda p: p["gpu_util"] / 100 / p["dram_active"] if p["dram_active"] > 0.05 else math.nan,
     ),
+    ("prompt_tokens_p95", "tgi_batch_current_max_tokens", lambda p: p["kv_usage"] * p["kv_capacity"] / p["running"]),
     ("prompt_tokens_p95", "_sum", lambda p: p["prompt_len"] / math.log(2)),
     ("prompt_tokens_p95", "prompt_tokens_total", lambda p: p["prompt_len"] / math.log(2)),
 ]
