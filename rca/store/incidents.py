@@ -63,9 +63,8 @@ class Hit:
     confirmed_category: str | None
     breached: list[str]
     score: float | None = None
-    origin: str = (
-        "alertmanager"  # who opened it: a webhook, the fleet scan ("early_warning") or its replay ("backtest")
-    )
+    # Who opened it: a webhook, the fleet scan ("early_warning") or its replay ("backtest").
+    origin: str = "alertmanager"
 
 
 def _conditions(
