@@ -340,12 +340,10 @@ def _stored(settings: Settings, result: BacktestResult) -> Stored:
     from sqlalchemy.exc import OperationalError
 
     from rca.scan.service import policy_of
-    from rca.scan.stored import store
-    from rca.store.db import session_scope
+    from rca.scan.stored import store_all
 
     try:
-        with session_scope(settings.effective_database_url) as session:
-            stored = store(session, result, policy_of(settings))
+        stored = store_all(settings.effective_database_url, result, policy_of(settings))
     except OperationalError as exc:
         _fail(f"RCA_DATABASE_URL: cannot connect ({str(exc.orig).strip().splitlines()[0]}); nothing was stored")
     return stored

@@ -5,7 +5,8 @@ Each warning episode of the replay becomes one resolved incident of origin `back
 `EarlyWarning` alert from when it warned to when it cleared (or to the replay's end), the live
 scan's summary, and the episode's transitions with their reasons and figures, so its page reads
 as a live warning's. Group key and alert fingerprint name the target and the time it warned:
-storing the same episode again finds it and skips it, and no Alertmanager notification joins it
+storing the same episode again finds it and skips it (a unique index keeps it once even when two
+runs store it at the same moment: `store_all`), and no Alertmanager notification joins it
 (`rca.store.early_warnings` joins only incidents of origin `early_warning`). What the live scan
 owns is left alone: no `scan_targets` row is written, no live incident touched, and nothing is
 owed to Slack (`rca.store.notices.owe` and the delivery skip this origin). No investigation is
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from rca.domain.early_warning import BACKTEST
@@ -27,6 +29,7 @@ from rca.scan.backtest import BacktestResult, Episode
 from rca.scan.states import Policy
 from rca.scan.warnings import alert_labels, open_incident, set_status, summary, transition_row
 from rca.store import digests
+from rca.store.db import session_scope
 from rca.store.models import Incident
 
 
@@ -45,6 +48,21 @@ def _utc(ts: float) -> datetime:
 def group_key(episode: Episode) -> str:
     """The episode's name: its target and when it warned (to the second, UTC)."""
     return f"{BACKTEST}/{episode.instance}/{_utc(episode.start):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def store_all(url: str, result: BacktestResult, policy: Policy) -> Stored:
+    """Store every warning of `result` not stored before, in one transaction: all or none. When
+    another run stored some of the same episodes meanwhile (the unique index on a backtest's group
+    key refuses the second copy), store again: this time they are found and skipped."""
+    try:
+        return _store_committed(url, result, policy)
+    except IntegrityError:
+        return _store_committed(url, result, policy)
+
+
+def _store_committed(url: str, result: BacktestResult, policy: Policy) -> Stored:
+    with session_scope(url) as session:
+        return store(session, result, policy)
 
 
 def store(session: Session, result: BacktestResult, policy: Policy) -> Stored:

@@ -76,6 +76,11 @@ class Base(DeclarativeBase):
     pass
 
 
+def _unique_group_key_where(name: str, where: str) -> Index:
+    """A unique index on incidents' group keys, over the rows where `where` holds (a partial index)."""
+    return Index(name, "group_key", unique=True, postgresql_where=text(where), sqlite_where=text(where))
+
+
 class Incident(Base):
     """One Alertmanager alert group while it is open."""
 
@@ -110,13 +115,9 @@ class Incident(Base):
 
     __table_args__ = (
         # At most one open incident per alert group; a resolved group may open a new one later.
-        Index(
-            "uq_incidents_open_group_key",
-            "group_key",
-            unique=True,
-            postgresql_where=text("status = 'firing'"),
-            sqlite_where=text("status = 'firing'"),
-        ),
+        _unique_group_key_where("uq_incidents_open_group_key", "status = 'firing'"),
+        # A backtest's episode is stored once, even by two `rca backtest --store` at the same moment.
+        _unique_group_key_where("uq_incidents_backtest_group_key", "origin = 'backtest'"),
     )
 
 

@@ -5,6 +5,8 @@ and incidents stay as they were and Slack hears nothing of them."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from rca.pages.site import create_site
 from rca.scan.backtest import Frame, replay
 from rca.scan.fleet import ServingTarget
 from rca.scan.states import Assessment, ScanState, TargetMemory, Transition
-from rca.scan.stored import Stored, store
+from rca.scan.stored import Stored, store, store_all
 from rca.scan.warnings import Actions, record
 from rca.store import early_warnings, notices
 from rca.store.db import session_scope
@@ -212,3 +214,20 @@ def test_a_store_that_fails_midway_stores_nothing(pg_db: str) -> None:
         store(session, result, POLICY)
     with session_scope(pg_db) as session:
         assert session.scalars(select(Incident)).all() == [] and session.scalars(select(ScanTransition)).all() == []
+
+
+def test_two_runs_storing_the_same_history_at_once_store_each_episode_once(pg_db: str) -> None:
+    """The second run's insert waits on the first's uncommitted one (the unique index on a
+    backtest's group key), fails when the first commits, and the run stores again: it then finds
+    both episodes and skips them."""
+    result = replay(history(), POLICY)
+    with ThreadPoolExecutor(max_workers=1) as pool, session_scope(pg_db) as first:
+        first_stored = store(first, result, POLICY)  # flushed, not committed: the rows are taken
+        second = pool.submit(store_all, pg_db, result, POLICY)
+        time.sleep(1.0)
+        assert not second.done(), "the second run waits on the first's uncommitted episodes"
+    assert len(first_stored.incident_ids) == 2  # committed as the `with` ends
+    assert second.result(timeout=30) == Stored([], 2)
+    with session_scope(pg_db) as session:
+        keys = session.scalars(select(Incident.group_key).where(Incident.origin == "backtest")).all()
+    assert sorted(keys) == ["backtest/a:8000/2027-01-15T08:03:00Z", "backtest/b:8000/2027-01-15T08:03:00Z"]

@@ -13,12 +13,12 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, insert, inspect, pool
+from sqlalchemy import create_engine, insert, inspect, pool, select
 from sqlalchemy.exc import IntegrityError
 
 from rca.store.db import alembic_config, migrate
 from rca.store.fts import include_name
-from rca.store.models import Base, Incident
+from rca.store.models import Alert, Base, Incident, ScanTransition
 from tests.helpers.databases import create_database, drop_database
 from tests.helpers.paths import VENV_BIN
 from tests.helpers.processes import subprocess_env
@@ -136,6 +136,72 @@ def test_migrated_schema_allows_one_open_incident_per_group(fresh_url: str) -> N
             conn.execute(insert(Incident).values(**row, status="firing"))
         with pytest.raises(IntegrityError), engine.begin() as conn:
             conn.execute(insert(Incident).values(**row, status="firing"))
+    finally:
+        engine.dispose()
+
+
+def test_backtest_duplicates_stored_before_0014_keep_the_earliest(fresh_url: str) -> None:
+    """Two runs at once could store an episode twice before 0014; the migration keeps the first
+    incident with its alert and transition, drops the copy with its own, and from then on the
+    database refuses a second copy."""
+    config = alembic_config(fresh_url)
+    command.upgrade(config, "0013")
+    now = datetime.now(UTC)
+    incident = {
+        "group_key": "backtest/a:8000/2027-01-15T08:03:00Z",
+        "origin": "backtest",
+        "status": "resolved",
+        "title": "Backtest warning: a:8000",
+        "receiver": "rca-backtest",
+        "group_labels": {},
+        "common_labels": {},
+        "common_annotations": {},
+        "notification_count": 0,
+        "slack_owed": 0,
+        "created_at": now,
+        "updated_at": now,
+        "resolved_at": now,
+    }
+    engine = create_engine(fresh_url, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            ids = [conn.execute(insert(Incident).values(**incident)).inserted_primary_key[0] for _ in range(2)]
+            other = conn.execute(
+                insert(Incident).values(**incident | {"group_key": "backtest/b"})
+            ).inserted_primary_key[0]
+            for incident_id in [*ids, other]:
+                conn.execute(
+                    insert(Alert).values(
+                        incident_id=incident_id,
+                        fingerprint=f"fp-{incident_id}",
+                        status="resolved",
+                        alertname="EarlyWarning",
+                        labels={},
+                        annotations={},
+                        starts_at=now,
+                        raw={},
+                        first_seen_at=now,
+                        last_seen_at=now,
+                    )
+                )
+                conn.execute(
+                    insert(ScanTransition).values(
+                        instance="a:8000",
+                        before="ok",
+                        after="watch",
+                        at=now,
+                        reason="r",
+                        figures={},
+                        incident_id=incident_id,
+                    )
+                )
+        command.upgrade(config, "head")
+        with engine.begin() as conn:
+            assert sorted(conn.scalars(select(Incident.id))) == sorted([ids[0], other])
+            assert sorted(conn.scalars(select(Alert.incident_id))) == sorted([ids[0], other])
+            assert sorted(conn.scalars(select(ScanTransition.incident_id))) == sorted([ids[0], other])
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(insert(Incident).values(**incident))
     finally:
         engine.dispose()
 
