@@ -26,7 +26,6 @@ RAMP_SECONDS = 120.0
 MODEL = "llama-3-8b"
 CPUS = 8
 PINNED = range(4, 8)
-KV_TOKENS = 70_000.0  # an SGLang token pool, for its token-count gauges
 NAMESPACE = "llm-serving"
 CFS_PERIODS_PER_SECOND = 10.0  # the default 100 ms CFS period
 THROTTLED_STALL = 0.3  # a throttled period holds each of the container's cores back for 30 % of it
@@ -326,8 +325,8 @@ def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
         Series("sglang:token_usage", labels, gauge=kv_usage),
         Series("sglang:full_token_usage", labels, gauge=kv_usage),
         # The pool in tokens: used and available (what is neither is evictable cache).
-        Series("sglang:kv_used_tokens", labels, gauge=lambda p, t: KV_TOKENS * kv_usage(p, t)),
-        Series("sglang:kv_available_tokens", labels, gauge=lambda p, t: KV_TOKENS * (1 - kv_usage(p, t))),
+        Series("sglang:kv_used_tokens", labels, gauge=lambda p, t: p["kv_capacity"] * kv_usage(p, t)),
+        Series("sglang:kv_available_tokens", labels, gauge=lambda p, t: p["kv_capacity"] * (1 - kv_usage(p, t))),
         Series(
             "sglang:prefill_effective_tokens_total",
             labels | {"mode": "input"},
@@ -356,6 +355,7 @@ def _sglang(h: str, g: Gauge, port: int = 30000) -> list[Series]:
 def _tgi(h: str, g: Gauge, port: int = 9000) -> list[Series]:
     """TGI names (router/src/server.rs); no model label, no prefix-cache metric."""
     labels = {"job": "tgi", "instance": f"{h}:{port}"}
+    kv_usage = g("kv_usage", 0.01, hi=1.0)
     return [
         Series("tgi_queue_size", labels, gauge=g("waiting", 0.2)),
         Series("tgi_batch_current_size", labels, gauge=g("running", 0.05)),
@@ -365,7 +365,7 @@ def _tgi(h: str, g: Gauge, port: int = 9000) -> list[Series]:
         Series(
             "tgi_batch_current_max_tokens",
             labels,
-            gauge=lambda p, t: p["kv_capacity"] * g("kv_usage", 0.01, hi=1.0)(p, t),
+            gauge=lambda p, t: p["kv_capacity"] * kv_usage(p, t),
         ),
         Series("tgi_batch_max_total_tokens", labels, gauge=lambda p, t: p["kv_capacity"]),
         # Every request the router received, served or not.

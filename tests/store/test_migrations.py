@@ -13,12 +13,12 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, insert, inspect, pool, select
+from sqlalchemy import MetaData, create_engine, insert, inspect, pool, select
 from sqlalchemy.exc import IntegrityError
 
 from rca.store.db import alembic_config, migrate
 from rca.store.fts import include_name
-from rca.store.models import Alert, Base, Incident, ScanTransition
+from rca.store.models import Base, Incident
 from tests.helpers.databases import create_database, drop_database
 from tests.helpers.paths import VENV_BIN
 from tests.helpers.processes import subprocess_env
@@ -164,14 +164,18 @@ def test_backtest_duplicates_stored_before_0014_keep_the_earliest(fresh_url: str
     }
     engine = create_engine(fresh_url, poolclass=pool.NullPool)
     try:
+        # The tables as revision 0013 left them (the models describe head, which may have more columns).
+        tables = MetaData()
+        tables.reflect(engine, only=["incidents", "alerts", "scan_transitions"])
+        incidents, alerts, transitions = (tables.tables[name] for name in ("incidents", "alerts", "scan_transitions"))
         with engine.begin() as conn:
-            ids = [conn.execute(insert(Incident).values(**incident)).inserted_primary_key[0] for _ in range(2)]
+            ids = [conn.execute(insert(incidents).values(**incident)).inserted_primary_key[0] for _ in range(2)]
             other = conn.execute(
-                insert(Incident).values(**incident | {"group_key": "backtest/b"})
+                insert(incidents).values(**incident | {"group_key": "backtest/b"})
             ).inserted_primary_key[0]
             for incident_id in [*ids, other]:
                 conn.execute(
-                    insert(Alert).values(
+                    insert(alerts).values(
                         incident_id=incident_id,
                         fingerprint=f"fp-{incident_id}",
                         status="resolved",
@@ -185,7 +189,7 @@ def test_backtest_duplicates_stored_before_0014_keep_the_earliest(fresh_url: str
                     )
                 )
                 conn.execute(
-                    insert(ScanTransition).values(
+                    insert(transitions).values(
                         instance="a:8000",
                         before="ok",
                         after="watch",
@@ -197,11 +201,11 @@ def test_backtest_duplicates_stored_before_0014_keep_the_earliest(fresh_url: str
                 )
         command.upgrade(config, "head")
         with engine.begin() as conn:
-            assert sorted(conn.scalars(select(Incident.id))) == sorted([ids[0], other])
-            assert sorted(conn.scalars(select(Alert.incident_id))) == sorted([ids[0], other])
-            assert sorted(conn.scalars(select(ScanTransition.incident_id))) == sorted([ids[0], other])
+            assert sorted(conn.scalars(select(incidents.c.id))) == sorted([ids[0], other])
+            assert sorted(conn.scalars(select(alerts.c.incident_id))) == sorted([ids[0], other])
+            assert sorted(conn.scalars(select(transitions.c.incident_id))) == sorted([ids[0], other])
         with pytest.raises(IntegrityError), engine.begin() as conn:
-            conn.execute(insert(Incident).values(**incident))
+            conn.execute(insert(incidents).values(**incident))
     finally:
         engine.dispose()
 
