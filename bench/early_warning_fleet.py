@@ -13,9 +13,16 @@ pressure building (longer contexts: fewer sequences fit the cache, more tokens t
 prefix-cache hit rate sliding (more prefill), a CPU-bound ratio creeping up (CPU work per step).
 Each develops linearly over RAMP_MINUTES, holds, then recovers. Its final strength is drawn so
 that the engine's capacity ends at a share of the load of the moment (a fault that would not
-hurt at that hour is moved to another). Hosts also restart on deploys (counters reset, the
-prefix cache starts cold) and one host is busy but steady: a closed-loop batch workload that
-keeps a queue of a few requests, its cores busy and its hit rate low, all day, flat.
+hurt at that hour is moved to another). One fault in every SUDDEN_EVERY is a sudden GPU throttle
+instead (the GPU's step time jumps at once): nothing moves before it, so no scan can lead it; the
+bench counts it apart.
+
+What must not warn: hosts restart on deploys (counters reset, the prefix cache starts cold); one
+host is busy but steady (a closed-loop batch workload that keeps its batch full and a queue of a few requests, its
+cores busy and its hit rate low, all day, flat); one host is hot (its afternoon peak takes
+HOT_PEAK of its capacity: batch and KV grow every morning, a short queue forms at the peak, TTFT
+stays within the SLO); and the healthy hosts see brief bursts (BURST_SECONDS of up to BURST_RATE
+times their traffic, a few a day) that the engine absorbs.
 """
 
 from __future__ import annotations
@@ -27,7 +34,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ndtr
 
-DT = 5.0  # model step, seconds
+# Model step, seconds: shorter than any request's service (3-7 s), so that the batch holds what a
+# real engine's does (at 5 s every request came and went within one step, and the running gauge
+# read near 0 at a quiet hour where Little's law says dozens run).
+DT = 1.0
+THINK_SECONDS = 2.0  # the busy host's clients wait this long, on average, before their next request
+NOISE_SECONDS = 5.0  # the load, hit-rate and client-count wobbles below are AR(1) per this many seconds
 SCRAPE = 15.0  # Prometheus scrape interval
 DAY = 86400.0
 MAX_SEQS = 256
@@ -45,6 +57,13 @@ RAMP_MINUTES = (10.0, 30.0)
 HOLD_MINUTES = (45.0, 90.0)
 RECOVER_SECONDS = 300.0
 FAULT_KINDS = ("surge", "kv_pressure", "prefix_slide", "cpu_creep")
+SUDDEN_KIND = "gpu_throttle"  # a step change, no ramp: no early sign
+SUDDEN_EVERY = 5  # every fifth fault is sudden
+HOT_PEAK = (0.85, 0.9)  # the hot host's peak load, as a share of its capacity
+BURST_SECONDS = (60.0, 180.0)
+BURST_RATE = (1.3, 1.8)
+BURSTS_PER_DAY = 4
+BURST_CEILING = 0.95  # of the engine's capacity: a burst never takes more
 # vLLM V1's TTFT buckets
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 TTFT_BUCKETS += (20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -59,14 +78,15 @@ class Fault:
     start: float
     ramp: float  # seconds until full strength
     hold: float  # seconds at full strength before the cause is removed
-    strength: float  # the cause's final multiplier (surge, kv, cpu) or hit rate (prefix_slide)
+    strength: float  # the cause's final multiplier (surge, kv, cpu, gpu) or hit rate (prefix_slide)
 
     @property
     def end(self) -> float:
         return self.start + self.ramp + self.hold + RECOVER_SECONDS
 
     def weight(self, t: float) -> float:
-        """0 before, rising to 1 over the ramp, 1 while held, back to 0 over the recovery."""
+        """0 before, rising to 1 over the ramp (at once without one), 1 while held, back to 0
+        over the recovery."""
         if t < self.start or t >= self.end:
             return 0.0
         if t < self.start + self.ramp:
@@ -87,20 +107,30 @@ class Host:
     busy: bool = False  # closed-loop, steady, always busy
     clients: int = 0
     restarts: list[float] = field(default_factory=list)
+    hot: bool = False  # its peak load near its capacity, never over it
+    bursts: list[tuple[float, float, float]] = field(default_factory=list)  # (start, seconds, rate multiplier)
 
 
-def step_time(running: float, cpu_base: float, cpu_scale: float) -> tuple[float, float]:
+def _ar1(previous: float, per_step: float, sd: float, rng: np.random.Generator) -> float:
+    """An AR(1) wobble with `per_step` correlation and `sd` innovations per NOISE_SECONDS, stepped
+    every DT seconds (the same time constant and spread whatever DT is)."""
+    decay = per_step ** (DT / NOISE_SECONDS)
+    scale = sd * math.sqrt((1 - decay**2) / (1 - per_step**2))
+    return decay * previous + float(rng.normal(0, scale))
+
+
+def step_time(running: float, cpu_base: float, cpu_scale: float, gpu_scale: float = 1.0) -> tuple[float, float]:
     """(step seconds, CPU busy share of the pinned cores) at this batch size."""
-    gpu = STEP_BASE + STEP_PER_SEQ * running
+    gpu = (STEP_BASE + STEP_PER_SEQ * running) * gpu_scale
     cpu = (cpu_base + CPU_PER_SEQ * running) * cpu_scale
     step = (gpu**SMOOTH + cpu**SMOOTH) ** (1 / SMOOTH)
     return step, cpu / step
 
 
-def capacity(prompt: float, hit: float, cpu_base: float, cpu_scale: float = 1.0) -> float:
+def capacity(prompt: float, hit: float, cpu_base: float, cpu_scale: float = 1.0, gpu_scale: float = 1.0) -> float:
     """Requests/s the engine sustains: a full batch, less the step time prefill takes."""
     running = min(MAX_SEQS, 0.98 * KV_TOKENS / (prompt + OUTPUT_TOKENS / 2))
-    step, _ = step_time(running, cpu_base, cpu_scale)
+    step, _ = step_time(running, cpu_base, cpu_scale, gpu_scale)
     decode = running / (OUTPUT_TOKENS * step)
     prefill_rate = PREFILL_TOKENS_PER_S * (STEP_BASE + STEP_PER_SEQ * running) / step  # the CPU slows it too
     return decode / (1 + decode * prompt * (1 - hit) / prefill_rate)
@@ -132,8 +162,8 @@ def fault_strength(host: Host, kind: str, t: float, share: float) -> float | Non
     no value of it can (a hit rate cannot slide below 0)."""
     target = share * load(host, t)
 
-    def cap(prompt: float = host.prompt, hit: float = host.hit, cpu: float = 1.0) -> float:
-        return capacity(prompt, hit, host.cpu_base, cpu)
+    def cap(prompt: float = host.prompt, hit: float = host.hit, cpu: float = 1.0, gpu: float = 1.0) -> float:
+        return capacity(prompt, hit, host.cpu_base, cpu, gpu)
 
     if kind == "surge":
         return cap() / target  # arrivals x this: the load becomes capacity / share
@@ -149,16 +179,21 @@ def fault_strength(host: Host, kind: str, t: float, share: float) -> float | Non
         if cap(cpu=20.0) > target:
             return None
         return _solve(1.0, 20.0, lambda m: cap(cpu=m) < target)
+    if kind == SUDDEN_KIND:
+        if cap(gpu=20.0) > target:
+            return None
+        return _solve(1.0, 20.0, lambda m: cap(gpu=m) < target)
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
 def make_fleet(
     rng: np.random.Generator, hosts: int, start: float, days: int, faulty_share: float = 0.5, per_day: int = 3
 ) -> tuple[list[Host], list[Fault]]:
-    """Hosts (host 0 busy but steady; the last `faulty_share` of them with faults) and faults,
-    only on the days after the first (the first day is the baseline's history)."""
+    """Hosts (host 0 busy but steady, host 1 hot; the last `faulty_share` of them with faults,
+    the others with brief bursts) and faults, only on the days after the first (the first day is
+    the baseline's history)."""
     if hosts < 4:
-        raise ValueError("--hosts: at least 4 (a busy one, healthy ones and faulty ones)")
+        raise ValueError("--hosts: at least 4 (a busy one, a hot one, healthy ones and faulty ones)")
     fleet: list[Host] = []
     for n in range(hosts):
         hit = float(rng.uniform(0.70, 0.85))
@@ -170,24 +205,37 @@ def make_fleet(
         )
     busy = fleet[0]
     busy.busy, busy.hit, busy.cpu_base, busy.prompt = True, 0.55, 0.0246, 1200.0
-    busy.clients = MAX_SEQS + 5
+    # Its clients send again THINK_SECONDS after an answer: enough of them to keep a full batch
+    # and about 4 waiting, the rest thinking (Little's law: the batch's completions per second
+    # times the think time, less the step a client is counted running after its answer).
+    busy.clients = round(MAX_SEQS + 4 + capacity(busy.prompt, busy.hit, busy.cpu_base) * (THINK_SECONDS - DT))
+    hot = fleet[1]
+    hot.hot = True
+    hot.peak = capacity(hot.prompt, hot.hit, hot.cpu_base) * float(rng.uniform(*HOT_PEAK))
     deploys = [start + d * DAY + float(rng.uniform(9, 17)) * 3600 for d in range(days)]
     for n, host in enumerate(fleet):
         host.restarts = [deploy + n * 180.0 for deploy in deploys]  # a rolling deploy, 3 min apart
     faults: list[Fault] = []
     first_faulty = hosts - max(1, round(hosts * faulty_share))
+    for host in fleet[2:first_faulty]:
+        for day in range(days):
+            for _ in range(BURSTS_PER_DAY):
+                at = start + day * DAY + float(rng.uniform(0, DAY))
+                host.bursts.append((at, float(rng.uniform(*BURST_SECONDS)), float(rng.uniform(*BURST_RATE))))
     kinds = iter(FAULT_KINDS * (hosts * days * per_day))
+    drawn = 0
     for n in range(first_faulty, hosts):
         host = fleet[n]
         for day in range(1, days):
             placed: list[float] = []
             for _ in range(per_day):
-                kind = next(kinds)
+                drawn += 1
+                kind = SUDDEN_KIND if drawn % SUDDEN_EVERY == 0 else next(kinds)
                 for _attempt in range(200):
                     at = start + day * DAY + float(rng.uniform(0, DAY - 3 * 3600))
                     clear = all(abs(at - other) > 3 * 3600 for other in placed)
                     clear = clear and all(not at - 3600 < r < at + 3 * 3600 for r in host.restarts)
-                    ramp = float(rng.uniform(*RAMP_MINUTES)) * 60
+                    ramp = 0.0 if kind == SUDDEN_KIND else float(rng.uniform(*RAMP_MINUTES)) * 60
                     share = float(rng.uniform(0.6, 0.95))
                     strength = fault_strength(host, kind, at + ramp, share) if clear else None
                     if strength is not None:
@@ -227,6 +275,7 @@ def simulate(host: Host, faults: list[Fault], start: float, end: float, rng: np.
     started = start - float(rng.uniform(1, 5)) * DAY  # the engine process's start (process_start_time_seconds)
     down_until = -1.0
     mine = [f for f in faults if host.name.endswith(f"{f.host:02d}")]
+    full = capacity(host.prompt, host.hit, host.cpu_base)
     per_scrape = int(SCRAPE // DT)
     lines: dict[str, list[str]] = {}
     day_factor = 1.0
@@ -234,7 +283,10 @@ def simulate(host: Host, faults: list[Fault], start: float, end: float, rng: np.
         t = start + k * DT
         if k % int(DAY // DT) == 0:
             day_factor = float(rng.normal(1.0, 0.04))
-        surge, kv, slide, cpu = 1.0, 1.0, 0.0, 1.0
+        surge, kv, slide, cpu, gpu = 1.0, 1.0, 0.0, 1.0, 1.0
+        for burst_at, seconds, rate in host.bursts:
+            if burst_at <= t < burst_at + seconds:  # a burst the engine absorbs: it stays under capacity
+                surge *= min(rate, BURST_CEILING * full / max(load(host, t), 1e-9))
         for f in mine:
             w = f.weight(t)
             if w <= 0:
@@ -245,6 +297,8 @@ def simulate(host: Host, faults: list[Fault], start: float, end: float, rng: np.
                 kv *= 1 + (f.strength - 1) * w
             elif f.kind == "prefix_slide":
                 slide = max(slide, (host.hit - f.strength) * w)
+            elif f.kind == SUDDEN_KIND:
+                gpu *= 1 + (f.strength - 1) * w
             else:
                 cpu *= 1 + (f.strength - 1) * w
         if restarts and t >= restarts[0]:
@@ -253,20 +307,20 @@ def simulate(host: Host, faults: list[Fault], start: float, end: float, rng: np.
             engine = Engine(admitted=arrived[k], up_since=down_until)  # the queue is lost with the process
             started = down_until - 30.0  # the model loads for a while before the engine serves
         down = t < down_until
-        noise = 0.97 * noise + float(rng.normal(0, 0.012))
-        hit_noise = 0.95 * hit_noise + float(rng.normal(0, 0.004))
+        noise = _ar1(noise, 0.97, 0.012, rng)
+        hit_noise = _ar1(hit_noise, 0.95, 0.004, rng)
         prompt = host.prompt * kv
         warm = 1 - math.exp(-(t - engine.up_since) / CACHE_WARM) if engine.up_since else 1.0
         hit = min(0.95, max(0.0, (host.hit - slide + hit_noise) * warm))
-        step, cpu_share = step_time(engine.running, host.cpu_base, cpu)
+        step, cpu_share = step_time(engine.running, host.cpu_base, cpu, gpu)
         if down:
             arrivals = 0.0  # the load balancer sends the engine's share elsewhere
         elif host.busy:
-            clients = 0.99 * clients + float(rng.normal(0, 0.15))
+            clients = _ar1(clients, 0.99, 0.15, rng)
             thinking = max(
                 0.0, host.clients + round(clients) - engine.waiting_fresh - engine.waiting_preempted - engine.running
             )
-            arrivals = float(rng.binomial(int(thinking), min(1.0, DT / 2.0)))
+            arrivals = float(rng.binomial(int(thinking), min(1.0, DT / THINK_SECONDS)))
         else:
             rate = load(host, t) * day_factor * (1 + noise) * surge
             arrivals = float(rng.poisson(max(0.0, rate) * DT))
@@ -289,11 +343,12 @@ def simulate(host: Host, faults: list[Fault], start: float, end: float, rng: np.
         fresh = min(engine.waiting_fresh, free - again)
         engine.waiting_fresh -= fresh
         engine.running += again + fresh
-        step, cpu_share = step_time(engine.running, host.cpu_base, cpu)
+        step, cpu_share = step_time(engine.running, host.cpu_base, cpu, gpu)
         prefill_rate = PREFILL_TOKENS_PER_S * (STEP_BASE + STEP_PER_SEQ * engine.running) / step
         prefill_tokens = fresh * prompt * (1 - hit)
         prefill_share = min(0.9, prefill_tokens / DT / prefill_rate)
-        done_p = min(1.0, DT * (1 - prefill_share) / (step * OUTPUT_TOKENS))
+        done_p = 1 - math.exp(-DT * (1 - prefill_share) / (step * OUTPUT_TOKENS))  # each request's chance to finish
+        held = engine.running  # the slots the batch holds during this step: what the gauges show
         done = float(rng.binomial(int(engine.running), done_p)) if engine.running >= 1 else 0.0
         engine.running = max(0.0, engine.running - done)
         # TTFT of this step's admissions: FIFO wait (from the cumulative arrivals) + prefill
@@ -344,8 +399,8 @@ def simulate(host: Host, faults: list[Fault], start: float, end: float, rng: np.
         waiting = engine.waiting_fresh + engine.waiting_preempted
         _add(lines, f"process_start_time_seconds{{{serving}}}", started, ts)
         _add(lines, f"vllm:num_requests_waiting{{{serving}}}", round(waiting), ts)
-        _add(lines, f"vllm:num_requests_running{{{serving}}}", round(engine.running), ts)
-        _add(lines, f"vllm:kv_cache_usage_perc{{{serving}}}", min(1.0, engine.running * per_seq / KV_TOKENS), ts)
+        _add(lines, f"vllm:num_requests_running{{{serving}}}", round(held), ts)
+        _add(lines, f"vllm:kv_cache_usage_perc{{{serving}}}", min(1.0, held * per_seq / KV_TOKENS), ts)
         _add(lines, f"vllm:num_preemptions_total{{{serving}}}", c.get("preempt", 0.0), ts)
         _add(lines, f"vllm:prefix_cache_queries_total{{{serving}}}", c["queries"], ts)
         _add(lines, f"vllm:prefix_cache_hits_total{{{serving}}}", c["hits"], ts)

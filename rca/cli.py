@@ -349,6 +349,10 @@ def _stored(settings: Settings, result: BacktestResult) -> Stored:
     return stored
 
 
+def _minutes(seconds: float | None) -> str:
+    return f"{seconds / 60:.1f} min" if seconds is not None else "n/a"
+
+
 def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
     from rca.scan.backtest import backtest
     from rca.scan.scanner import prometheus_fleet_source
@@ -379,11 +383,15 @@ def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
     for warning in result.false_warnings:
         when = datetime.fromtimestamp(warning.start, UTC)
         print(f"  false warning {warning.instance} at {when:%Y-%m-%d %H:%M} UTC: {warning.reason}")
-    median = summary["median_lead_seconds"]
+    breaches = len(result.breaches)
+    share = f" ({len(result.warned_before) / breaches:.0%})" if breaches else ""
+    per_week = result.false_per_week
     print(
-        f"warnings {len(result.warnings)}, breaches {len(result.breaches)}, missed {len(result.missed)}, "
-        f"false warnings {len(result.false_warnings)}, median lead "
-        + (f"{float(median) / 60:.1f} min" if isinstance(median, int | float) else "n/a")
+        f"breaches (TTFT p95 first beyond its SLO) {breaches}: warned before {len(result.warned_before)}{share}, "
+        f"missed {len(result.missed)}; lead p50 {_minutes(result.lead_quantile(0.5))}, "
+        f"p10 {_minutes(result.lead_quantile(0.1))}; warnings {len(result.warnings)}, "
+        f"false warnings {len(result.false_warnings)}"
+        + (f" ({per_week:.2f} per 7 target-days)" if per_week is not None else "")
     )
     if stored is not None:
         print(

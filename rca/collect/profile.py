@@ -70,26 +70,35 @@ class QueryAlternative(BaseModel):
         return Template(self.promql).substitute(values)
 
 
-class SignalSpec(BaseModel):
+class SeriesSpec(BaseModel):
+    """A series to pull, per target: its alternatives in order, the first with data is used."""
+
+    model_config = {"extra": "forbid"}
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    title: str
+    scope: Scope
+    unit: str = Field(default="", max_length=16)  # stored in a 16-character column
+    queries: list[QueryAlternative] = Field(min_length=1)
+
+    def scope_of(self, alternative: QueryAlternative) -> str:
+        """The scope an alternative runs in: its own, else the signal's."""
+        return alternative.scope or self.scope
+
+
+class SignalSpec(SeriesSpec):
     """A series to pull and the rule that says whether it is abnormal.
 
     Either `threshold` (absolute, like the article's 0.82 / 0.61 / 4.7) or `change` (relative to
     the pre-onset baseline, for series whose healthy level differs per fleet) decides a breach.
     """
 
-    model_config = {"extra": "forbid"}
-
-    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    title: str
     kind: Literal["signal", "supporting"] = "supporting"
-    scope: Scope
     comparison: Literal[">", "<"]
     threshold: float | None = None
     change: float | None = Field(default=None, gt=0)
     min_delta: float = Field(default=0.0, ge=0)
-    unit: str = Field(default="", max_length=16)  # stored in a 16-character column
     proxy_note: str | None = None
-    queries: list[QueryAlternative] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _one_rule(self) -> SignalSpec:
@@ -107,9 +116,15 @@ class SignalSpec(BaseModel):
             return self
         return self.model_copy(update={"threshold": alternative.threshold})
 
-    def scope_of(self, alternative: QueryAlternative) -> str:
-        """The scope an alternative runs in: its own, else the signal's."""
-        return alternative.scope or self.scope
+
+class HeadroomSpec(SeriesSpec):
+    """A series of what an engine uses of something it can run out of (`rca.scan.saturation`):
+    the fleet scan forecasts when it is full, long before a queue forms. `role` says what the
+    scan makes of it: `used` is a share of a fixed capacity (KV blocks: full at 1), `running` the
+    requests in the batch (its ceiling learnt from when others waited), `waiting` the requests
+    queued (raw, not a median: it tells when the batch was full)."""
+
+    role: Literal["used", "running", "waiting"]
 
 
 class ScopeSpec(BaseModel):
@@ -180,6 +195,9 @@ class Profile(BaseModel):
     )
     stacks: dict[str, StackSpec] = Field(default_factory=dict, description="in probing order, most specific first")
     signals: list[SignalSpec]
+    headroom: list[HeadroomSpec] = Field(
+        default_factory=list, description="what each engine can run out of, for the fleet scan's saturation forecasts"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -188,7 +206,7 @@ class Profile(BaseModel):
 
     @model_validator(mode="after")
     def _known_stacks(self) -> Profile:
-        for spec in self.signals:
+        for spec in [*self.signals, *self.headroom]:
             for alternative in spec.queries:
                 unknown = set(alternative.stacks or ()) - set(self.stacks)
                 if unknown:

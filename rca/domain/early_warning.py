@@ -15,6 +15,8 @@ ALERTNAME = "EarlyWarning"  # the scan's own alert in its incident; any other al
 
 def lead(fired_at: datetime, warned_at: datetime) -> str:
     """When an SLA alert fired relative to the warning: "9 min after" (or "3 min before", when the
-    alert had started before the scan warned, e.g. Alertmanager's `for:` delayed its webhook)."""
-    minutes = (fired_at - warned_at).total_seconds() / 60
-    return f"{minutes:.0f} min after" if minutes >= 0 else f"{-minutes:.0f} min before"
+    alert had started before the scan warned, e.g. Alertmanager's `for:` delayed its webhook); in
+    seconds under two minutes, where "0 min after" would hide which came first."""
+    seconds = (fired_at - warned_at).total_seconds()
+    amount = f"{abs(seconds):.0f} s" if abs(seconds) < 120 else f"{abs(seconds) / 60:.0f} min"
+    return f"{amount} after" if seconds >= 0 else f"{amount} before"

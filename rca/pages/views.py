@@ -13,6 +13,7 @@ from rca.api.schemas import AlertOut, FeedbackOut, FindingOut, IncidentOut, Inve
 from rca.config import Settings
 from rca.domain import early_warning
 from rca.domain.series import EvidenceSeries
+from rca.signals.slo import TTFT_SIGNAL
 from rca.store.models import ScanTransition
 
 
@@ -112,6 +113,7 @@ class WarningView:
     slo_probability: float | None
     signals: list[MovedSignal]
     joined: list[tuple[AlertOut, str]]  # (SLA alert, "N min after")
+    led: bool = True  # warned before TTFT broke its SLO (False: it warned at the breach)
 
 
 def _number(value: object) -> float | None:
@@ -167,6 +169,10 @@ def warning_view(
         slo_probability=_number(figures.get("slo_probability")),
         signals=_moved(figures, findings),
         joined=joined,
+        led=not any(
+            isinstance(item, dict) and item.get("signal") == TTFT_SIGNAL and item.get("breached")
+            for item in figures.get("signals") or []
+        ),
     )
 
 

@@ -1,5 +1,7 @@
 """Replay the scan over history: which warnings it would have raised, how far ahead of the TTFT
-SLO breach, which breaches it missed and which warnings no breach followed.
+SLO breach, which breaches it missed and which warnings no breach followed. The breach is the
+raw one: TTFT p95 (the scan's own TTFT signal, over 5 minutes) first beyond the target's SLO,
+not an alert's `for:`, which would add its own delay to every lead.
 
 The scan runs at each step of [start, end] exactly as it runs live (same queries, forecasts and
 states, `at` set in the past), and nothing is written here: `rca.scan.stored` keeps the warnings
@@ -11,6 +13,7 @@ fleet with this before turning warnings on (`rca backtest`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -65,6 +68,27 @@ class BacktestResult:
     def missed(self) -> list[Verdict]:
         return [b for b in self.breaches if b.warned_at is None]
 
+    @property
+    def warned_before(self) -> list[Verdict]:
+        """Breaches a warning came strictly before (a warning at the breach's own scan led nothing)."""
+        return [b for b in self.breaches if b.lead_seconds is not None and b.lead_seconds > 0]
+
+    def lead_quantile(self, q: float) -> float | None:
+        """The q-quantile (lower) of the lead over every breach, a missed one counting as minus
+        infinity (None when the quantile falls on one): a percentile over the warned ones only
+        would flatter."""
+        leads = sorted(b.lead_seconds if b.lead_seconds is not None else -math.inf for b in self.breaches)
+        if not leads:
+            return None
+        value = leads[int(q * (len(leads) - 1))]
+        return value if math.isfinite(value) else None
+
+    @property
+    def false_per_week(self) -> float | None:
+        """False warnings per 7 target-days of the replay."""
+        days = self.targets * (self.end - self.start) / 86400
+        return len(self.false_warnings) / days * 7 if days > 0 else None
+
     def as_dict(self) -> dict[str, object]:
         leads = sorted(b.lead_seconds for b in self.breaches if b.lead_seconds is not None)
         return {
@@ -74,8 +98,12 @@ class BacktestResult:
             "targets": self.targets,
             "warnings": [w.as_dict() for w in self.warnings],
             "breaches": [asdict(b) for b in self.breaches],
+            "warned_before": len(self.warned_before),
             "missed": len(self.missed),
+            "lead_p50_seconds": self.lead_quantile(0.5),
+            "lead_p10_seconds": self.lead_quantile(0.1),
             "false_warnings": [w.as_dict() for w in self.false_warnings],
+            "false_per_7_target_days": self.false_per_week,
             "median_lead_seconds": leads[len(leads) // 2] if leads else None,
         }
 

@@ -165,14 +165,16 @@ def assign(
 
 def fetch(
     source: FleetSource,
-    queries: list[FleetQuery],
     targets: list[ServingTarget],
     joined: Machines,
-    spans: list[tuple[datetime, datetime, int]],
+    reads: list[tuple[list[FleetQuery], datetime, datetime, int]],
 ) -> list[dict[str, dict[str, SignalSeries]]]:
-    """Every signal's series for every target over each span (start, end, step): one range
-    query per signal and span, all run concurrently. Returns, per span, {signal id: {instance: series}}."""
+    """Each read's queries over its span (queries, start, end, step) for every target: one range
+    query per query and span, all run concurrently. Returns, per read, {series id: {instance: series}}."""
     with ThreadPoolExecutor(max_workers=source.concurrency) as pool:
-        futures = [{q.spec.id: pool.submit(source.range, q.promql, *span) for q in queries} for span in spans]
-        rows = [{signal: future.result() for signal, future in read.items()} for read in futures]
-    return [{q.spec.id: assign(q, read[q.spec.id], targets, joined) for q in queries} for read in rows]
+        futures = [
+            [(q, pool.submit(source.range, q.promql, start, end, step)) for q in queries]
+            for queries, start, end, step in reads
+        ]
+        rows = [[(q, future.result()) for q, future in read] for read in futures]
+    return [{q.spec.id: assign(q, found, targets, joined) for q, found in read} for read in rows]

@@ -100,7 +100,7 @@ def trends(windows: Sequence[Samples], now: float, trend_seconds: float) -> list
     return found
 
 
-def _normal_range(normal: list[float], baseline: float | None) -> tuple[float, float] | None:
+def normal_range(normal: list[float], baseline: float | None) -> tuple[float, float] | None:
     """(centre, spread) of the target's normal level; None without history to tell."""
     if len(normal) < MIN_NORMAL_SAMPLES:
         return None
@@ -169,7 +169,7 @@ def _forecast(
         if heading and trend.slope != 0:
             cross_in = max(0.0, (limit.threshold - current) / trend.slope * 60)
     normal_samples = [v for _, v in samples[: bisect_left(samples, now - trend_seconds, key=sample_time)]]
-    normal = _normal_range(normal_samples, yesterday)
+    normal = normal_range(normal_samples, yesterday)
     if normal is None:
         baseline, departed = yesterday, True  # nothing says this level is normal for it
     else:

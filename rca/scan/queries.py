@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rca.collect.profile import Profile, QueryAlternative, SignalSpec
+from rca.collect.profile import Profile, QueryAlternative, SeriesSpec, SignalSpec
 
 GROUP_LABEL = "instance"
 ALTERNATIVE_LABEL = "rca_alternative"
@@ -71,16 +71,16 @@ class FleetAlternative:
 class FleetQuery:
     """One signal for the whole fleet: the PromQL and its alternatives, in the profile's order."""
 
-    spec: SignalSpec
+    spec: SeriesSpec
     promql: str
     alternatives: list[FleetAlternative]
 
 
-def _renderable(spec: SignalSpec, alternative: QueryAlternative, values: dict[str, str]) -> bool:
+def _renderable(spec: SeriesSpec, alternative: QueryAlternative, values: dict[str, str]) -> bool:
     return spec.scope_of(alternative) in FLEET_SELECTORS and alternative.placeholders() <= values.keys()
 
 
-def fleet_query(spec: SignalSpec, params: dict[str, str]) -> FleetQuery | None:
+def fleet_query(spec: SeriesSpec, params: dict[str, str]) -> FleetQuery | None:
     """The signal's alternatives that can run fleet-wide, in the profile's order, as one query;
     None when none can (a signal of the GPU or pod scope, or one whose parameters are unset)."""
     values = FLEET_SELECTORS | params

@@ -48,6 +48,7 @@ from rca.scan.forecast import (
 )
 from rca.scan.queries import FleetQuery, early_signals, fleet_query
 from rca.scan.restarts import started, with_starts
+from rca.scan.saturation import headrooms
 from rca.scan.states import Assessment
 from rca.scan.window import Window
 from rca.signals.slo import DEPTH_SIGNAL, MIN_VIOLATIONS, TTFT_SIGNAL
@@ -119,6 +120,8 @@ class Scanner:
     whole_reads: bool = False
     profile: Profile = field(init=False)
     queries: list[FleetQuery] = field(init=False)
+    headroom_queries: list[FleetQuery] = field(init=False)
+    headroom_ids: tuple[str, str, str] = field(init=False)  # the profile's headroom series: used, running, waiting
     limits: dict[str, Limit] = field(init=False)
     _today: Window = field(init=False)
     _yesterday: Window = field(default_factory=lambda: Window(BASELINE_STEP_SECONDS), init=False)
@@ -142,6 +145,10 @@ class Scanner:
             )
         built = [fleet_query(specs[signal], params) for signal in self.limits]
         self.queries = [query for query in built if query is not None]
+        roles = {spec.role: spec.id for spec in self.profile.headroom}
+        self.headroom_ids = (roles.get("used", ""), roles.get("running", ""), roles.get("waiting", ""))
+        room = [fleet_query(spec, params) for spec in self.profile.headroom]
+        self.headroom_queries = [query for query in room if query is not None]
         self._today = Window(step_for(self.settings))
 
     def _most(self, targets: int) -> float:
@@ -153,31 +160,41 @@ class Scanner:
     def _read(self, targets: list[ServingTarget], joined: Machines, end: float) -> set[str]:
         """Both windows brought up to `end`: their new steps, and the newest span of what some
         target has never read, this hour's before yesterday's, within the budget; returns the
-        targets still warming."""
+        targets still warming. This hour holds the signals and the headroom series; yesterday's,
+        whose medians are the signals' baselines, the signals only."""
         instances = [target.instance for target in targets]
         new_steps = RE_READ_STEPS + math.ceil(self.settings.scan_interval_seconds / self._today.step)
-        # Each window, the span it needs, the steps it reads again, and the steps of its usual
-        # read (never cut short by the budget: that is for history never read).
+        # Each window, its queries, the span it needs, the steps it reads again, and the steps of
+        # its usual read (never cut short by the budget: that is for history never read).
         windows = [
-            (self._today, end - self.settings.scan_history_minutes * 60, end, RE_READ_STEPS, new_steps),
-            (self._yesterday, *baseline_window(end), 0, BASELINE_MOVE_STEPS),
+            (
+                self._today,
+                self.queries + self.headroom_queries,
+                end - self.settings.scan_history_minutes * 60,
+                end,
+                RE_READ_STEPS,
+                new_steps,
+            ),
+            (self._yesterday, self.queries, *baseline_window(end), 0, BASELINE_MOVE_STEPS),
         ]
         most = self._most(len(targets))
         plans = []
-        for window, start, stop, again, usual in windows:
+        for window, queries, start, stop, again, usual in windows:
             window.keep(start, stop)
-            plans.append((window, start, stop, window.fresh(stop, max(most, usual), again)))
-        reads = [(window, (max(start, fresh[0]), fresh[1])) for window, start, _, fresh in plans if fresh]
+            plans.append((window, queries, start, stop, window.fresh(stop, max(most, usual), again)))
+        reads = [
+            (window, queries, (max(start, fresh[0]), fresh[1])) for window, queries, start, _, fresh in plans if fresh
+        ]
         left = most  # the budget is shared: this hour's history first, then yesterday's
-        for window, start, stop, fresh in plans:
+        for window, queries, start, stop, fresh in plans:
             fill = window.fill(instances, start, fresh[0] - window.step if fresh else stop, left) if left else None
             if fill is not None:
-                reads.append((window, fill))
+                reads.append((window, queries, fill))
                 left -= (fill[1] - fill[0]) // window.step + 1
-        spans = [(_utc(first), _utc(last), window.step) for window, (first, last) in reads]
-        for (window, span), found in zip(reads, fetch(self.source, self.queries, targets, joined, spans), strict=True):
+        asked = [(queries, _utc(first), _utc(last), window.step) for window, queries, (first, last) in reads]
+        for (window, _, span), found in zip(reads, fetch(self.source, targets, joined, asked), strict=True):
             window.splice(found, span, instances)
-        return {i for i in instances if any(window.lacks(i, start, stop) for window, start, stop, _ in plans)}
+        return {i for i in instances if any(window.lacks(i, start, stop) for window, _, start, stop, _ in plans)}
 
     def _baseline(self) -> dict[str, dict[str, float]]:
         """Yesterday's medians, computed again only when its window changed (every 5 minutes)."""
@@ -245,6 +262,9 @@ class Scanner:
             signal: forecast_fleet(limit, series.get(signal, {}), yesterday.get(signal, {}), now, trend_seconds)
             for signal, limit in self.limits.items()
         }
+        rooms = headrooms(
+            targets, series, self.headroom_ids, now, self.settings.scan_saturation_trend_minutes * 60, horizon
+        )
         assessments: dict[str, Assessment] = {}
         for target in targets:
             forecasts = {
@@ -253,6 +273,10 @@ class Scanner:
             model = self._model(target.instance, own.get(target.instance, []), fleet)
             slo = slo_forecast(model, forecasts.get(DEPTH_SIGNAL), horizon)
             assessments[target.instance] = Assessment(
-                at=now, signals=list(forecasts.values()), slo=slo, warming=target.instance in warming
+                at=now,
+                signals=list(forecasts.values()),
+                slo=slo,
+                warming=target.instance in warming,
+                headroom=rooms.get(target.instance),
             )
         return assessments

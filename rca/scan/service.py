@@ -26,6 +26,7 @@ def policy_of(settings: Settings) -> Policy:
         slo_probability=settings.scan_slo_probability,
         slo_sustain=settings.scan_slo_sustain_scans,
         warmup_seconds=settings.scan_warmup_seconds,
+        saturation_probability=settings.scan_saturation_probability,
     )
 
 

@@ -1,22 +1,26 @@
 """A target's early-warning state, moved by each scan's assessment with hysteresis.
 
-    ok --(a signal forecast to cross within the horizon, or degrading)--> watch
-    watch --(an early signal degrading for `sustain` scans in a row, TTFT beyond its SLO for
-             `slo_sustain` scans, or P(SLO breach) >= `slo_probability` with a crossing
-             forecast)--> warning
+    ok --(a signal forecast to cross within the horizon, degrading, or the engine's batch
+          likely full within it)--> watch
+    watch --(an early signal degrading or the batch filling for `sustain` scans in a row, TTFT
+             beyond its SLO for `slo_sustain` scans, or P(SLO breach) >= `slo_probability` with
+             a crossing forecast)--> warning
     watch --(calm for `calm_seconds`)--> ok
     warning --(calm for `calm_seconds`)--> cleared
     cleared --(degrading for `sustain` scans again)--> warning (the same incident, reopened)
     cleared --(calm for another `calm_seconds`)--> ok
 
 "Degrading" is a signal beyond its threshold and away from the target's own normal level
-(`SignalForecast.degrading`); "calm" is no signal degrading and none forecast to cross.
+(`SignalForecast.degrading`); "filling" is the engine's batch forecast full within the horizon
+with P >= `saturation_probability`, above its own normal level (`Headroom.filling`,
+`rca.scan.saturation`): the lead before a queue forms. "Calm" is none of them, no signal forecast
+to cross and the batch not even likely (P >= WATCH_PROBABILITY) to fill.
 
 TTFT against its SLO is not held as long as the early signals: its p95 is already a quantile
 over five minutes of requests, so once it is beyond the SLO the users feel it, and a warning
 that waited as long as the SLA alert's own `for:` would tell nothing new (`slo_sustain`, 1 scan
 by default). The early signals of a target whose engine started less than `warmup_seconds` ago
-are held (`Assessment.started_at`): a restart empties the prefix cache and the queue and its
+and its headroom are held (`Assessment.started_at`): a restart empties the prefix cache and the queue and its
 rates and trend window straddle two processes, so a cold cache after a deploy is not a
 degradation; its TTFT still counts. So are those of a target still warming (`Assessment.warming`:
 the scanner has not yet read its whole hour and its baseline, `rca.scan.window`): without them
@@ -33,10 +37,13 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from rca.scan.forecast import SignalForecast, SloForecast
+from rca.scan.saturation import Headroom
 from rca.signals.findings import COMPARE
 from rca.signals.slo import DEPTH_SIGNAL, TTFT_SIGNAL
 
 TTFT_FELT_SHARE = 0.25  # of TTFT's headroom to its SLO a signal that needs TTFT's word must have taken
+WATCH_PROBABILITY = 0.5  # P(the batch full within the horizon) that is not calm: `watch`, not a warning
+QUEUE_UNGATED = True  # EXPERIMENT
 
 
 class ScanState(StrEnum):
@@ -54,6 +61,7 @@ class Policy:
     slo_probability: float = 0.8
     slo_sustain: int = 1  # scans TTFT must stay beyond its SLO (its p95 is already over 5 minutes)
     warmup_seconds: float = 900.0  # early signals of a target started this recently are held
+    saturation_probability: float = 0.8  # P(the batch full within the horizon) that counts as filling
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,7 @@ class Assessment:
     slo: SloForecast | None = None
     started_at: float | None = None  # its engine process's start, when known (`rca.scan.restarts`)
     warming: bool = False  # the scanner's windows still lack some of its history
+    headroom: Headroom | None = None  # its engine's batch and KV room (`rca.scan.saturation`)
 
     def restarted(self, policy: Policy) -> bool:
         """Its engine started less than the policy's warm-up ago."""
@@ -75,7 +84,7 @@ class Assessment:
         the scanner has not read its history yet."""
         if not (self.warming or self.restarted(policy)):
             return self
-        return replace(self, signals=[s for s in self.signals if s.limit.signal == TTFT_SIGNAL])
+        return replace(self, signals=[s for s in self.signals if s.limit.signal == TTFT_SIGNAL], headroom=None)
 
     @property
     def ttft_breached(self) -> bool:
@@ -93,7 +102,8 @@ class Assessment:
         return [
             s
             for s in self.degrading
-            if s.limit.signal != TTFT_SIGNAL and (felt or (s.limit.signal != DEPTH_SIGNAL and not _lives_beyond(s)))
+            if s.limit.signal != TTFT_SIGNAL
+            and (felt or ((QUEUE_UNGATED or s.limit.signal != DEPTH_SIGNAL) and not _lives_beyond(s)))
         ]
 
     @property
@@ -118,8 +128,18 @@ class Assessment:
         soon = [s for s in self.signals if s.cross_in_seconds is not None and s.cross_in_seconds <= horizon_seconds]
         return sorted(soon, key=lambda s: s.cross_in_seconds or 0.0)
 
+    def filling(self, policy: Policy) -> Headroom | None:
+        """Its engine's batch, when forecast full within the horizon with the policy's probability."""
+        room = self.headroom
+        return room if room is not None and room.filling(policy.saturation_probability) else None
+
     def calm(self, horizon_seconds: float) -> bool:
-        return not self.degrading and not self.crossing(horizon_seconds)
+        room = self.headroom
+        return (
+            not self.degrading
+            and not self.crossing(horizon_seconds)
+            and not (room is not None and room.filling(WATCH_PROBABILITY))
+        )
 
     def slo_likely(self, policy: Policy) -> bool:
         """A TTFT SLO breach forecast soon with high probability."""
@@ -170,6 +190,7 @@ def _figures(assessment: Assessment) -> dict[str, object]:
         "slo_model": slo.model if slo else None,
         "started_at": assessment.started_at,
         "warming": assessment.warming,
+        "headroom": assessment.headroom.figures() if assessment.headroom else None,
     }
 
 
@@ -186,8 +207,11 @@ def _reason_to_warn(assessment: Assessment, memory: TargetMemory, policy: Policy
             + (f", with {_names(also)} beyond threshold" if also else "")
         )
     degrading = assessment.early_degrading
-    if degrading and memory.streak >= policy.sustain:
-        return f"{_names(degrading)} beyond threshold and own baseline for {memory.streak} scans"
+    room = assessment.filling(policy)
+    if (degrading or room) and memory.streak >= policy.sustain:
+        said = [f"{_names(degrading)} beyond threshold and own baseline"] if degrading else []
+        said += [room.forecast()] if room else []
+        return f"{'; '.join(said)} for {memory.streak} scans"
     if assessment.slo_likely(policy):
         probability = assessment.slo.probability if assessment.slo else None
         return f"TTFT SLO breach forecast with p = {probability:.2f}"
@@ -201,7 +225,7 @@ def advance(memory: TargetMemory, assessment: Assessment, policy: Policy) -> tup
     calm = assessment.calm(policy.horizon_seconds)
     memory = replace(
         memory,
-        streak=memory.streak + 1 if assessment.early_degrading else 0,
+        streak=memory.streak + 1 if assessment.early_degrading or assessment.filling(policy) else 0,
         slo_streak=memory.slo_streak + 1 if assessment.ttft_breached else 0,
         calm_since=(memory.calm_since or now) if calm else None,
     )
@@ -222,7 +246,10 @@ def advance(memory: TargetMemory, assessment: Assessment, policy: Policy) -> tup
         if crossing:
             first = crossing[0]
             return move(ScanState.WATCH, f"{first.limit.signal} forecast to cross in {first.cross_in_seconds:.0f} s")
-        return move(ScanState.WATCH, f"{_names(assessment.degrading)} beyond threshold and own baseline")
+        if assessment.degrading:
+            return move(ScanState.WATCH, f"{_names(assessment.degrading)} beyond threshold and own baseline")
+        room = assessment.headroom
+        return move(ScanState.WATCH, room.forecast() if room else "approaching a threshold")
     if state == ScanState.WATCH and calm and calm_for >= policy.calm_seconds:
         return move(ScanState.OK, f"calm for {calm_for:.0f} s")
     if state == ScanState.WARNING and calm and calm_for >= policy.calm_seconds:

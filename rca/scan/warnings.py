@@ -26,7 +26,7 @@ from rca.domain.early_warning import ALERTNAME, ORIGIN
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.domain.values import format_value
 from rca.scan.fleet import ServingTarget
-from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
+from rca.scan.states import WATCH_PROBABILITY, Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.signals.slo import TTFT_SIGNAL
 from rca.store import digests, notices
 from rca.store.models import Alert, Incident, Investigation, ScanTarget, ScanTransition
@@ -55,7 +55,9 @@ def _when(ts: float | None) -> str:
 
 
 def summary(assessment: Assessment, policy: Policy) -> str:
-    """The warning in words: which signals moved since when, and the forecast."""
+    """The warning in words: which signals moved since when, the batch's forecast, and whether it
+    came before the TTFT SLO broke or only with it (a sudden fault gives no early sign: a warning
+    at the breach says so rather than claim a lead)."""
     parts = []
     for signal in assessment.degrading or assessment.crossing(policy.horizon_seconds):
         limit = signal.limit
@@ -67,18 +69,23 @@ def summary(assessment: Assessment, policy: Policy) -> str:
         if signal.cross_in_seconds is not None:
             text += f", forecast to cross in ~{signal.cross_in_seconds / 60:.0f} min"
         parts.append(text)
+    room = assessment.headroom
+    if room is not None and room.filling(WATCH_PROBABILITY):
+        parts.append(room.forecast())
     slo = assessment.slo
     ttft = next((s for s in assessment.signals if s.limit.signal == TTFT_SIGNAL), None)
     if ttft is not None and ttft.breached:
-        parts.append("TTFT already beyond its SLO")
-    elif ttft is not None and ttft.cross_in_seconds is not None:
+        early = assessment.early_degrading or assessment.filling(policy)
+        lead = "with early signals that moved with it" if early else "no early signal moved before the breach"
+        return f"TTFT SLO breached, {lead}: " + "; ".join(parts)
+    if ttft is not None and ttft.cross_in_seconds is not None:
         forecast = f"TTFT SLO breach forecast in ~{ttft.cross_in_seconds / 60:.0f} min"
         if slo is not None and slo.probability is not None:
             forecast += f", p = {slo.probability:.2f}"
         parts.append(forecast)
     elif slo is not None and slo.probability is not None:
         parts.append(f"P(TTFT SLO breach within {policy.horizon_seconds / 60:.0f} min) = {slo.probability:.2f}")
-    return "Early warning, before any SLA alert: " + "; ".join(parts)
+    return "Early warning, before the TTFT SLO breaks: " + "; ".join(parts)
 
 
 def alert_labels(target: ServingTarget) -> dict[str, str]:

@@ -1,17 +1,23 @@
 """The early warning, live, on real parts whose alerting rules hold only a TTFT SLO alert.
 
-Two hosts serve; on one the prefix-cache hit rate starts sliding a minute after the stack is up and
-TTFT follows. Nothing but the SLO alert is configured in Prometheus, so only the service's own fleet
-scan (in `rca worker`) can speak before it: it must warn for the sliding host, rank its cause, and
-the SLA alert that Prometheus and Alertmanager fire later must join that incident. The healthy
-neighbour is never warned about. Time is compressed (a 100 s slide, a scan every 5 s, an SLO
-alert `for: 45s` on a 1.6 s SLO); the full-length lead times are bench/early_warning.py's.
+Two hosts serve, each a physical engine model (`tests.worlds.engine`: what the exporters show
+follows from the load, the batch and the KV cache, nothing is drawn in by hand); a minute after
+the stack is up, the traffic of one starts growing toward 2.6 times its level. Its KV cache fills
+as more requests run at once; once it is full, requests wait, and TTFT follows. Nothing but the
+SLO alert is configured in Prometheus, so only the service's own fleet scan (in `rca worker`) can
+speak before it: it must warn for the surging host, by a margin, before TTFT p95 (over 5 minutes,
+as Prometheus computes it) first crosses the SLO, rank the cause, and the SLA alert that
+Prometheus and Alertmanager fire later must join that incident. The healthy neighbour is never
+warned about. Time is compressed (a 6-minute surge, a scan every 5 s, 3-minute trends, a 4-minute
+horizon, an SLO alert `for: 15s`); the full-length lead times are bench/early_warning.py's.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime
 
 import httpx
@@ -21,20 +27,44 @@ from sqlalchemy import select
 from rca.store.db import session_scope
 from rca.store.models import ScanTarget, ScanTransition
 from tests.e2e import promstack
-from tests.e2e.scenarios import Fleet, Host
+from tests.e2e.scenarios import Fleet
 from tests.helpers.databases import create_database, drop_database
+from tests.worlds.engine import Given, blend
+from tests.worlds.generate import GeneratedHost, _healthy_given, _rate_for_load, _timeline
 
 pytestmark = pytest.mark.e2e
 
-SLO_SECONDS = 1.6  # the prefix-miss engine's TTFT p95 (2.0 s) breaks it; the healthy one's (0.5 s) does not
+SLO_SECONDS = 1.0  # the healthy engines' TTFT p95 is under 0.6 s; the surge's queue breaks it
 SLA_ALERT = {
     "alert": "LLMTTFTSLOBreach",
     "expr": f"rca:ttft_seconds:p95_rate5m > {SLO_SECONDS}",
-    "for": "45s",
+    "for": "15s",
     "labels": {"severity": "critical"},
     "annotations": {"summary": "TTFT p95 over its SLO on {{ $labels.instance }}"},
 }
-SLIDING, HEALTHY = "gpu-a:8000", "gpu-b:8000"
+SURGING, HEALTHY = "gpu-a:8000", "gpu-b:8000"
+SURGE_SECONDS = 360.0  # from half the engine's capacity to 1.3 times it, geometrically
+LEAD_SECONDS = 60.0  # the least the warning must come before the breach
+
+
+def engine(name: str, seed: int, onset: float, start: float, end: float, surge: bool) -> GeneratedHost:
+    """A vLLM host at half its capacity; with `surge`, its traffic grows to 1.3 times its
+    capacity over SURGE_SECONDS from `onset`."""
+    healthy = _healthy_given(random.Random(seed), busy=False, load=(0.5, 0.5))
+    peak = replace(healthy, arrival_rate=_rate_for_load(healthy, 0.5) * 2.6)
+
+    def given_at(t: float) -> Given:
+        return blend(healthy, peak, min(1.0, (t - onset) / SURGE_SECONDS)) if surge and t > onset else healthy
+
+    timeline = _timeline(given_at, start, end)
+    return GeneratedHost(
+        name=name,
+        fault="arrival_surge" if surge else None,
+        onset=onset,
+        ramp=SURGE_SECONDS,
+        faulty=timeline,
+        healthy=timeline,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +74,10 @@ def live(tmp_path_factory: pytest.TempPathFactory, e2e_broker_url: str) -> Itera
     config = workdir / "rca.yaml"
     config.write_text(f"slo_ttft_seconds: {SLO_SECONDS}\n")
     now = time.time()
+    start, end, onset = now - 40 * 60, now + 40 * 60, now + 60
     fleet = Fleet(
-        [Host("gpu-a", "prefix_cache_miss", now + 20, ramp=100), Host("gpu-b", None, now + 20)],
-        start=now - 40 * 60,
+        [engine("gpu-a", 7, onset, start, end, surge=True), engine("gpu-b", 8, onset, start, end, surge=False)],
+        start=start,
     )
     database = create_database()
     settings = {
@@ -54,6 +85,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, e2e_broker_url: str) -> Itera
         "RCA_SCAN_INTERVAL_SECONDS": "5",
         "RCA_SCAN_HISTORY_MINUTES": "30",
         "RCA_SCAN_TREND_MINUTES": "3",
+        "RCA_SCAN_SATURATION_TREND_MINUTES": "3",
+        "RCA_SCAN_HORIZON_MINUTES": "4",
         "RCA_SCAN_CALM_SECONDS": "60",
         "RCA_CONFIG_FILE": str(config),
     }
@@ -71,6 +104,22 @@ def live(tmp_path_factory: pytest.TempPathFactory, e2e_broker_url: str) -> Itera
             yield running, database
     finally:
         drop_database(database)
+
+
+def breached_at(stack: promstack.ServiceStack, instance: str, since: float) -> float | None:
+    """When TTFT p95 over 5 minutes first crossed the SLO on `instance`, as Prometheus has it."""
+    answer = httpx.get(
+        f"{stack.prometheus}/api/v1/query_range",
+        params={
+            "query": f'rca:ttft_seconds:p95_rate5m{{instance="{instance}"}} > {SLO_SECONDS}',
+            "start": since,
+            "end": time.time(),
+            "step": 5,
+        },
+        timeout=10,
+    ).json()
+    rows = answer["data"]["result"]
+    return min(float(ts) for row in rows for ts, _ in row["values"]) if rows else None
 
 
 def wait_for(find: Callable[[], dict | None], timeout: float, what: str, stack: promstack.ServiceStack) -> dict:
@@ -108,10 +157,11 @@ def incidents(stack: promstack.ServiceStack, **filters: str) -> list[dict]:
     return answer.json()["items"]
 
 
-def test_the_scan_warns_before_the_only_alert_and_the_alert_joins_its_incident(
+def test_the_scan_warns_before_the_slo_breaks_and_the_alert_joins_its_incident(
     live: tuple[promstack.ServiceStack, str],
 ) -> None:
     stack, database = live
+    began = time.time()
 
     def warned() -> dict | None:
         return next(iter(incidents(stack, origin="early_warning")), None)
@@ -124,23 +174,26 @@ def test_the_scan_warns_before_the_only_alert_and_the_alert_joins_its_incident(
         done = found["investigation"] and found["investigation"]["status"] == "done"
         return found if "LLMTTFTSLOBreach" in names and done else None
 
-    incident = wait_for(joined, 300, "SLA alert joining the warning", stack)
+    incident = wait_for(joined, 420, "SLA alert joining the warning", stack)
 
-    # The warning names the sliding host, before the SLO alert fired, and the SLA alert joined it
-    # instead of opening an incident of its own.
+    # The warning names the surging host, at least LEAD_SECONDS before its TTFT p95 crossed the
+    # SLO (not merely before the alert's `for:` ran out), says it came first, and why: the batch.
     assert incident["origin"] == "early_warning"
     alerts = {alert["alertname"]: alert for alert in incident["alerts"]}
-    assert alerts["EarlyWarning"]["labels"]["instance"] == SLIDING
-    assert alerts["LLMTTFTSLOBreach"]["labels"]["instance"] == SLIDING
-    warned_at = datetime.fromisoformat(incident["created_at"])
-    fired_at = datetime.fromisoformat(alerts["LLMTTFTSLOBreach"]["starts_at"])
-    assert warned_at < fired_at, (warned_at, fired_at)
-    print(f"warned {(fired_at - warned_at).total_seconds():.0f} s before the SLA alert fired")
+    assert alerts["EarlyWarning"]["labels"]["instance"] == SURGING
+    assert alerts["LLMTTFTSLOBreach"]["labels"]["instance"] == SURGING
+    warned_at = datetime.fromisoformat(incident["created_at"]).timestamp()
+    breach = breached_at(stack, SURGING, began - 600)
+    assert breach is not None, seen(stack)
+    print(f"warned {breach - warned_at:.0f} s before TTFT p95 crossed the SLO")
+    summary = alerts["EarlyWarning"]["annotations"]["summary"]
+    assert breach - warned_at >= LEAD_SECONDS, (warned_at, breach, summary)
+    assert summary.startswith("Early warning, before the TTFT SLO breaks: ") and "full" in summary, summary
     assert incidents(stack, origin="alertmanager") == []
     # The investigation ranks the cause.
     top = incident["investigation"]["hypotheses"][0]
-    assert top["category"] == "prefix_cache_miss", answers(incident)
+    assert top["category"] == "arrival_surge", answers(incident)
     # The healthy neighbour never left `ok` (the scan stores a target once it does).
     with session_scope(database) as session:
-        assert session.scalars(select(ScanTarget.instance)).all() == [SLIDING]
+        assert session.scalars(select(ScanTarget.instance)).all() == [SURGING]
         assert session.scalars(select(ScanTransition).where(ScanTransition.instance == HEALTHY)).all() == []

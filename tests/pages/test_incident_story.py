@@ -100,7 +100,7 @@ def test_an_early_warning_is_marked_filtered_and_tells_when_the_sla_alert_joined
     header = page.split('id="early-warning"')[1].split("</div>")[0]
     assert "queue_median beyond threshold for 3 scans" in header
     assert "<b>SLA alert LLMTTFTSLOBreach</b> fired 9 min after the early warning" in header
-    assert "Early warning, before any SLA alert: Median waiting requests 6.2" in header  # the scan's summary
+    assert "Early warning, before the TTFT SLO breaks: Median waiting requests 6.2" in header  # the scan's summary
     moved = re.findall(r'data-signal="([^"]+)"', header)
     assert moved == ["queue_median", "kv_cache_usage"], "only the signals that moved, in the scan's order"
     assert "already beyond" in header and "crosses in ~7 min" in header and "P(TTFT SLO breach" in header

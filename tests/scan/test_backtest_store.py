@@ -129,7 +129,9 @@ def test_each_warning_is_stored_once_as_a_resolved_backtest_incident_with_its_tr
         }
         # The live scan's words, from the assessment it warned on.
         summary = a.common_annotations["summary"]
-        assert summary.startswith("Early warning, before any SLA alert: CPU-bound ratio") and "still" not in summary
+        assert (
+            summary.startswith("Early warning, before the TTFT SLO breaks: CPU-bound ratio") and "still" not in summary
+        )
         assert b.resolved_at == utc(T0 + 30 * (SCANS - 1))  # still warning: resolved at the replay's end
         assert b.common_annotations["summary"].endswith(
             "; still warning when the backtest ended at 2027-01-15 08:10 UTC"

@@ -107,7 +107,10 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         incident = session.get(Incident, rows["gpu-a:8000"].incident_id)
         assert incident is not None and incident.origin == "early_warning" and incident.status == "firing"
         assert incident.common_labels["instance"] == "gpu-a:8000"
-        assert incident.common_annotations["summary"].startswith("Early warning")
+        # The summary says whether it led the breach or came with it, never claims a lead it lacks.
+        led = ttft_breached is None or first_warning < ttft_breached
+        headline = "Early warning, before the TTFT SLO breaks: " if led else "TTFT SLO breached, "
+        assert incident.common_annotations["summary"].startswith(headline), incident.common_annotations["summary"]
         # The warning's alert starts when the scan warned (as Prometheus dates an alert from when it
         # fired); when the signals started moving, earlier, is in the warning's figures.
         assert incident.alerts[0].starts_at.timestamp() == pytest.approx(first_warning)
@@ -144,7 +147,7 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         assert incident.status == "firing" and incident.origin == "early_warning"
         # Slack says it is an early warning, what moved since when, and how far ahead of the SLA alert.
         summary = from_incident(incident, incident.investigations[0], None).summary or ""
-        assert summary.startswith("Early warning, before any SLA alert: ") and "moving since" in summary
+        assert summary.startswith(headline) and "moving since" in summary
         assert "SLA alert LLMTTFTSLOBreach fired 9 min after the early warning" in summary
 
 
@@ -187,6 +190,11 @@ def test_the_backtest_stores_its_warning_once_as_a_backtest_incident(
     first = json.loads(runs[0].stdout)
     assert [w["instance"] for w in first["warnings"]] == ["gpu-a:8000"] and first["warnings"][0]["end"] is None
     assert (first["stored"], first["already_stored"]) == (1, 0)
+    # The yardstick is the raw breach: its lead's p50 over the one breach is that breach's lead.
+    [breach] = first["breaches"]
+    assert first["lead_p50_seconds"] == breach["lead_seconds"] and first["missed"] == 0
+    assert first["warned_before"] == (1 if breach["lead_seconds"] > 0 else 0)
+    assert any(line.startswith("breaches (TTFT p95 first beyond its SLO) 1: ") for line in runs[1].stdout.splitlines())
     # The second run starts on the same scan grid: it finds the same warning, already stored.
     assert runs[1].stdout.splitlines()[-1] == (
         "stored 0 warning(s) as incidents of origin backtest (1 already stored); never posted to Slack"

@@ -1,0 +1,265 @@
+"""When each engine runs out of room: its utilisation now, its trend, and the probability that
+it is full within the horizon.
+
+An engine admits every request while it has a sequence slot and KV blocks for it, so a surge, longer
+prompts, more prefill or a slower step first fill its batch; requests wait only once it is full,
+and TTFT follows within a minute or two. So the batch's headroom, not the queue, is what moves
+minutes ahead of the breach. Utilisation is the fuller of the two rooms:
+
+- the KV cache's used share (the engine exports it; full at 1);
+- the running requests against the batch ceiling, which no engine exports (vLLM's
+  --max-num-seqs and its peers): the scan learns it as the batch size the engine held while
+  others waited with its KV cache not nearly full (a queue while KV is full says nothing of the
+  slots), a plateau seen at least MIN_SIGHTINGS times and never exceeded (`slot_ceiling`); without
+  one of its own, the highest such ceiling among the same job's engines of the same stack.
+
+A Theil-Sen line over the last `trend_seconds` gives the utilisation now (the line's value, not
+a lagging median) and its slope with a 90 % interval; P(full within the horizon) is the chance,
+under that interval read as a normal spread, that the slope is at least what would fill the room
+in time. Its own normal level (the history before the trend window) tells a host that always
+runs full (a batch workload) from one that is filling up.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from bisect import bisect_left
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scipy.stats import norm
+
+from rca.collect.prometheus import Samples
+from rca.scan.fleet import ServingTarget, SignalSeries, sample_time
+from rca.scan.forecast import MIN_TREND_POINTS, TREND_CONFIDENCE, normal_range
+from rca.scan.trend import Trend, theil_sen
+
+FULL_LEVEL = 0.97  # the utilisation at which requests start to wait: admission stops short of the last block
+KV_BOUND = 0.9  # a queue while the KV cache is this full is KV-bound: its batch size is no slot ceiling
+MIN_SIGHTINGS = 3  # steps with a queue at the ceiling before it counts as the engine's ceiling
+CEILING_SLACK = 1.02  # a ceiling the engine ran more than 2 % above is no ceiling
+PLATEAU = 0.98  # a step with a queue is at the ceiling when its batch is within 2 % of it
+_Z = float(norm.ppf(0.5 + TREND_CONFIDENCE / 2))  # half-width of the trend interval in standard deviations
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most requests the engine's batch holds, and whose history showed it."""
+
+    requests: float
+    source: str  # "own history", or the job whose engines showed it
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """One target's use of its engine's room at one scan."""
+
+    utilisation: float  # now: the trend line's value
+    earlier: float  # the trend line's value at the start of the trend window
+    trend_seconds: float
+    baseline: float | None  # its own normal utilisation, before the trend window
+    slope_per_minute: float | None
+    full_in_seconds: float | None  # until FULL_LEVEL at this slope; None: not filling
+    probability: float | None  # P(full within the horizon); None without a trend
+    departed: bool  # above its own normal range
+    binding: str  # "kv_cache" or "batch_slots": the room that is fuller now
+    kv_used: float | None  # the latest samples behind it
+    running: float | None
+    waiting: float | None
+    ceiling: Ceiling | None
+
+    @property
+    def lives_full(self) -> bool:
+        """Its own normal level is already full: a batch workload, not a saturation to come."""
+        return self.baseline is not None and self.baseline >= FULL_LEVEL
+
+    def filling(self, probability: float) -> bool:
+        """Filling up, off its own normal, and forecast full within the horizon with at least
+        this probability."""
+        return (
+            self.probability is not None and self.probability >= probability and self.departed and not self.lives_full
+        )
+
+    def forecast(self) -> str:
+        """The forecast with its evidence, in words: which room, how full, how fast, since when."""
+        if self.binding == "batch_slots" and self.ceiling is not None and self.running is not None:
+            room = (
+                f"batch {self.utilisation:.0%} full (running {self.running:.0f} of ~{self.ceiling.requests:.0f}, "
+                f"the most it ran while others waited, {self.ceiling.source})"
+            )
+        else:
+            room = f"KV cache {self.utilisation:.0%} full"
+        if self.binding == "batch_slots" and self.kv_used is not None:
+            room += f", KV cache {self.kv_used:.0%}"
+        text = f"{room}, from {self.earlier:.0%} {self.trend_seconds / 60:.0f} min ago"
+        if self.full_in_seconds == 0:
+            return text + "; full now" + (f", {self.waiting:.0f} waiting" if self.waiting else "")
+        if self.full_in_seconds is not None:
+            text += f"; full in ~{max(1.0, self.full_in_seconds / 60):.0f} min"
+        return text + (f", p = {self.probability:.2f}" if self.probability is not None else "")
+
+    def figures(self) -> dict[str, float | str | bool | None]:
+        """What a transition stores about it."""
+        return {
+            "utilisation": self.utilisation,
+            "earlier": self.earlier,
+            "trend_seconds": self.trend_seconds,
+            "baseline": self.baseline,
+            "slope_per_minute": self.slope_per_minute,
+            "full_in_seconds": self.full_in_seconds,
+            "probability": self.probability,
+            "departed": self.departed,
+            "binding": self.binding,
+            "kv_used": self.kv_used,
+            "running": self.running,
+            "waiting": self.waiting,
+            "ceiling": self.ceiling.requests if self.ceiling else None,
+            "ceiling_source": self.ceiling.source if self.ceiling else None,
+        }
+
+
+def _by_time(samples: Samples | None) -> dict[float, float]:
+    return dict(samples or [])
+
+
+def slot_ceiling(running: Samples, waiting: Samples, used: Samples | None) -> float | None:
+    """The most requests this engine ran while others waited and its KV cache was not nearly
+    full, where that is a plateau: most of those steps ran within PLATEAU of it (a full batch
+    holds its size while the queue varies; a queue seen at every batch size is a gauge's noise
+    or a scheduler's lag, not a ceiling), at least MIN_SIGHTINGS of them, and the engine never
+    ran more than CEILING_SLACK above it."""
+    queued, kv = _by_time(waiting), _by_time(used)
+    with_queue = [r for ts, r in running if queued.get(ts, 0.0) >= 1 and kv.get(ts, 0.0) < KV_BOUND]
+    if not with_queue:
+        return None
+    ceiling = max(with_queue)
+    at_ceiling = [r for r in with_queue if r >= PLATEAU * ceiling]
+    if len(at_ceiling) < max(MIN_SIGHTINGS, len(with_queue) / 2) or ceiling < 1:
+        return None
+    return None if max(r for _, r in running) > ceiling * CEILING_SLACK else ceiling
+
+
+def ceilings(
+    targets: list[ServingTarget],
+    series: Mapping[str, Mapping[str, SignalSeries]],
+    running_id: str,
+    waiting_id: str,
+    used_id: str,
+) -> dict[str, Ceiling]:
+    """Each target's batch ceiling: its own, else the highest of its job's engines of its stack."""
+    own: dict[str, float] = {}
+    for target in targets:
+        running = series.get(running_id, {}).get(target.instance)
+        waiting = series.get(waiting_id, {}).get(target.instance)
+        if running and waiting:
+            used = series.get(used_id, {}).get(target.instance)
+            found = slot_ceiling(running.samples, waiting.samples, used.samples if used else None)
+            if found is not None:
+                own[target.instance] = found
+    by_group: dict[tuple[str | None, str | None], float] = {}
+    for target in targets:
+        if target.instance in own:
+            key = (target.job, target.stack)
+            by_group[key] = max(by_group.get(key, 0.0), own[target.instance])
+    found_ceilings: dict[str, Ceiling] = {}
+    for target in targets:
+        if target.instance in own:
+            found_ceilings[target.instance] = Ceiling(own[target.instance], "own history")
+        elif target.job is not None and (target.job, target.stack) in by_group:
+            found_ceilings[target.instance] = Ceiling(by_group[(target.job, target.stack)], f"job {target.job}")
+    return found_ceilings
+
+
+def utilisation(used: Samples | None, running: Samples | None, ceiling: Ceiling | None) -> tuple[Samples, Samples]:
+    """(utilisation, which room binds: 1 the slots, 0 the KV cache) at each step either room is known."""
+    kv = _by_time(used)
+    slots = {ts: r / ceiling.requests for ts, r in running or []} if ceiling else {}
+    steps = sorted(kv.keys() | slots.keys())
+    return (
+        [(ts, max(kv.get(ts, 0.0), slots.get(ts, 0.0))) for ts in steps],
+        [(ts, float(slots.get(ts, 0.0) > kv.get(ts, 0.0))) for ts in steps],
+    )
+
+
+def _latest(series: SignalSeries | None, now: float) -> float | None:
+    """The last sample at or before `now`."""
+    if not series:
+        return None
+    upto = bisect_left(series.samples, now + 1e-6, key=sample_time)
+    return series.samples[upto - 1][1] if upto else None
+
+
+def headrooms(
+    targets: list[ServingTarget],
+    series: Mapping[str, Mapping[str, SignalSeries]],
+    ids: tuple[str, str, str],
+    now: float,
+    trend_seconds: float,
+    horizon_seconds: float,
+) -> dict[str, Headroom]:
+    """Every target's headroom at `now` (by instance), the trends in one batch; a target without
+    a KV share or a batch ceiling, or with too few recent steps, has none."""
+    used_id, running_id, waiting_id = ids
+    known = ceilings(targets, series, running_id, waiting_id, used_id)
+    rows: list[tuple[ServingTarget, Samples, Samples]] = []
+    for target in targets:
+        used = series.get(used_id, {}).get(target.instance)
+        running = series.get(running_id, {}).get(target.instance)
+        level, binds = utilisation(
+            used.samples if used else None, running.samples if running else None, known.get(target.instance)
+        )
+        upto = bisect_left(level, now + 1e-6, key=sample_time)
+        level, binds = level[:upto], binds[:upto]
+        recent = level[bisect_left(level, now - trend_seconds, key=sample_time) :]
+        if len(recent) >= MIN_TREND_POINTS:
+            rows.append((target, level, binds))
+    windows = [level[bisect_left(level, now - trend_seconds, key=sample_time) :] for _, level, _ in rows]
+    fitted = theil_sen(
+        [[(ts - now) / 60 for ts, _ in window] for window in windows],
+        [[v for _, v in window] for window in windows],
+        TREND_CONFIDENCE,
+    )
+    found: dict[str, Headroom] = {}
+    for (target, level, binds), window, trend in zip(rows, windows, fitted, strict=True):
+        slope = trend.slope if trend else 0.0
+        now_level = statistics.median(v - slope * (ts - now) / 60 for ts, v in window)
+        earlier = now_level - slope * trend_seconds / 60
+        normal_samples = [v for _, v in level[: len(level) - len(window)]]
+        normal = normal_range(normal_samples, None)
+        baseline = normal[0] if normal else None
+        departed = normal is None or now_level - normal[0] > normal[1]
+        full_in = (FULL_LEVEL - now_level) / slope * 60 if slope > 0 and now_level < FULL_LEVEL else None
+        probability = _probability(now_level, trend, horizon_seconds)
+        instance = target.instance
+        found[instance] = Headroom(
+            utilisation=now_level,
+            earlier=earlier,
+            trend_seconds=trend_seconds,
+            baseline=baseline,
+            slope_per_minute=trend.slope if trend else None,
+            full_in_seconds=0.0 if now_level >= FULL_LEVEL else full_in,
+            probability=probability,
+            departed=departed,
+            binding="batch_slots" if binds[-1][1] else "kv_cache",
+            kv_used=_latest(series.get(used_id, {}).get(instance), now),
+            running=_latest(series.get(running_id, {}).get(instance), now),
+            waiting=_latest(series.get(waiting_id, {}).get(instance), now),
+            ceiling=known.get(instance),
+        )
+    return found
+
+
+def _probability(level: float, trend: Trend | None, horizon_seconds: float) -> float | None:
+    """P(the slope is at least what fills the room within the horizon), the slope's interval
+    read as a normal spread; 1 when it is full already."""
+    if level >= FULL_LEVEL:
+        return 1.0
+    if trend is None:
+        return None
+    slope, low, high = trend.slope, trend.low, trend.high
+    needed = (FULL_LEVEL - level) / (horizon_seconds / 60)
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return 1.0 if slope >= needed else 0.0
+    sigma = (high - low) / (2 * _Z)
+    return float(norm.cdf((slope - needed) / sigma))
