@@ -26,6 +26,7 @@ from rca.domain.early_warning import ALERTNAME, ORIGIN
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.domain.values import format_value
 from rca.scan.fleet import ServingTarget
+from rca.scan.slo_rules import Slo, slo_words
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.signals.slo import TTFT_SIGNAL
 from rca.store import digests, notices
@@ -48,6 +49,32 @@ def load_memories(session: Session) -> dict[str, TargetMemory]:
         row.instance: TargetMemory(state=ScanState(row.state), since=row.since.timestamp(), incident_id=row.incident_id)
         for row in session.scalars(select(ScanTarget))
     }
+
+
+def load_slos(session: Session) -> dict[str, Slo | None]:
+    """The TTFT SLO stored with each target, as the scan last wrote it (None: none stored yet)."""
+    return {
+        row.instance: Slo(row.slo_ttft_seconds, row.slo_source or "") if row.slo_ttft_seconds is not None else None
+        for row in session.scalars(select(ScanTarget))
+    }
+
+
+def keep_slo(session: Session, target: ServingTarget, slo: Slo, memory: TargetMemory, at: float) -> None:
+    """Store the target's TTFT SLO and its source on its row; a target that never left `ok` gets
+    its row now (in its state, since `at`), so that every target the scan judges is listed with
+    the SLO it is judged against (`GET /api/v1/scan/targets`)."""
+    row = session.get(ScanTarget, target.instance)
+    if row is None:
+        since = memory.since if memory.since is not None else at
+        row = ScanTarget(
+            instance=target.instance,
+            host=target.host,
+            state=memory.state,
+            since=datetime.fromtimestamp(since, UTC),
+            incident_id=memory.incident_id,
+        )
+        session.add(row)
+    row.slo_ttft_seconds, row.slo_source, row.updated_at = slo.seconds, slo.source, utcnow()
 
 
 def _when(ts: float | None) -> str:
@@ -78,6 +105,8 @@ def summary(assessment: Assessment, policy: Policy) -> str:
         parts.append(forecast)
     elif slo is not None and slo.probability is not None:
         parts.append(f"P(TTFT SLO breach within {policy.horizon_seconds / 60:.0f} min) = {slo.probability:.2f}")
+    if ttft is not None and ttft.limit.slo_source is not None:
+        parts.append(slo_words(ttft.limit.threshold, ttft.limit.slo_source))
     return "Early warning, before any SLA alert: " + "; ".join(parts)
 
 
