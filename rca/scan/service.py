@@ -13,7 +13,7 @@ from rca.config import Settings
 from rca.scan.scanner import Scanner, ScanReport, prometheus_fleet_source
 from rca.scan.slo_rules import Slo
 from rca.scan.states import Policy, TargetMemory, advance
-from rca.scan.warnings import Actions, keep_slo, load_memories, load_slos, record
+from rca.scan.warnings import Actions, keep_slos, load_memories, load_slos, record
 from rca.store.db import session_scope
 
 log = logging.getLogger(__name__)
@@ -53,16 +53,17 @@ class EarlyWarnings:
             memories = self.memories if self.memories is not None else load_memories(session)
             stored = self.slos if self.slos is not None else load_slos(session)
             updated, slos = dict(memories), dict(stored)
+            # A target's SLO is stored when it changes (a rule edited, the first scan that judges it).
+            changed = [
+                (target, slo)
+                for target in report.targets
+                if (slo := report.slos.get(target.instance)) is not None and slo != slos.get(target.instance)
+            ]
+            keep_slos(session, changed, memories, report.at.timestamp())
+            for target, slo in changed:
+                slos[target.instance] = slo
+                log.info("scan: %s judged against a TTFT SLO of %g s (%s)", target.instance, slo.seconds, slo.source)
             for target in report.targets:
-                # Its SLO is stored when it changes (a rule edited, the first scan that judges it).
-                slo = report.slos.get(target.instance)
-                if slo is not None and slo != slos.get(target.instance):
-                    memory = memories.get(target.instance, TargetMemory())
-                    keep_slo(session, target, slo, memory, report.at.timestamp())
-                    slos[target.instance] = slo
-                    log.info(
-                        "scan: %s judged against a TTFT SLO of %g s (%s)", target.instance, slo.seconds, slo.source
-                    )
                 assessment = report.assessments.get(target.instance)
                 if assessment is None:
                     continue

@@ -59,22 +59,31 @@ def load_slos(session: Session) -> dict[str, Slo | None]:
     }
 
 
-def keep_slo(session: Session, target: ServingTarget, slo: Slo, memory: TargetMemory, at: float) -> None:
-    """Store the target's TTFT SLO and its source on its row; a target that never left `ok` gets
-    its row now (in its state, since `at`), so that every target the scan judges is listed with
-    the SLO it is judged against (`GET /api/v1/scan/targets`)."""
-    row = session.get(ScanTarget, target.instance)
-    if row is None:
-        since = memory.since if memory.since is not None else at
-        row = ScanTarget(
-            instance=target.instance,
-            host=target.host,
-            state=memory.state,
-            since=datetime.fromtimestamp(since, UTC),
-            incident_id=memory.incident_id,
-        )
-        session.add(row)
-    row.slo_ttft_seconds, row.slo_source, row.updated_at = slo.seconds, slo.source, utcnow()
+def keep_slos(
+    session: Session, changed: list[tuple[ServingTarget, Slo]], memories: dict[str, TargetMemory], at: float
+) -> None:
+    """Store each target's TTFT SLO and its source on its row (one query reads the rows); a target
+    that never left `ok` gets its row now, in its state since `at`, so that every target the scan
+    judges is listed with the SLO it is judged against (`GET /api/v1/scan/targets`)."""
+    if not changed:
+        return
+    instances = [target.instance for target, _ in changed]
+    rows = {row.instance: row for row in session.scalars(select(ScanTarget).where(ScanTarget.instance.in_(instances)))}
+    now = utcnow()
+    for target, slo in changed:
+        row = rows.get(target.instance)
+        if row is None:
+            memory = memories.get(target.instance, TargetMemory())
+            since = memory.since if memory.since is not None else at
+            row = ScanTarget(
+                instance=target.instance,
+                host=target.host,
+                state=memory.state,
+                since=datetime.fromtimestamp(since, UTC),
+                incident_id=memory.incident_id,
+            )
+            session.add(row)
+        row.slo_ttft_seconds, row.slo_source, row.updated_at = slo.seconds, slo.source, now
 
 
 def _when(ts: float | None) -> str:

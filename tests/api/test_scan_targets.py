@@ -12,7 +12,7 @@ from rca.scan.fleet import ServingTarget
 from rca.scan.forecast import Limit, SignalForecast
 from rca.scan.slo_rules import Slo
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
-from rca.scan.warnings import Actions, keep_slo, load_slos, record
+from rca.scan.warnings import Actions, keep_slos, load_slos, record
 from rca.store.db import session_scope
 from tests.helpers.errors import assert_documented, only_error
 from tests.helpers.service import API_AUTH
@@ -36,11 +36,11 @@ def test_the_scans_targets_are_listed_with_their_state_incident_and_slo(intake_c
     warned = Transition(ScanState.OK, ScanState.WARNING, now, "TTFT p95 1.40 s beyond its SLO (1 s)", {})
     with session_scope(db_url) as session:
         # A target that never left ok gets its row with its SLO; one that warns, with its incident.
-        keep_slo(session, target("gpu-b"), Slo(2.0, "default"), TargetMemory(), now - 300)
+        keep_slos(session, [(target("gpu-b"), Slo(2.0, "default"))], {}, now - 300)
         memory = record(
             session, target("gpu-a"), warned, TargetMemory(), assessment, Policy(), owe_slack=False, actions=Actions()
         )
-        keep_slo(session, target("gpu-a"), Slo(1.0, RULE), memory, now)
+        keep_slos(session, [(target("gpu-a"), Slo(1.0, RULE))], {"gpu-a:8000": memory}, now)
     with session_scope(db_url) as session:
         assert load_slos(session) == {"gpu-a:8000": Slo(1.0, RULE), "gpu-b:8000": Slo(2.0, "default")}
 
