@@ -1,41 +1,19 @@
 """The operator's SLO, read from their Prometheus alerting rules.
 
-Operators have already written their latency SLO down, as the alerting rule that pages them:
-`rca:ttft_seconds:p95_rate5m > 1`, or the quantile itself, `histogram_quantile(0.95, sum by (le)
-(rate(vllm:time_to_first_token_seconds_bucket{job="vllm"}[5m]))) > 0.8`. Judging every target
-against one number in the config file warns too late where their SLO is stricter and falsely where
-it is looser, and it has to be kept in step with the rules by hand. So the scan reads the rules
-(`GET /api/v1/rules`, one query every RCA_SCAN_RULES_REFRESH_SECONDS, `RuleBook`) and gives each
-target the SLO of the rule that covers it (`RuleBook.ttft_slo`):
+Operators have already written their latency SLO down, as the alerting rule that pages them
+(`rca:ttft_seconds:p95_rate5m > 1`, or the quantile itself with a `job` or `model_name`
+selector). Judging every target against one number in the config file warns too late where their
+SLO is stricter and falsely where it is looser, and has to be kept in step with the rules by hand.
+So the scan reads the rules (`GET /api/v1/rules`, one query every RCA_SCAN_RULES_REFRESH_SECONDS,
+`RuleBook`) and judges each target against, in this order: the config file's `slo_ttft_seconds`
+when the operator wrote it there; the most specific rule covering the target (most matchers that
+pick series), the strictest among equally specific ones; the default, 2 s.
 
-- the config file's `slo_ttft_seconds`, when the operator set it there: an explicit word wins;
-- else the most specific rule whose label matchers match the target (most matchers that narrow),
-  the strictest threshold among equally specific ones;
-- else the default (2 s).
-
-What a rule must look like to be read as an SLO (`slo_rules`), parsed with a real PromQL parser
-(`promql_parser`, Prometheus 2.45's grammar):
-
-- a comparison with a constant, `expr > X`, `expr >= X` or `X < expr` (not `bool`), at the top or
-  inside `and` / `or` (either side) and `unless` (its left side);
-- `expr` is a `histogram_quantile` over one of the histograms of the profile's signal queries
-  (TTFT and inter-token latency: `SLO_SIGNALS`), or the sum of the quantiles that the profile adds
-  for a stack (TGI's queue + prefill), optionally scaled by a constant (`/ 1000`, `* 1000`), or a
-  recording rule's name, followed to each of its expressions (static `labels:` of the recording
-  rule checked against the selector's matchers);
-- the units follow from the profile: its query for the same histogram says how to reach seconds
-  (Triton's millisecond histogram `/ 1000`), the rule's own scaling how far it went, so a
-  millisecond histogram compared with 1000 is an SLO of 1 s;
-- its quantile is the profile's (p95) or higher: the scan's p95 beyond a p99 SLO means the p99 is
-  beyond it too; a rule on a lower quantile (the median) says nothing the p95 can be judged by,
-  and is kept but never applied.
-
-Not read: comparisons with a non-constant (another series, `scalar(...)`), functions over a
-recorded series (`max_over_time(rca:ttft...[10m]) > 2`), quantiles of series the profile does not
-name, label matchers that only `and`/`unless` operands or `on (...)` joins carry. Label matchers
-(`=`, `!=`, `=~`, `!~`, the regexes matched in full with Python's `re`, whose syntax covers RE2's
-usual subset) are taken from every selector of the quantile and of the alert's own selector of a
-recording rule; a matcher on a label the recording rule's aggregation drops still counts.
+A rule is read as an SLO (`slo_rules`, on a real PromQL parser: `promql_parser`) when it compares
+a constant with a `histogram_quantile` over a histogram of the profile's signal queries
+(`SLO_SIGNALS`: the metric names, stacks and units come from the profile), possibly scaled or
+through recording rules; what it reads and does not is in docs/early_warning.md ("The SLO: read
+from the operator's rules").
 """
 
 from __future__ import annotations
@@ -127,7 +105,7 @@ class SloRule:
             return False
         return all(m.matches(labels) for m in self.matchers)
 
-    def judges_p(self, quantile: float) -> bool:
+    def judges_quantile(self, quantile: float) -> bool:
         """Whether the scan's quantile can be judged against it: the rule's quantile is the same or
         higher (p95 beyond a p99 SLO means the p99 is beyond it too)."""
         return self.quantile is not None and self.quantile >= quantile - 1e-9
@@ -404,45 +382,61 @@ def slo_rules(groups: Iterable[Mapping[str, Any]], profile_shapes: list[_Shape])
     records: dict[str, list[tuple[str, dict[str, str]]]] = {}
     alerts: list[tuple[str, str, str, str]] = []  # (alert, group, file, expression)
     for group in groups:
-        for rule in group.get("rules") or []:
-            query, name = rule.get("query"), rule.get("name")
-            if not isinstance(query, str) or not isinstance(name, str):
+        rules = group.get("rules")
+        for rule in rules if isinstance(rules, list) else []:
+            if (
+                not isinstance(rule, dict)
+                or not isinstance(rule.get("query"), str)
+                or not isinstance(rule.get("name"), str)
+            ):
                 continue
+            query, name = rule["query"], rule["name"]
             if rule.get("type") == "recording":
-                static = {str(k): str(v) for k, v in (rule.get("labels") or {}).items()}
+                labels = rule.get("labels")
+                static = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
                 records.setdefault(name, []).append((query, static))
             elif rule.get("type") == "alerting":
                 file = PurePosixPath(str(group.get("file") or "")).name
                 alerts.append((name, str(group.get("name") or ""), file, query))
-    by_metrics: dict[frozenset[str], list[_Shape]] = {}
-    for shape in profile_shapes:
-        by_metrics.setdefault(shape.metrics, []).append(shape)
     found: list[SloRule] = []
     for alert, group_name, file, query in alerts:
-        parsed = _parse(query)
-        if parsed is None:
-            continue
-        for expression, comparison, threshold in _comparisons(parsed):
-            for reading in _readings(expression, records):
-                for shape in by_metrics.get(reading.metrics, []):
-                    seconds = threshold / reading.scale * shape.scale
-                    if not (math.isfinite(seconds) and seconds > 0):
-                        continue
-                    found.append(
-                        SloRule(
-                            alert=alert,
-                            group=group_name,
-                            file=file,
-                            signal=shape.signal,
-                            seconds=seconds,
-                            comparison=comparison,
-                            matchers=tuple(dict.fromkeys(m for m in reading.matchers if m not in shape.own)),
-                            stacks=shape.stacks,
-                            quantile=reading.quantile,
-                            window_seconds=reading.window_seconds,
-                        )
-                    )
+        try:
+            found += _rules_of(alert, group_name, file, query, records, profile_shapes)
+        except (AttributeError, TypeError, ValueError) as exc:  # a syntax tree of a shape not foreseen
+            log.debug("rules: %s not read: %s", alert, exc)
     return found
+
+
+def _rules_of(
+    alert: str, group: str, file: str, query: str, records: Records, profile_shapes: list[_Shape]
+) -> list[SloRule]:
+    """The SLO readings of one alerting rule: one per comparison, way of computing it, and profile
+    shape its histograms match (the threshold in seconds, the shape's own matchers left out)."""
+    parsed = _parse(query)
+    if parsed is None:
+        return []
+    return [
+        SloRule(
+            alert=alert,
+            group=group,
+            file=file,
+            signal=shape.signal,
+            seconds=threshold / reading.scale * shape.scale,
+            comparison=comparison,
+            matchers=tuple(dict.fromkeys(m for m in reading.matchers if m not in shape.own)),
+            stacks=shape.stacks,
+            quantile=reading.quantile,
+            window_seconds=reading.window_seconds,
+        )
+        for expression, comparison, threshold in _comparisons(parsed)
+        for reading in _readings(expression, records)
+        for shape in profile_shapes
+        if shape.metrics == reading.metrics and _positive(threshold / reading.scale * shape.scale)
+    ]
+
+
+def _positive(seconds: float) -> bool:
+    return math.isfinite(seconds) and seconds > 0
 
 
 def choose(rules: Iterable[SloRule], labels: Mapping[str, str], stack: str | None) -> SloRule | None:
@@ -524,7 +518,7 @@ class RuleBook:
     def rule_for(self, signal: str, target: ServingTarget) -> SloRule | None:
         """The rule setting this signal's SLO for the target, if any."""
         quantile = self._quantiles.get(signal, SCAN_QUANTILE)
-        usable = (rule for rule in self.rules if rule.signal == signal and rule.judges_p(quantile))
+        usable = (rule for rule in self.rules if rule.signal == signal and rule.judges_quantile(quantile))
         return choose(usable, target_labels(target), target.stack)
 
     def ttft_slo(self, target: ServingTarget) -> Slo:

@@ -257,7 +257,7 @@ def test_the_rule_book_reads_again_only_after_its_refresh_and_keeps_what_it_read
         assert book.ttft_slo(target()) == first and book.failing
     assert rules.calls == 5 and source.queries == 5
     # A list of groups, however odd, is Prometheus' word: these rules hold no SLO.
-    rules.answer = [{"rules": [{"type": "alerting"}]}]
+    rules.answer = [{"rules": [{"type": "alerting"}, "a rule?", {"type": "recording", "name": "r", "query": "1"}]}, {}]
     clock[0] += 600
     assert book.refresh(source) and book.rules == [] and not book.failing
     assert book.ttft_slo(target()) == Slo(2.0, "default")
