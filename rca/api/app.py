@@ -15,7 +15,7 @@ from prometheus_client.exposition import choose_encoder
 from sqlalchemy.exc import DBAPIError
 
 from rca import metrics
-from rca.api import access_log, incidents, stats, webhook
+from rca.api import access_log, incidents, scan, stats, webhook
 from rca.api.auth import require_read
 from rca.api.body import BodyLimits
 from rca.api.database import database_error
@@ -69,6 +69,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     app.include_router(webhook.router, tags=["intake"])
     app.include_router(incidents.router, tags=["incidents"])
     app.include_router(stats.router, tags=["stats"])
+    app.include_router(scan.router, tags=["scan"])
 
     generate_openapi = app.openapi
 

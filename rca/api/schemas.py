@@ -292,6 +292,30 @@ class AccuracyOut(BaseModel):
     by_category: dict[str, AccuracyFigures]
 
 
+class ScanTargetOut(BaseModel):
+    """One serving target of the fleet scan, as the scan last stored it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    instance: str
+    host: str
+    state: str = Field(description="ok, watch, warning or cleared (docs/early_warning.md)")
+    since: datetime = Field(description="when it entered this state (a target that never left ok: first judged)")
+    incident_id: int | None = Field(description="its early-warning incident, while warning or cleared")
+    slo_ttft_seconds: float | None = Field(description="the TTFT p95 SLO it is judged against (null: not yet stored)")
+    slo_source: str | None = Field(
+        description="where the SLO came from: `rule <alert> (group <group>, <file>)` (the operator's alerting "
+        "rule that covers it), `config file` (slo_ttft_seconds set there) or `default`"
+    )
+    updated_at: datetime
+
+
+class ScanTargetsOut(BaseModel):
+    """The fleet scan's targets, by instance."""
+
+    items: list[ScanTargetOut]
+
+
 class ErrorOut(BaseModel):
     """Every error answer but a 422 (which is `ValidationErrorOut`, rca/api/errors.py): one message."""
 

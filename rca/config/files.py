@@ -117,7 +117,11 @@ class FileConfig(BaseModel):
     profile: str | None = None
     stack: str | None = Field(default=None, description="serving stack id; unset = detect from metric names")
     slo_ttft_seconds: float = Field(
-        default=2.0, gt=0, allow_inf_nan=False, description="TTFT p95 SLO for the violation-probability model (seconds)"
+        default=2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="TTFT p95 SLO for the violation-probability model (seconds); written here, it is also the "
+        "fleet scan's SLO for every target, over the operator's alerting rules (rca/scan/slo_rules.py)",
     )
     slo_probability_threshold: float = Field(
         default=0.5, gt=0, le=1, description="P(SLO violation | queue depth) that breaches that finding"

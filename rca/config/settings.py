@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     # Points (targets x steps) of history never read that one scan reads, newest first: at the
     # scanner's start, for a new target or after a gap the history comes in pieces, not at once.
     scan_fill_points: int = Field(default=8000, ge=1, le=10_000_000)
+    # How often the scan reads Prometheus' alerting rules again for the operator's SLOs
+    # (rca/scan/slo_rules.py): at its first scan, then every this many seconds, never every scan.
+    scan_rules_refresh_seconds: float = Field(default=600.0, ge=10, le=86400)
     # Runs handed out (by intake or the sweep) before the sweep gives an investigation up as
     # failed instead of re-queueing it: one that crashes its worker or times out every time.
     investigation_max_attempts: int = Field(default=3, ge=1, le=100)

@@ -13,6 +13,7 @@ from rca.api.schemas import AlertOut, FeedbackOut, FindingOut, IncidentOut, Inve
 from rca.config import Settings
 from rca.domain import early_warning
 from rca.domain.series import EvidenceSeries
+from rca.scan.slo_rules import slo_words
 from rca.signals.slo import TTFT_SIGNAL
 from rca.store.models import ScanTransition
 
@@ -114,6 +115,18 @@ class WarningView:
     signals: list[MovedSignal]
     joined: list[tuple[AlertOut, str]]  # (SLA alert, "N min after")
     led: bool = True  # warned before TTFT broke its SLO (False: it warned at the breach)
+    slo: str | None = None  # "TTFT SLO 1 s from rule LLMTTFTSLOBreach (group g, rules.yml)", as judged then
+
+
+def _slo(figures: dict[str, Any]) -> str | None:
+    """The TTFT SLO the target was judged against when it warned, and its source (its TTFT figures);
+    None for a warning stored before the scan recorded the source."""
+    for item in figures.get("signals") or []:
+        if isinstance(item, dict) and item.get("signal") == TTFT_SIGNAL:
+            threshold, source = _number(item.get("threshold")), item.get("slo_source")
+            if threshold is not None and isinstance(source, str):
+                return slo_words(threshold, source)
+    return None
 
 
 def _number(value: object) -> float | None:
@@ -173,6 +186,7 @@ def warning_view(
             isinstance(item, dict) and item.get("signal") == TTFT_SIGNAL and item.get("breached")
             for item in figures.get("signals") or []
         ),
+        slo=_slo(figures),
     )
 
 

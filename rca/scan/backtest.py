@@ -6,8 +6,10 @@ not an alert's `for:`, which would add its own delay to every lead.
 The scan runs at each step of [start, end] exactly as it runs live (same queries, forecasts and
 states, `at` set in the past), and nothing is written here: `rca.scan.stored` keeps the warnings
 as incidents when asked (`rca backtest --store`). The SLO condition is the scan's own TTFT
-signal beyond `slo_ttft_seconds` over the same history; a breach starts when it holds after at
-least RCA_SCAN_CALM_SECONDS without it. An operator tunes horizons and thresholds on their own
+signal beyond the target's own SLO over the same history (the one the scan judges it against:
+the config file's, else the operator's rule that covers it as the rules read now, else 2 s;
+`rca.scan.slo_rules`); a breach starts when it holds after at least RCA_SCAN_CALM_SECONDS
+without it. An operator tunes horizons and thresholds on their own
 fleet with this before turning warnings on (`rca backtest`).
 """
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from rca.collect.profile import Profile
 from rca.collect.prometheus import Samples, counted_errors
@@ -26,6 +27,7 @@ IDENTITY_LOOKBACK_SECONDS = 600
 
 InstantQuery = Callable[[str, datetime], list[dict]]
 RangeQuery = Callable[[str, datetime, datetime, int], list[dict]]
+RulesQuery = Callable[[], list[dict[str, Any]]]  # the `data.groups` of Prometheus' GET /api/v1/rules
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ class ServingTarget:
     machine: str  # the machine's identity across exporters: one spelling chosen for all of them
     job: str | None
     stack: str | None  # the first profile stack whose own metric names it exports
+    # Labels its serving series carry, each with one value for the whole target (a label whose
+    # series disagree, one engine serving two models, is left out), among those discovery reads:
+    # the ones the operator's SLO rules match on (`rca.scan.slo_rules`).
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass
@@ -46,6 +52,7 @@ class FleetSource:
     instant_query: InstantQuery
     range_query: RangeQuery
     concurrency: int = 8
+    rules_query: RulesQuery | None = None  # None: this source has no rules to read
     queries: int = 0  # how many this source asked (the scan's cost)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -62,6 +69,17 @@ class FleetSource:
         self._count()
         with counted_errors():
             return self.range_query(promql, start, end, step)
+
+    def rules(self) -> list[dict[str, Any]]:
+        """The rule groups Prometheus evaluates (one query of the scan's cost); none without a rules API."""
+        if self.rules_query is None:
+            return []
+        self._count()
+        with counted_errors():
+            groups = self.rules_query()
+            if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+                raise TypeError("the rules answer's data.groups is not a list of objects")
+            return groups
 
 
 class Machines:
@@ -93,17 +111,28 @@ def machines(source: FleetSource, profile: Profile, at: datetime) -> Machines:
     return joined
 
 
-def discover(source: FleetSource, profile: Profile, at: datetime, joined: Machines) -> list[ServingTarget]:
-    """Every instance exporting a serving metric, with its stack and machine, sorted by instance."""
+def discover(
+    source: FleetSource, profile: Profile, at: datetime, joined: Machines, labels: Iterable[str] = ()
+) -> list[ServingTarget]:
+    """Every instance exporting a serving metric, with its stack and machine, sorted by instance;
+    with the values its serving series give these `labels` (read by the same query)."""
+    serving = re.compile(profile.scopes["serving"].probe)
+    wanted = sorted(set(labels) - {GROUP_LABEL, "job", "__name__"})
     names: dict[str, set[str]] = {}
     jobs: dict[str, str | None] = {}
-    for row in source.instant(discovery_query(profile), at):
+    values: dict[str, dict[str, set[str]]] = {}
+    for row in source.instant(discovery_query(profile, wanted), at):
         metric = row.get("metric", {})
         instance = metric.get(GROUP_LABEL)
         if instance:
-            names.setdefault(instance, set()).add(metric.get("__name__", ""))
+            name = metric.get("__name__", "")
+            names.setdefault(instance, set()).add(name)
             jobs.setdefault(instance, metric.get("job"))
-    serving = re.compile(profile.scopes["serving"].probe)
+            if serving.fullmatch(name):
+                seen = values.setdefault(instance, {})
+                for label in wanted:
+                    if metric.get(label):
+                        seen.setdefault(label, set()).add(metric[label])
     stacks = [(name, re.compile(stack.probe)) for name, stack in profile.stacks.items()]
     targets = []
     for instance in sorted(names):
@@ -112,7 +141,8 @@ def discover(source: FleetSource, profile: Profile, at: datetime, joined: Machin
             continue
         stack = next((name for name, probe in stacks if any(probe.fullmatch(n) for n in exported)), None)
         host = host_from_label(instance)
-        targets.append(ServingTarget(instance, host, joined.of(host), jobs[instance], stack))
+        own = {label: next(iter(v)) for label, v in values.get(instance, {}).items() if len(v) == 1}
+        targets.append(ServingTarget(instance, host, joined.of(host), jobs[instance], stack, own))
     return targets
 
 

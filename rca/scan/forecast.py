@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rca.collect.prometheus import Samples
@@ -42,6 +42,9 @@ class Limit:
     # that is already a quantile over minutes (TTFT p95 over 5 m), that median only adds a minute
     # of delay before the breach that a rule-evaluated SLA alert sees at its next evaluation.
     latest: bool = False
+    # Where the threshold came from, for the TTFT SLO (`rca.scan.slo_rules`): "rule <alert> (group
+    # <group>, <file>)", "config file" or "default"; None for a profile threshold.
+    slo_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class SignalForecast:
 
     def figures(self) -> dict[str, float | str | bool | None]:
         """What a transition stores about this signal."""
-        return {
+        figures: dict[str, float | str | bool | None] = {
             "signal": self.limit.signal,
             "source": self.source,
             "current": self.current,
@@ -78,6 +81,9 @@ class SignalForecast:
             "departed": self.departed,
             "moving_since": self.moving_since,
         }
+        if self.limit.slo_source is not None:
+            figures["slo_source"] = self.limit.slo_source
+        return figures
 
 
 def trends(windows: Sequence[Samples], now: float, trend_seconds: float) -> list[Trend | None]:
@@ -133,14 +139,17 @@ def forecast_fleet(
     yesterday: dict[str, float],
     now: float,
     trend_seconds: float,
+    per_target: Mapping[str, Limit] | None = None,
 ) -> dict[str, SignalForecast]:
-    """`forecast_signal` for one signal of every target (by instance), the trends in one batch."""
+    """`forecast_signal` for one signal of every target (by instance), the trends in one batch;
+    a target in `per_target` is judged against its own limit there (its TTFT SLO)."""
     instances = list(series)
     fitted = trends([series[i].samples for i in instances], now, trend_seconds)
     found: dict[str, SignalForecast] = {}
     for instance, trend in zip(instances, fitted, strict=True):
         signal = series[instance]
-        forecast = _forecast(limit, signal.samples, signal.source, now, trend_seconds, yesterday.get(instance), trend)
+        own = per_target.get(instance, limit) if per_target else limit
+        forecast = _forecast(own, signal.samples, signal.source, now, trend_seconds, yesterday.get(instance), trend)
         if forecast is not None:
             found[instance] = forecast
     return found

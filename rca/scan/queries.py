@@ -112,11 +112,13 @@ def early_signals(profile: Profile) -> list[SignalSpec]:
     ]
 
 
-def discovery_query(profile: Profile) -> str:
+def discovery_query(profile: Profile, labels: list[str] | None = None) -> str:
     """Which metric names each instance exports, among those that prove a serving target and
-    those that tell its stack apart: one query finds every target and its stack."""
+    those that tell its stack apart: one query finds every target and its stack (and the values of
+    these other `labels`, the ones the operator's SLO rules match on)."""
     names = [profile.scopes["serving"].probe, *(stack.probe for stack in profile.stacks.values())]
-    return f'group by ({GROUP_LABEL}, job, __name__) ({{__name__=~"{"|".join(names)}",{GROUP_LABEL}!=""}})'
+    grouped = ", ".join([GROUP_LABEL, "job", "__name__", *(labels or [])])
+    return f'group by ({grouped}) ({{__name__=~"{"|".join(names)}",{GROUP_LABEL}!=""}})'
 
 
 def identity_query(metric: str, labels: list[str], lookback_seconds: int) -> str:

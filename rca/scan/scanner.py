@@ -13,7 +13,9 @@ against its SLO only, as after a restart (`Assessment.warming`).
 A scan costs a bounded number of queries whatever the fleet's size: one for discovery, one per
 identity series of the profile, one for the engines' start times (`rca.scan.restarts`), and one
 per signal and span read: this hour's new steps, yesterday's next 5 minutes (every 5 minutes),
-and while a target warms, a span of each window's missing history.
+and while a target warms, a span of each window's missing history; and, at the first scan and
+every RCA_SCAN_RULES_REFRESH_SECONDS, one for Prometheus' rules, whose SLO rules give each target
+its own TTFT SLO (`rca.scan.slo_rules`).
 It reads Prometheus only; `rca.scan.warnings` turns the assessments into states and incidents.
 """
 
@@ -21,8 +23,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_api_client import PrometheusApiClientException
 
 from rca.collect.profile import Profile, profile_for
 from rca.collect.prometheus import PrometheusSource
@@ -49,6 +54,7 @@ from rca.scan.forecast import (
 from rca.scan.queries import FleetQuery, early_signals, fleet_query
 from rca.scan.restarts import started, with_starts
 from rca.scan.saturation import headrooms
+from rca.scan.slo_rules import CONFIG_SOURCE, DEFAULT_SOURCE, RuleBook, Slo
 from rca.scan.states import Assessment
 from rca.scan.window import Window
 from rca.signals.slo import DEPTH_SIGNAL, MIN_VIOLATIONS, TTFT_SIGNAL
@@ -77,6 +83,7 @@ class ScanReport:
     queries: int
     seconds: float
     warming: set[str] = field(default_factory=set)  # instances whose windows still lack history
+    slos: dict[str, Slo] = field(default_factory=dict)  # by instance: the TTFT SLO it was judged against
 
 
 def step_for(settings: Settings) -> int:
@@ -91,12 +98,23 @@ def prometheus_fleet_source(settings: Settings) -> FleetSource:
     client = PrometheusSource(
         settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency
     ).client
+
+    def rules() -> Any:
+        # prometheus-api-client has no call for the rules API; its session carries the same retries.
+        answer = client._session.get(
+            f"{client.url}/api/v1/rules", headers=client.headers, auth=client.auth, timeout=client._timeout
+        )
+        if answer.status_code != 200:
+            raise PrometheusApiClientException(f"HTTP Status Code {answer.status_code} from the rules API")
+        return answer.json()["data"]["groups"]
+
     return FleetSource(
         instant_query=lambda promql, at: client.custom_query(promql, params={"time": at.timestamp()}),
         range_query=lambda promql, start, end, step: client.custom_query_range(
             promql, start_time=start, end_time=end, step=f"{step}s"
         ),
         concurrency=settings.query_concurrency,
+        rules_query=rules,
     )
 
 
@@ -123,6 +141,7 @@ class Scanner:
     headroom_queries: list[FleetQuery] = field(init=False)
     headroom_ids: tuple[str, str, str] = field(init=False)  # the profile's headroom series: used, running, waiting
     limits: dict[str, Limit] = field(init=False)
+    rules: RuleBook = field(init=False)  # the operator's SLO rules, read again every so often
     _today: Window = field(init=False)
     _yesterday: Window = field(default_factory=lambda: Window(BASELINE_STEP_SECONDS), init=False)
     _models: dict[str, tuple[tuple[float, ...], SloModel]] = field(default_factory=dict, init=False)
@@ -138,10 +157,26 @@ class Scanner:
             for spec in early_signals(self.profile)
             if spec.threshold is not None
         }
+        # The config file's SLO wins only where the operator wrote it there; else each target's
+        # comes from the rules that cover it (`_slos`), and this one is the default.
+        explicit = "slo_ttft_seconds" in file_config.model_fields_set
+        self.rules = RuleBook(
+            self.profile,
+            self.settings.scan_rules_refresh_seconds,
+            explicit_ttft=file_config.slo_ttft_seconds if explicit else None,
+            default_ttft=file_config.slo_ttft_seconds,
+        )
         if TTFT_SIGNAL in specs:
             spec = specs[TTFT_SIGNAL]
+            source = CONFIG_SOURCE if explicit else DEFAULT_SOURCE
             self.limits[TTFT_SIGNAL] = Limit(
-                TTFT_SIGNAL, TTFT_SLO_TITLE, spec.unit, ">", file_config.slo_ttft_seconds, latest=True
+                TTFT_SIGNAL,
+                TTFT_SLO_TITLE,
+                spec.unit,
+                ">",
+                file_config.slo_ttft_seconds,
+                latest=True,
+                slo_source=source,
             )
         built = [fleet_query(specs[signal], params) for signal in self.limits]
         self.queries = [query for query in built if query is not None]
@@ -205,10 +240,12 @@ class Scanner:
     def scan(self, at: datetime) -> ScanReport:
         started_at = time.perf_counter()
         before = self.source.queries
+        self.rules.refresh(self.source)
         joined = machines(self.source, self.profile, at)
-        targets = discover(self.source, self.profile, at, joined)
+        targets = discover(self.source, self.profile, at, joined, self.rules.labels())
         assessments: dict[str, Assessment] = {}
         warming: set[str] = set()
+        slos = self._slos(targets)
         if targets:
             step = self._today.step
             end = at.timestamp() // step * step
@@ -216,7 +253,7 @@ class Scanner:
             instances = [target.instance for target in targets]
             series = self._today.of(instances)
             yesterday = self._baseline()
-            assessments = self._assess(targets, series, yesterday, warming, at.timestamp(), step)
+            assessments = self._assess(targets, series, yesterday, warming, at.timestamp(), step, slos)
             assessments = with_starts(assessments, started(self.source, at))
         return ScanReport(
             at=at,
@@ -225,7 +262,24 @@ class Scanner:
             queries=self.source.queries - before,
             seconds=time.perf_counter() - started_at,
             warming=warming,
+            slos={
+                instance: Slo(limit.threshold, limit.slo_source or DEFAULT_SOURCE) for instance, limit in slos.items()
+            },
         )
+
+    def _slos(self, targets: list[ServingTarget]) -> dict[str, Limit]:
+        """Each target's TTFT limit: its own SLO and where it came from (one Limit per distinct SLO)."""
+        base = self.limits.get(TTFT_SIGNAL)
+        if base is None:
+            return {}
+        limits: dict[Slo, Limit] = {}
+        found: dict[str, Limit] = {}
+        for target in targets:
+            slo = self.rules.ttft_slo(target)
+            if slo not in limits:
+                limits[slo] = replace(base, threshold=slo.seconds, slo_source=slo.source)
+            found[target.instance] = limits[slo]
+        return found
 
     def _model(self, instance: str, depths: list[float], fleet: SloModel) -> SloModel:
         """The target's SLO model; its own is refitted only when its violation depths changed."""
@@ -245,21 +299,28 @@ class Scanner:
         warming: set[str],
         now: float,
         step: int,
+        slos: dict[str, Limit],
     ) -> dict[str, Assessment]:
         trend_seconds = self.settings.scan_trend_minutes * 60
         horizon = self.settings.scan_horizon_minutes * 60
-        slo_seconds = self.limits[TTFT_SIGNAL].threshold if TTFT_SIGNAL in self.limits else None
         own: dict[str, list[float]] = {}
-        if slo_seconds is not None:
-            for target in targets:
-                depth = series.get(DEPTH_SIGNAL, {}).get(target.instance)
-                ttft = series.get(TTFT_SIGNAL, {}).get(target.instance)
-                if depth and ttft:
-                    own[target.instance] = violation_depths(depth.samples, ttft.samples, slo_seconds, step)
+        for target in targets:
+            depth = series.get(DEPTH_SIGNAL, {}).get(target.instance)
+            ttft = series.get(TTFT_SIGNAL, {}).get(target.instance)
+            limit = slos.get(target.instance)
+            if depth and ttft and limit:  # the depths at which TTFT broke this target's own SLO
+                own[target.instance] = violation_depths(depth.samples, ttft.samples, limit.threshold, step)
         self._models = {instance: kept for instance, kept in self._models.items() if instance in own}
         fleet = slo_model([depth for depths in own.values() for depth in depths], "fleet")
         by_signal = {
-            signal: forecast_fleet(limit, series.get(signal, {}), yesterday.get(signal, {}), now, trend_seconds)
+            signal: forecast_fleet(
+                limit,
+                series.get(signal, {}),
+                yesterday.get(signal, {}),
+                now,
+                trend_seconds,
+                slos if signal == TTFT_SIGNAL else None,
+            )
             for signal, limit in self.limits.items()
         }
         rooms = headrooms(

@@ -11,8 +11,9 @@ from datetime import datetime
 from rca import metrics
 from rca.config import Settings
 from rca.scan.scanner import Scanner, ScanReport, prometheus_fleet_source
+from rca.scan.slo_rules import Slo
 from rca.scan.states import Policy, TargetMemory, advance
-from rca.scan.warnings import Actions, load_memories, record
+from rca.scan.warnings import Actions, keep_slos, load_memories, load_slos, record
 from rca.store.db import session_scope
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class EarlyWarnings:
     settings: Settings
     scanner: Scanner
     memories: dict[str, TargetMemory] | None = field(default=None, init=False)
+    slos: dict[str, Slo | None] | None = field(default=None, init=False)  # as stored on the targets' rows
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EarlyWarnings:
@@ -50,7 +52,18 @@ class EarlyWarnings:
         url = self.settings.effective_database_url
         with session_scope(url) as session:
             memories = self.memories if self.memories is not None else load_memories(session)
-            updated = dict(memories)
+            stored = self.slos if self.slos is not None else load_slos(session)
+            updated, slos = dict(memories), dict(stored)
+            # A target's SLO is stored when it changes (a rule edited, the first scan that judges it).
+            changed = [
+                (target, slo)
+                for target in report.targets
+                if (slo := report.slos.get(target.instance)) is not None and slo != slos.get(target.instance)
+            ]
+            keep_slos(session, changed, memories, report.at.timestamp())
+            for target, slo in changed:
+                slos[target.instance] = slo
+                log.info("scan: %s judged against a TTFT SLO of %g s (%s)", target.instance, slo.seconds, slo.source)
             for target in report.targets:
                 assessment = report.assessments.get(target.instance)
                 if assessment is None:
@@ -72,7 +85,7 @@ class EarlyWarnings:
                         "scan: %s %s -> %s: %s", target.instance, transition.before, transition.after, transition.reason
                     )
                 updated[target.instance] = memory
-        self.memories = updated  # only once the transitions are committed
+        self.memories, self.slos = updated, slos  # only once the transitions are committed
         metrics.scan_finished(len(report.targets), len(report.warming), report.queries, report.seconds)
         log.info(
             "scan: %d targets (%d warming), %d queries, %.2f s",

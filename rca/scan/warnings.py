@@ -26,6 +26,7 @@ from rca.domain.early_warning import ALERTNAME, ORIGIN
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.domain.values import format_value
 from rca.scan.fleet import ServingTarget
+from rca.scan.slo_rules import Slo, slo_words
 from rca.scan.states import WATCH_PROBABILITY, Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.signals.slo import TTFT_SIGNAL
 from rca.store import digests, notices
@@ -48,6 +49,41 @@ def load_memories(session: Session) -> dict[str, TargetMemory]:
         row.instance: TargetMemory(state=ScanState(row.state), since=row.since.timestamp(), incident_id=row.incident_id)
         for row in session.scalars(select(ScanTarget))
     }
+
+
+def load_slos(session: Session) -> dict[str, Slo | None]:
+    """The TTFT SLO stored with each target, as the scan last wrote it (None: none stored yet)."""
+    return {
+        row.instance: Slo(row.slo_ttft_seconds, row.slo_source or "") if row.slo_ttft_seconds is not None else None
+        for row in session.scalars(select(ScanTarget))
+    }
+
+
+def keep_slos(
+    session: Session, changed: list[tuple[ServingTarget, Slo]], memories: dict[str, TargetMemory], at: float
+) -> None:
+    """Store each target's TTFT SLO and its source on its row (one query reads the rows); a target
+    that never left `ok` gets its row now, in its state since `at`, so that every target the scan
+    judges is listed with the SLO it is judged against (`GET /api/v1/scan/targets`)."""
+    if not changed:
+        return
+    instances = [target.instance for target, _ in changed]
+    rows = {row.instance: row for row in session.scalars(select(ScanTarget).where(ScanTarget.instance.in_(instances)))}
+    now = utcnow()
+    for target, slo in changed:
+        row = rows.get(target.instance)
+        if row is None:
+            memory = memories.get(target.instance, TargetMemory())
+            since = memory.since if memory.since is not None else at
+            row = ScanTarget(
+                instance=target.instance,
+                host=target.host,
+                state=memory.state,
+                since=datetime.fromtimestamp(since, UTC),
+                incident_id=memory.incident_id,
+            )
+            session.add(row)
+        row.slo_ttft_seconds, row.slo_source, row.updated_at = slo.seconds, slo.source, now
 
 
 def _when(ts: float | None) -> str:
@@ -74,10 +110,11 @@ def summary(assessment: Assessment, policy: Policy) -> str:
         parts.append(room.forecast())
     slo = assessment.slo
     ttft = next((s for s in assessment.signals if s.limit.signal == TTFT_SIGNAL), None)
+    judged = [slo_words(ttft.limit.threshold, ttft.limit.slo_source)] if ttft and ttft.limit.slo_source else []
     if ttft is not None and ttft.breached:
         early = assessment.early_degrading or assessment.filling(policy)
         lead = "with early signals that moved with it" if early else "no early signal moved before the breach"
-        return f"TTFT SLO breached, {lead}: " + "; ".join(parts)
+        return f"TTFT SLO breached, {lead}: " + "; ".join(parts + judged)
     if ttft is not None and ttft.cross_in_seconds is not None:
         forecast = f"TTFT SLO breach forecast in ~{ttft.cross_in_seconds / 60:.0f} min"
         if slo is not None and slo.probability is not None:
@@ -85,7 +122,7 @@ def summary(assessment: Assessment, policy: Policy) -> str:
         parts.append(forecast)
     elif slo is not None and slo.probability is not None:
         parts.append(f"P(TTFT SLO breach within {policy.horizon_seconds / 60:.0f} min) = {slo.probability:.2f}")
-    return "Early warning, before the TTFT SLO breaks: " + "; ".join(parts)
+    return "Early warning, before the TTFT SLO breaks: " + "; ".join(parts + judged)
 
 
 def alert_labels(target: ServingTarget) -> dict[str, str]:

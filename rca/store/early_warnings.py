@@ -86,3 +86,11 @@ def transitions(session: Session, incident_id: int) -> list[ScanTransition]:
             select(ScanTransition).where(ScanTransition.incident_id == incident_id).order_by(ScanTransition.id)
         )
     )
+
+
+def targets(session: Session, state: str | None = None) -> list[ScanTarget]:
+    """The scan's targets as stored, by instance; only those in `state` when given."""
+    query = select(ScanTarget).order_by(ScanTarget.instance)
+    if state is not None:
+        query = query.where(ScanTarget.state == state)
+    return list(session.scalars(query))

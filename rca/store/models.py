@@ -412,6 +412,10 @@ class ScanTarget(Base):
     # The early-warning incident, while the target is in warning or cleared (at most one per target).
     incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The TTFT SLO the scan judges it against and where that came from (rca/scan/slo_rules.py: "rule
+    # <alert> (group <group>, <file>)", "config file" or "default"), as of its last change.
+    slo_ttft_seconds: Mapped[float | None] = mapped_column(Float)
+    slo_source: Mapped[str | None] = mapped_column(StorableText)
 
 
 class ScanTransition(Base):

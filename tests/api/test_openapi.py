@@ -31,12 +31,13 @@ def test_openapi_lists_every_route_with_summary_security_and_errors(intake_clien
         ("POST", "/api/v1/incidents/{incident_id}/feedback"),
         ("GET", "/api/v1/incidents/{incident_id}/feedback"),
         ("GET", "/api/v1/stats/accuracy"),
+        ("GET", "/api/v1/scan/targets"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
     }
     for (method, path), op in operations.items():
         assert op.get("summary"), f"{method} {path} has no summary"
-        if path.startswith(("/api/v1/incidents", "/api/v1/stats")):
+        if path.startswith(("/api/v1/incidents", "/api/v1/stats", "/api/v1/scan")):
             assert op.get("security") == [{"HTTPBearer": []}], f"{method} {path} does not declare its bearer token"
             assert {"401", "403"} <= set(op["responses"]), f"{method} {path} does not document 401/403"
         for code, response in op["responses"].items():
@@ -107,7 +108,7 @@ def test_fuzzing_every_operation_finds_no_server_error(db_url: str, tmp_path: Pa
             finish_investigation(db_url, reply.json()["incident_id"], ["kv_cache_usage", "ttft_p95"], [cause])
         schema = schemathesis.openapi.from_asgi("/openapi.json", app)
         operations = [result.ok() for result in schema.get_all_operations()]
-        assert len(operations) == 10
+        assert len(operations) == 11
         for operation in operations:
             headers = (
                 {"Authorization": f"Bearer {WEBHOOK_TOKEN}"}

@@ -193,7 +193,13 @@ def test_the_scan_warns_before_the_slo_breaks_and_the_alert_joins_its_incident(
     # The investigation ranks the cause.
     top = incident["investigation"]["hypotheses"][0]
     assert top["category"] == "arrival_surge", answers(incident)
-    # The healthy neighbour never left `ok` (the scan stores a target once it does).
+    # The healthy neighbour never left `ok`; both are stored with the SLO they are judged against,
+    # the config file's here.
     with session_scope(database) as session:
-        assert session.scalars(select(ScanTarget.instance)).all() == [SURGING]
+        rows = {row.instance: row for row in session.scalars(select(ScanTarget))}
+        assert {i: (r.slo_ttft_seconds, r.slo_source) for i, r in rows.items()} == {
+            SURGING: (SLO_SECONDS, "config file"),
+            HEALTHY: (SLO_SECONDS, "config file"),
+        }
+        assert rows[HEALTHY].state == "ok"
         assert session.scalars(select(ScanTransition).where(ScanTransition.instance == HEALTHY)).all() == []

@@ -16,15 +16,23 @@ TTFT_SHARES = {"0.25": 0.3, "0.5": 0.6, "1": 0.85, "2": 0.97, "5": 0.995, "+Inf"
 Stretch = tuple[float, float]  # [start, end) unix seconds
 
 
-def write_history(path: Path, hosts: dict[str, list[Stretch]], step: float = 30.0, seed: int = 7) -> int:
+def write_history(
+    path: Path,
+    hosts: dict[str, list[Stretch]],
+    step: float = 30.0,
+    seed: int = 7,
+    labels: dict[str, dict[str, str]] | None = None,
+) -> int:
     """Each host's series over its stretches (oldest first), one series at a time; returns how
     many series were written. A host's waiting level is drawn anew for each stretch, so a
-    baseline read from the wrong stretch shows."""
+    baseline read from the wrong stretch shows. `labels`: a host's serving series' labels other
+    than the default `job="vllm",model_name="m"`."""
     rng = random.Random(seed)
     series = 0
     with path.open("w") as out:
         for host, stretches in hosts.items():
-            serving = f'instance="{host}:8000",job="vllm",model_name="m"'
+            own = {"job": "vllm", "model_name": "m"} | (labels or {}).get(host, {})
+            serving = ",".join([f'instance="{host}:8000"', *(f'{k}="{v}"' for k, v in own.items())])
             node = f'instance="{host}",job="node"'
             times = [[start + i * step for i in range(int((end - start) // step))] for start, end in stretches]
             levels = [1 + rng.random() * 2 for _ in stretches]

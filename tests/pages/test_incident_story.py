@@ -28,6 +28,8 @@ from tests.pages.site import csrf_of, open_incident, sign_in
 TARGET = ServingTarget("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
 KV = Limit("kv_cache_usage", "KV cache usage", "ratio", ">", 0.95)
+RULE = "rule LLMTTFTSLOBreach (group llm-serving, rules.yml)"
+TTFT = Limit("ttft_p95", "TTFT p95 against its SLO", "seconds", ">", 1.0, latest=True, slo_source=RULE)
 
 
 def warn(url: str) -> int:
@@ -39,6 +41,8 @@ def warn(url: str) -> int:
         signals=[
             SignalForecast(QUEUE, "prometheus", 6.2, 1.1, 0.4, None, True, True, now - 600),  # beyond already
             SignalForecast(KV, "prometheus", 0.81, 0.42, 0.02, 420.0, False, True, now - 540),  # heading there
+            # TTFT still within the operator's SLO, read from their rule: the page says which it was.
+            SignalForecast(TTFT, "prometheus", 0.6, 0.55, 0.0, None, False, False, None),
             SignalForecast(
                 Limit("gpu_util", "GPU utilisation", "ratio", "<", 0.1),
                 "prometheus",
@@ -104,6 +108,8 @@ def test_an_early_warning_is_marked_filtered_and_tells_when_the_sla_alert_joined
     moved = re.findall(r'data-signal="([^"]+)"', header)
     assert moved == ["queue_median", "kv_cache_usage"], "only the signals that moved, in the scan's order"
     assert "already beyond" in header and "crosses in ~7 min" in header and "P(TTFT SLO breach" in header
+    assert f"Judged against the TTFT SLO 1 s from {RULE}." in header
+    assert f"TTFT SLO 1 s from {RULE}</p>" in header  # the scan's summary names it too
     assert 'id="early-warning"' not in client.get(f"/incidents/{alert_incident}", headers=API_AUTH).text
 
     # The timeline: the warning, the scan's transition, the SLA alert firing and joining.

@@ -43,6 +43,7 @@ from tests.helpers.processes import subprocess_env
 from tests.helpers.service import RecordingDispatcher, make_settings
 
 RAMP = 20 * 60
+DEPLOY_SLO = "rule LLMTTFTSLOBreach (group llm-rca-early-degradation, rules.yml)"
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +83,11 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
     while at < now - 60:
         report, actions = warnings.tick(datetime.fromtimestamp(at, UTC))
         assert {t.instance for t in report.targets} == {"gpu-a:8000", "gpu-b:8000", "gpu-busy:8000"}
-        # A bounded cost: discovery, the identity series, the start times, and per signal a range
-        # query for each window's new steps and at most one for each window's missing history.
+        # A bounded cost: discovery, the identity series, the start times, Prometheus' rules (at the
+        # first scan, then every 10 minutes), and per signal a range query for each window's new
+        # steps and at most one for each window's missing history.
         scanner = warnings.scanner
-        assert report.queries <= 2 + len(scanner.profile.identities) + 4 * len(scanner.queries)
+        assert report.queries <= 3 + len(scanner.profile.identities) + 4 * len(scanner.queries)
         enqueued += actions.investigations
         states = warnings.memories or {}
         if first_warning is None and states["gpu-a:8000"].state == ScanState.WARNING:
@@ -99,9 +101,15 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
     assert ttft_breached is None or first_warning <= ttft_breached + 60
     with session_scope(pg_db) as session:
         rows = {row.instance: row for row in session.scalars(select(ScanTarget))}
-        assert set(rows) == {"gpu-a:8000"}  # the others never left ok: nothing stored for them
-        assert rows["gpu-a:8000"].state == ScanState.WARNING
+        # Every target is listed with the SLO it is judged against (the deploy's own rule, 2 s);
+        # the others never left ok: no transition stored for them.
+        assert {i: (r.state, r.slo_ttft_seconds, r.slo_source) for i, r in rows.items()} == {
+            "gpu-a:8000": (ScanState.WARNING, 2.0, DEPLOY_SLO),
+            "gpu-b:8000": (ScanState.OK, 2.0, DEPLOY_SLO),
+            "gpu-busy:8000": (ScanState.OK, 2.0, DEPLOY_SLO),
+        }
         transitions = list(session.scalars(select(ScanTransition).order_by(ScanTransition.id)))
+        assert {t.instance for t in transitions} == {"gpu-a:8000"}
         assert [(t.before, t.after) for t in transitions] == [("ok", "watch"), ("watch", "warning")]
         assert all(t.reason and t.figures["signals"] for t in transitions)
         incident = session.get(Incident, rows["gpu-a:8000"].incident_id)
@@ -111,6 +119,7 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         led = ttft_breached is None or first_warning < ttft_breached
         headline = "Early warning, before the TTFT SLO breaks: " if led else "TTFT SLO breached, "
         assert incident.common_annotations["summary"].startswith(headline), incident.common_annotations["summary"]
+        assert incident.common_annotations["summary"].endswith(f"TTFT SLO 2 s from {DEPLOY_SLO}")
         # The warning's alert starts when the scan warned (as Prometheus dates an alert from when it
         # fired); when the signals started moving, earlier, is in the warning's figures.
         assert incident.alerts[0].starts_at.timestamp() == pytest.approx(first_warning)

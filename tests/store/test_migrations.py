@@ -210,6 +210,38 @@ def test_backtest_duplicates_stored_before_0014_keep_the_earliest(fresh_url: str
         engine.dispose()
 
 
+def test_scan_targets_keep_their_rows_and_gain_their_slo_with_0015(fresh_url: str) -> None:
+    """A target stored before 0015 keeps its state and has no SLO until the scan writes one; the
+    downgrade drops the SLO and keeps the row."""
+    config = alembic_config(fresh_url)
+    command.upgrade(config, "0014")
+    now = datetime.now(UTC)
+    row = {"instance": "gpu-a:8000", "host": "gpu-a", "state": "watch", "since": now, "updated_at": now}
+    engine = create_engine(fresh_url, poolclass=pool.NullPool)
+    try:
+        before = MetaData()
+        before.reflect(engine, only=["scan_targets"])
+        with engine.begin() as conn:
+            conn.execute(insert(before.tables["scan_targets"]).values(**row))
+        command.upgrade(config, "head")
+        after = MetaData()
+        after.reflect(engine, only=["scan_targets"])
+        targets = after.tables["scan_targets"]
+        with engine.begin() as conn:
+            kept = conn.execute(select(targets)).mappings().one()
+            assert (kept["state"], kept["slo_ttft_seconds"], kept["slo_source"]) == ("watch", None, None)
+            rule = "rule LLMTTFTSLOBreach (group llm-serving, rules.yml)"
+            conn.execute(targets.update().values(slo_ttft_seconds=0.8, slo_source=rule))
+            assert conn.execute(select(targets.c.slo_ttft_seconds, targets.c.slo_source)).one() == (0.8, rule)
+        command.downgrade(config, "0014")
+        columns = {column["name"] for column in inspect(engine).get_columns("scan_targets")}
+        assert columns == {"instance", "host", "state", "since", "incident_id", "updated_at"}
+        with engine.begin() as conn:
+            assert conn.execute(select(before.tables["scan_targets"].c.state)).scalar_one() == "watch"
+    finally:
+        engine.dispose()
+
+
 def test_rca_migrate_command_brings_a_fresh_database_to_head(fresh_url: str, tmp_path: Path) -> None:
     env = subprocess_env(database_url=fresh_url, data_dir=str(tmp_path / "rca-data"))
     result = subprocess.run(
