@@ -206,9 +206,9 @@ def make_fleet(
     busy = fleet[0]
     busy.busy, busy.hit, busy.cpu_base, busy.prompt = True, 0.55, 0.0246, 1200.0
     # Its clients send again THINK_SECONDS after an answer: enough of them to keep a full batch
-    # and about 4 waiting, the rest thinking (Little's law: the batch's completions per second
+    # and about 7 waiting, the rest thinking (Little's law: the batch's completions per second
     # times the think time, less the step a client is counted running after its answer).
-    busy.clients = round(MAX_SEQS + 4 + capacity(busy.prompt, busy.hit, busy.cpu_base) * (THINK_SECONDS - DT))
+    busy.clients = round(MAX_SEQS + 7 + capacity(busy.prompt, busy.hit, busy.cpu_base) * (THINK_SECONDS - DT))
     hot = fleet[1]
     hot.hot = True
     hot.peak = capacity(hot.prompt, hot.hit, hot.cpu_base) * float(rng.uniform(*HOT_PEAK))

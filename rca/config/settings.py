@@ -93,9 +93,10 @@ class Settings(BaseSettings):
     scan_slo_probability: float = Field(default=0.8, gt=0, le=1)  # P(SLO breach) that warns at once
     scan_slo_sustain_scans: int = Field(default=1, ge=1, le=100)  # TTFT beyond its SLO this many scans: "warning"
     scan_warmup_seconds: float = Field(default=900.0, ge=0, le=86400)  # early signals held this long after a restart
-    # Saturation forecasts (rca/scan/saturation.py): the window of the utilisation's trend, and
-    # P(the batch is full within the horizon) that warns, held `scan_sustain_scans` scans.
-    scan_saturation_trend_minutes: int = Field(default=10, ge=3, le=180)
+    # Saturation forecasts (rca/scan/saturation.py): the window of the utilisation's trend, the
+    # horizon and P(the batch is full within it) that warns, held `scan_sustain_scans` scans.
+    scan_saturation_trend_minutes: int = Field(default=5, ge=1, le=180)
+    scan_saturation_horizon_minutes: float = Field(default=15.0, gt=0, le=240)
     scan_saturation_probability: float = Field(default=0.8, gt=0, le=1)
     # Points (targets x steps) of history never read that one scan reads, newest first: at the
     # scanner's start, for a new target or after a gap the history comes in pieces, not at once.

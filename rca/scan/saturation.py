@@ -16,8 +16,12 @@ minutes ahead of the breach. Utilisation is the fuller of the two rooms:
 A Theil-Sen line over the last `trend_seconds` gives the utilisation now (the line's value, not
 a lagging median) and its slope with a 90 % interval; P(full within the horizon) is the chance,
 under that interval read as a normal spread, that the slope is at least what would fill the room
-in time. Its own normal level (the history before the trend window) tells a host that always
-runs full (a batch workload) from one that is filling up.
+in time, and it must hold over LONG_WINDOWS times that window too, as the SRE workbook's
+multi-window burn-rate alerts pair a short window with a long one: the short says the batch is
+filling now, the long that it has been filling long enough not to be a burst the engine absorbs
+(a burst of a minute or three fills the short window's line, hardly the long one's). Its own
+normal level (the history before the trend window) tells a host that always runs full (a batch
+workload) from one that is filling up.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ FULL_LEVEL = 0.97  # the utilisation at which requests start to wait: admission 
 KV_BOUND = 0.9  # a queue while the KV cache is this full is KV-bound: its batch size is no slot ceiling
 MIN_SIGHTINGS = 3  # steps with a queue at the ceiling before it counts as the engine's ceiling
 CEILING_SLACK = 1.02  # a ceiling the engine ran more than 2 % above is no ceiling
+LONG_WINDOWS = 2  # the long window is this many trend windows
 PLATEAU = 0.98  # a step with a queue is at the ceiling when its batch is within 2 % of it
 _Z = float(norm.ppf(0.5 + TREND_CONFIDENCE / 2))  # half-width of the trend interval in standard deviations
 
@@ -61,13 +66,22 @@ class Headroom:
     baseline: float | None  # its own normal utilisation, before the trend window
     slope_per_minute: float | None
     full_in_seconds: float | None  # until FULL_LEVEL at this slope; None: not filling
-    probability: float | None  # P(full within the horizon); None without a trend
+    short: Trend | None  # the trend over `trend_seconds`, and over LONG_WINDOWS of it
+    long: Trend | None
+    horizon_seconds: float  # the horizon P(full) is judged at
     departed: bool  # above its own normal range
     binding: str  # "kv_cache" or "batch_slots": the room that is fuller now
     kv_used: float | None  # the latest samples behind it
     running: float | None
     waiting: float | None
     ceiling: Ceiling | None
+
+    @property
+    def probability(self) -> float | None:
+        """P(full within the horizon) under both windows' trends, the lesser: filling now (the short
+        window) and for long enough not to be a burst (the long one); None without them."""
+        chances = [_probability(self.utilisation, fit, self.horizon_seconds) for fit in (self.short, self.long)]
+        return None if None in chances else min(c for c in chances if c is not None)
 
     @property
     def lives_full(self) -> bool:
@@ -109,6 +123,7 @@ class Headroom:
             "slope_per_minute": self.slope_per_minute,
             "full_in_seconds": self.full_in_seconds,
             "probability": self.probability,
+            "horizon_seconds": self.horizon_seconds,
             "departed": self.departed,
             "binding": self.binding,
             "kv_used": self.kv_used,
@@ -215,13 +230,17 @@ def headrooms(
         if len(recent) >= MIN_TREND_POINTS:
             rows.append((target, level, binds))
     windows = [level[bisect_left(level, now - trend_seconds, key=sample_time) :] for _, level, _ in rows]
+    sustained = [
+        level[bisect_left(level, now - LONG_WINDOWS * trend_seconds, key=sample_time) :] for _, level, _ in rows
+    ]
     fitted = theil_sen(
-        [[(ts - now) / 60 for ts, _ in window] for window in windows],
-        [[v for _, v in window] for window in windows],
+        [[(ts - now) / 60 for ts, _ in window] for window in windows + sustained],
+        [[v for _, v in window] for window in windows + sustained],
         TREND_CONFIDENCE,
     )
     found: dict[str, Headroom] = {}
-    for (target, level, binds), window, trend in zip(rows, windows, fitted, strict=True):
+    short_fits, long_fits = fitted[: len(rows)], fitted[len(rows) :]
+    for (target, level, binds), window, trend, long in zip(rows, windows, short_fits, long_fits, strict=True):
         slope = trend.slope if trend else 0.0
         now_level = statistics.median(v - slope * (ts - now) / 60 for ts, v in window)
         earlier = now_level - slope * trend_seconds / 60
@@ -230,7 +249,6 @@ def headrooms(
         baseline = normal[0] if normal else None
         departed = normal is None or now_level - normal[0] > normal[1]
         full_in = (FULL_LEVEL - now_level) / slope * 60 if slope > 0 and now_level < FULL_LEVEL else None
-        probability = _probability(now_level, trend, horizon_seconds)
         instance = target.instance
         found[instance] = Headroom(
             utilisation=now_level,
@@ -239,7 +257,9 @@ def headrooms(
             baseline=baseline,
             slope_per_minute=trend.slope if trend else None,
             full_in_seconds=0.0 if now_level >= FULL_LEVEL else full_in,
-            probability=probability,
+            short=trend,
+            long=long,
+            horizon_seconds=horizon_seconds,
             departed=departed,
             binding="batch_slots" if binds[-1][1] else "kv_cache",
             kv_used=_latest(series.get(used_id, {}).get(instance), now),

@@ -324,7 +324,12 @@ class Scanner:
             for signal, limit in self.limits.items()
         }
         rooms = headrooms(
-            targets, series, self.headroom_ids, now, self.settings.scan_saturation_trend_minutes * 60, horizon
+            targets,
+            series,
+            self.headroom_ids,
+            now,
+            self.settings.scan_saturation_trend_minutes * 60,
+            self.settings.scan_saturation_horizon_minutes * 60,
         )
         assessments: dict[str, Assessment] = {}
         for target in targets:

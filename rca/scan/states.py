@@ -19,13 +19,14 @@ to cross and the batch not even likely (P >= WATCH_PROBABILITY) to fill.
 TTFT against its SLO is not held as long as the early signals: its p95 is already a quantile
 over five minutes of requests, so once it is beyond the SLO the users feel it, and a warning
 that waited as long as the SLA alert's own `for:` would tell nothing new (`slo_sustain`, 1 scan
-by default). The early signals of a target whose engine started less than `warmup_seconds` ago
-and its headroom are held (`Assessment.started_at`): a restart empties the prefix cache and the queue and its
-rates and trend window straddle two processes, so a cold cache after a deploy is not a
-degradation; its TTFT still counts. So are those of a target still warming (`Assessment.warming`:
-the scanner has not yet read its whole hour and its baseline, `rca.scan.window`): without them
-every level would look new. The queue, and a signal whose own normal level is already
-beyond its threshold, count only once TTFT feels them (`Assessment.ttft_felt`). Every
+by default). The early signals and the headroom of a target whose engine started less than
+`warmup_seconds` ago are held (`Assessment.started_at`): a restart empties the prefix cache, the
+queue and the batch, and its rates and trend window straddle two processes, so a cold cache or a
+batch filling again after a deploy is not a degradation; its TTFT still counts. So are those of a
+target still warming (`Assessment.warming`: the scanner has not yet read its whole hour and its
+baseline, `rca.scan.window`): without them every level would look new. The early signals warn on
+their own, without waiting for TTFT to move; only a signal whose own normal level is already
+beyond its threshold counts once TTFT feels it (`Assessment.ttft_felt`). Every
 leaving of a state waits for a streak or a calm period, so a target hovering at a threshold does
 not flap, and a target has at most one warning open (the scan stores it with its incident).
 Pure: no clock, no database; `rca.scan.warnings` stores what it returns.
@@ -39,11 +40,10 @@ from enum import StrEnum
 from rca.scan.forecast import SignalForecast, SloForecast
 from rca.scan.saturation import Headroom
 from rca.signals.findings import COMPARE
-from rca.signals.slo import DEPTH_SIGNAL, TTFT_SIGNAL
+from rca.signals.slo import TTFT_SIGNAL
 
-TTFT_FELT_SHARE = 0.25  # of TTFT's headroom to its SLO a signal that needs TTFT's word must have taken
+TTFT_FELT_SHARE = 0.25  # of TTFT's headroom to its SLO a signal living beyond its threshold needs TTFT to have taken
 WATCH_PROBABILITY = 0.5  # P(the batch full within the horizon) that is not calm: `watch`, not a warning
-QUEUE_UNGATED = True  # EXPERIMENT
 
 
 class ScanState(StrEnum):
@@ -93,18 +93,13 @@ class Assessment:
 
     @property
     def early_degrading(self) -> list[SignalForecast]:
-        """The early signals degrading. Two count only once TTFT feels them (`ttft_felt`): the
-        queue (waiting requests hurt only through the time they wait, which TTFT measures) and a
-        signal whose own normal level is already beyond its threshold (a host that lives there:
-        the threshold tells nothing about it, and a small departure of a busy host is noise
-        until TTFT shows otherwise)."""
+        """The early signals degrading, each on its own, without waiting for TTFT to move: the
+        article's point is that they move first. Except a signal whose own normal level is
+        already beyond its threshold (a host that lives there: the threshold tells nothing about
+        it, and a small departure of a busy host, its 10-minute queue median between 5 and 6, is
+        noise) counts only once TTFT feels it (`ttft_felt`)."""
         felt = self.ttft_felt
-        return [
-            s
-            for s in self.degrading
-            if s.limit.signal != TTFT_SIGNAL
-            and (felt or ((QUEUE_UNGATED or s.limit.signal != DEPTH_SIGNAL) and not _lives_beyond(s)))
-        ]
+        return [s for s in self.degrading if s.limit.signal != TTFT_SIGNAL and (felt or not _lives_beyond(s))]
 
     @property
     def ttft_felt(self) -> bool:

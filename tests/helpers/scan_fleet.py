@@ -55,6 +55,7 @@ def write_history(
             gauges = {  # name: (level per stretch, relative noise)
                 f"vllm:num_requests_waiting{{{serving}}}": (levels, 0.2),
                 f"vllm:kv_cache_usage_perc{{{serving}}}": ([0.55] * len(stretches), 0.1),
+                f"vllm:num_requests_running{{{serving}}}": ([100.0] * len(stretches), 0.1),
                 **{f'node_cpu_isolated{{{node},cpu="{c}"}}': ([1.0] * len(stretches), 0.0) for c in (2, 3)},
             }
             for name, (level, noise) in gauges.items():

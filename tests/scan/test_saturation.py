@@ -14,7 +14,7 @@ NOW = 1_800_000_000.0
 STEP = 30.0
 IDS = ("kv", "running", "waiting")
 HORIZON = 600.0
-TREND = 600.0
+TREND = 300.0  # the long window (LONG_WINDOWS of it) is 10 minutes
 
 
 def series(values: list[float] | np.ndarray, end: float = NOW) -> SignalSeries:
@@ -90,7 +90,7 @@ def test_a_batch_filling_toward_its_ceiling_is_forecast_full_in_time() -> None:
     assert found.utilisation == pytest.approx(210 / 256, abs=0.03)
     assert found.slope_per_minute == pytest.approx(8 / 256, rel=0.25)
     # (0.97 * 256 - 210) / 8 per minute: about 5 minutes, well within the 10-minute horizon.
-    assert found.full_in_seconds == pytest.approx((FULL_LEVEL * 256 - 210) / 8 * 60, rel=0.3)
+    assert found.full_in_seconds == pytest.approx((FULL_LEVEL * 256 - 210) / 8 * 60, rel=0.5)
     assert found.probability is not None and found.probability > 0.9
     assert found.departed and not found.lives_full
     assert "running" in found.forecast() and "the most it ran while others waited" in found.forecast()
@@ -104,6 +104,15 @@ def test_a_flat_busy_batch_and_a_slow_morning_rise_are_not_forecast_full() -> No
     assert morning.probability is not None and morning.probability < 0.05
     busy = rooms(np.full(120, 200.0))["busy:8000"]  # always at its ceiling with a queue
     assert busy.lives_full and busy.full_in_seconds == 0 and not busy.filling(0.1)
+
+
+def test_a_brief_burst_fills_the_short_window_not_the_long_one() -> None:
+    rng = np.random.default_rng(2)
+    # 50 min at 130, then 2 minutes that take the batch to 230 of 256: a burst, not a surge.
+    burst = np.concatenate([np.full(96, 130.0), np.linspace(150, 230, 4)]) + rng.normal(0, 3, 100)
+    found = rooms(burst)["host:8000"]
+    assert found.departed and found.full_in_seconds is not None  # the short line heads for full...
+    assert found.probability is not None and found.probability < 0.5  # ...the long one does not
 
 
 def test_without_a_ceiling_the_kv_cache_is_the_room() -> None:

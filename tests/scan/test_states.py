@@ -129,15 +129,16 @@ def test_a_warming_target_is_judged_on_its_ttft_only_until_its_history_is_read()
     assert "prefix_cache_hit_rate" not in transition.reason and transition.figures["warming"] is True
 
 
-def test_a_deeper_queue_counts_only_once_ttft_has_felt_a_share_of_its_headroom() -> None:
-    def scans(ttft_now: float) -> list[Assessment]:
+def test_a_queue_off_its_own_normal_warns_without_waiting_for_ttft() -> None:
+    def scans(normal: float, ttft_now: float) -> list[Assessment]:
+        queue = replace(signal(6.0), baseline=normal)
         ttft = SignalForecast(TTFT, "test", ttft_now, 0.75, 0.0, None, False, ttft_now > 0.8, None)
-        return [Assessment(at=30.0 * i, signals=[signal(6.0), ttft]) for i in range(6)]
+        return [Assessment(at=30.0 * i, signals=[queue, ttft]) for i in range(6)]
 
-    assert ScanState.WARNING not in states_of(scans(0.8))  # 6 waiting instead of 5: a busy host as usual
-    assert ScanState.WARNING not in states_of(scans(0.9))  # TTFT up, but by 0.15 s of its 1.25 s headroom
-    assert states_of(scans(1.2))[2] == ScanState.WARNING  # up by more than a quarter of it
-    assert states_of([Assessment(at=30.0 * i, signals=[signal(6.0)]) for i in range(3)])[2] == ScanState.WARNING
+    assert states_of(scans(1.0, 0.75))[2] == ScanState.WARNING  # 6 waiting where 1 is normal: TTFT has not moved yet
+    assert ScanState.WARNING not in states_of(scans(5.0, 0.8))  # 6 instead of its usual 5: a busy host as usual
+    assert ScanState.WARNING not in states_of(scans(5.0, 0.9))  # TTFT up, but by 0.15 s of its 1.25 s headroom
+    assert states_of(scans(5.0, 1.2))[2] == ScanState.WARNING  # up by more than a quarter of it
 
 
 def test_a_host_living_beyond_a_threshold_warns_on_that_signal_only_once_ttft_feels_it() -> None:
