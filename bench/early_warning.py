@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import pickle
 import statistics
 import subprocess
@@ -63,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from early_warning_fleet import DAY, SUDDEN_KIND, Fault, make_fleet, simulate  # noqa: E402  (the synthetic fleet)
 
 from rca.config import Settings  # noqa: E402
-from rca.scan.backtest import Frame, replay, scan_frames  # noqa: E402
+from rca.scan.backtest import Frame, lead_quantile, replay, scan_frames  # noqa: E402
 from rca.scan.scanner import prometheus_fleet_source  # noqa: E402
 from rca.scan.service import policy_of  # noqa: E402
 from rca.scan.states import Policy  # noqa: E402
@@ -225,7 +224,7 @@ def _against(rows: list[dict], alert: str) -> dict:
     lead's p50 and p10 over every fault that alerted (a fault warned after it, or never, counts
     with its lead, negative or minus infinity: a percentile over only the good ones flatters)."""
     alerted = [r for r in rows if r[f"{alert}_at"] is not None]
-    leads = sorted((r[f"{alert}_at"] - r["warned_at"]) if r["warned_at"] is not None else -math.inf for r in alerted)
+    leads = [(r[f"{alert}_at"] - r["warned_at"]) if r["warned_at"] is not None else None for r in alerted]
     ahead = [r for r in alerted if r["warned_at"] is not None and r["warned_at"] < r[f"{alert}_at"]]
     return {
         "faults_alerted": len(alerted),
@@ -237,12 +236,10 @@ def _against(rows: list[dict], alert: str) -> dict:
     }
 
 
-def _quantile_min(ordered: list[float], q: float) -> float | None:
-    """The q-quantile (lower) of sorted seconds, in minutes; None when it falls on a fault never warned."""
-    if not ordered:
-        return None
-    value = ordered[int(q * (len(ordered) - 1))]
-    return value / 60 if math.isfinite(value) else None
+def _quantile_min(leads: list[float | None], q: float) -> float | None:
+    """`lead_quantile` (a fault never warned at minus infinity) in minutes."""
+    value = lead_quantile(leads, q)
+    return value / 60 if value is not None else None
 
 
 def _median(values: list[float]) -> float | None:

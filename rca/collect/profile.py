@@ -167,18 +167,22 @@ def _expand_fragments(raw: Any) -> Any:
     if clash:
         raise ValueError(f"fragments: {', '.join(clash)} already name a scope or parameter")
     named = re.compile(r"(?<!\$)\$(" + "|".join(map(re.escape, sorted(fragments, key=len, reverse=True))) + r")\b")
-    signals = []
-    for signal in raw.get("signals") or []:
-        if isinstance(signal, dict) and isinstance(signal.get("queries"), list):
-            queries = [
-                q | {"promql": named.sub(lambda m: str(fragments[m.group(1)]).strip(), q["promql"])}
-                if isinstance(q, dict) and isinstance(q.get("promql"), str)
-                else q
-                for q in signal["queries"]
-            ]
-            signal = signal | {"queries": queries}
-        signals.append(signal)
-    return raw | {"signals": signals}
+    expanded = {}
+    for section in ("signals", "headroom"):
+        specs = []
+        for spec in raw.get(section) or []:
+            if isinstance(spec, dict) and isinstance(spec.get("queries"), list):
+                queries = [
+                    q | {"promql": named.sub(lambda m: str(fragments[m.group(1)]).strip(), q["promql"])}
+                    if isinstance(q, dict) and isinstance(q.get("promql"), str)
+                    else q
+                    for q in spec["queries"]
+                ]
+                spec = spec | {"queries": queries}
+            specs.append(spec)
+        if section in raw:
+            expanded[section] = specs
+    return raw | expanded
 
 
 class Profile(BaseModel):

@@ -118,15 +118,16 @@ class WarningView:
     slo: str | None = None  # "TTFT SLO 1 s from rule LLMTTFTSLOBreach (group g, rules.yml)", as judged then
 
 
-def _slo(figures: dict[str, Any]) -> str | None:
-    """The TTFT SLO the target was judged against when it warned, and its source (its TTFT figures);
-    None for a warning stored before the scan recorded the source."""
-    for item in figures.get("signals") or []:
-        if isinstance(item, dict) and item.get("signal") == TTFT_SIGNAL:
-            threshold, source = _number(item.get("threshold")), item.get("slo_source")
-            if threshold is not None and isinstance(source, str):
-                return slo_words(threshold, source)
-    return None
+def _ttft(figures: dict[str, Any]) -> dict[str, Any]:
+    """The TTFT SLO signal's figures as stored when it warned (empty without them)."""
+    return next((i for i in figures.get("signals") or [] if isinstance(i, dict) and i.get("signal") == TTFT_SIGNAL), {})
+
+
+def _slo(ttft: dict[str, Any]) -> str | None:
+    """The TTFT SLO the target was judged against when it warned, and its source; None for a
+    warning stored before the scan recorded the source."""
+    threshold, source = _number(ttft.get("threshold")), ttft.get("slo_source")
+    return slo_words(threshold, source) if threshold is not None and isinstance(source, str) else None
 
 
 def _number(value: object) -> float | None:
@@ -170,6 +171,7 @@ def warning_view(
     warned = [row for row in transitions if row.after == "warning"]
     latest = warned[-1] if warned else None
     figures = latest.figures if latest else {}
+    ttft = _ttft(figures)
     joined = [
         (alert, early_warning.lead(alert.starts_at, _warned_at(incident)))
         for alert in incident.alerts
@@ -182,11 +184,8 @@ def warning_view(
         slo_probability=_number(figures.get("slo_probability")),
         signals=_moved(figures, findings),
         joined=joined,
-        led=not any(
-            isinstance(item, dict) and item.get("signal") == TTFT_SIGNAL and item.get("breached")
-            for item in figures.get("signals") or []
-        ),
-        slo=_slo(figures),
+        led=not ttft.get("breached"),
+        slo=_slo(ttft),
     )
 
 

@@ -76,14 +76,8 @@ class BacktestResult:
         return [b for b in self.breaches if b.lead_seconds is not None and b.lead_seconds > 0]
 
     def lead_quantile(self, q: float) -> float | None:
-        """The q-quantile (lower) of the lead over every breach, a missed one counting as minus
-        infinity (None when the quantile falls on one): a percentile over the warned ones only
-        would flatter."""
-        leads = sorted(b.lead_seconds if b.lead_seconds is not None else -math.inf for b in self.breaches)
-        if not leads:
-            return None
-        value = leads[int(q * (len(leads) - 1))]
-        return value if math.isfinite(value) else None
+        """The q-quantile of the lead over every breach (`lead_quantile`)."""
+        return lead_quantile([b.lead_seconds for b in self.breaches], q)
 
     @property
     def false_per_week(self) -> float | None:
@@ -108,6 +102,16 @@ class BacktestResult:
             "false_per_7_target_days": self.false_per_week,
             "median_lead_seconds": leads[len(leads) // 2] if leads else None,
         }
+
+
+def lead_quantile(leads: list[float | None], q: float) -> float | None:
+    """The q-quantile (lower) of these leads, a missed breach (None) counting as minus infinity
+    (None when the quantile falls on one): a percentile over the warned ones only would flatter."""
+    ordered = sorted(lead if lead is not None else -math.inf for lead in leads)
+    if not ordered:
+        return None
+    value = ordered[int(q * (len(ordered) - 1))]
+    return value if math.isfinite(value) else None
 
 
 def _ttft_breached(assessment: Assessment) -> bool:

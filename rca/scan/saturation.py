@@ -31,8 +31,8 @@ import statistics
 from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from scipy.stats import norm
+from functools import cached_property
+from statistics import NormalDist
 
 from rca.collect.prometheus import Samples
 from rca.scan.fleet import ServingTarget, SignalSeries, sample_time
@@ -45,7 +45,8 @@ MIN_SIGHTINGS = 3  # steps with a queue at the ceiling before it counts as the e
 CEILING_SLACK = 1.02  # a ceiling the engine ran more than 2 % above is no ceiling
 LONG_WINDOWS = 2  # the long window is this many trend windows
 PLATEAU = 0.98  # a step with a queue is at the ceiling when its batch is within 2 % of it
-_Z = float(norm.ppf(0.5 + TREND_CONFIDENCE / 2))  # half-width of the trend interval in standard deviations
+_NORMAL = NormalDist()  # the stdlib's: scipy's per-call overhead is 30 times its, every target every scan
+_Z = _NORMAL.inv_cdf(0.5 + TREND_CONFIDENCE / 2)  # half-width of the trend interval in standard deviations
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,42 @@ class Ceiling:
 class Headroom:
     """One target's use of its engine's room at one scan."""
 
-    utilisation: float  # now: the trend line's value
-    earlier: float  # the trend line's value at the start of the trend window
+    utilisation: float  # now: the short trend line's value
     trend_seconds: float
     baseline: float | None  # its own normal utilisation, before the trend window
-    slope_per_minute: float | None
-    full_in_seconds: float | None  # until FULL_LEVEL at this slope; None: not filling
     short: Trend | None  # the trend over `trend_seconds`, and over LONG_WINDOWS of it
     long: Trend | None
     horizon_seconds: float  # the horizon P(full) is judged at
     departed: bool  # above its own normal range
-    binding: str  # "kv_cache" or "batch_slots": the room that is fuller now
     kv_used: float | None  # the latest samples behind it
     running: float | None
     waiting: float | None
     ceiling: Ceiling | None
 
     @property
+    def slope_per_minute(self) -> float | None:
+        return self.short.slope if self.short else None
+
+    @property
+    def earlier(self) -> float:
+        """The short trend line's value at the start of its window."""
+        return self.utilisation - (self.slope_per_minute or 0.0) * self.trend_seconds / 60
+
+    @property
+    def full_in_seconds(self) -> float | None:
+        """Until FULL_LEVEL at the short trend's slope: 0 when full now, None when not filling."""
+        if self.utilisation >= FULL_LEVEL:
+            return 0.0
+        slope = self.slope_per_minute or 0.0
+        return (FULL_LEVEL - self.utilisation) / slope * 60 if slope > 0 else None
+
+    @property
+    def binding(self) -> str:
+        """The room that is fuller now: "batch_slots" or "kv_cache"."""
+        slots = self.running / self.ceiling.requests if self.ceiling and self.running is not None else 0.0
+        return "batch_slots" if slots > (self.kv_used or 0.0) else "kv_cache"
+
+    @cached_property
     def probability(self) -> float | None:
         """P(full within the horizon) under both windows' trends, the lesser: filling now (the short
         window) and for long enough not to be a burst (the long one); None without them."""
@@ -186,15 +206,11 @@ def ceilings(
     return found_ceilings
 
 
-def utilisation(used: Samples | None, running: Samples | None, ceiling: Ceiling | None) -> tuple[Samples, Samples]:
-    """(utilisation, which room binds: 1 the slots, 0 the KV cache) at each step either room is known."""
+def utilisation(used: Samples | None, running: Samples | None, ceiling: Ceiling | None) -> Samples:
+    """The fuller room's share at each step either room is known."""
     kv = _by_time(used)
     slots = {ts: r / ceiling.requests for ts, r in running or []} if ceiling else {}
-    steps = sorted(kv.keys() | slots.keys())
-    return (
-        [(ts, max(kv.get(ts, 0.0), slots.get(ts, 0.0))) for ts in steps],
-        [(ts, float(slots.get(ts, 0.0) > kv.get(ts, 0.0))) for ts in steps],
-    )
+    return [(ts, max(kv.get(ts, 0.0), slots.get(ts, 0.0))) for ts in sorted(kv.keys() | slots.keys())]
 
 
 def _latest(series: SignalSeries | None, now: float) -> float | None:
@@ -217,22 +233,20 @@ def headrooms(
     a KV share or a batch ceiling, or with too few recent steps, has none."""
     used_id, running_id, waiting_id = ids
     known = ceilings(targets, series, running_id, waiting_id, used_id)
-    rows: list[tuple[ServingTarget, Samples, Samples]] = []
+    rows: list[tuple[ServingTarget, Samples]] = []
+    windows: list[Samples] = []
     for target in targets:
         used = series.get(used_id, {}).get(target.instance)
         running = series.get(running_id, {}).get(target.instance)
-        level, binds = utilisation(
+        level = utilisation(
             used.samples if used else None, running.samples if running else None, known.get(target.instance)
         )
-        upto = bisect_left(level, now + 1e-6, key=sample_time)
-        level, binds = level[:upto], binds[:upto]
+        level = level[: bisect_left(level, now + 1e-6, key=sample_time)]
         recent = level[bisect_left(level, now - trend_seconds, key=sample_time) :]
         if len(recent) >= MIN_TREND_POINTS:
-            rows.append((target, level, binds))
-    windows = [level[bisect_left(level, now - trend_seconds, key=sample_time) :] for _, level, _ in rows]
-    sustained = [
-        level[bisect_left(level, now - LONG_WINDOWS * trend_seconds, key=sample_time) :] for _, level, _ in rows
-    ]
+            rows.append((target, level))
+            windows.append(recent)
+    sustained = [level[bisect_left(level, now - LONG_WINDOWS * trend_seconds, key=sample_time) :] for _, level in rows]
     fitted = theil_sen(
         [[(ts - now) / 60 for ts, _ in window] for window in windows + sustained],
         [[v for _, v in window] for window in windows + sustained],
@@ -240,28 +254,19 @@ def headrooms(
     )
     found: dict[str, Headroom] = {}
     short_fits, long_fits = fitted[: len(rows)], fitted[len(rows) :]
-    for (target, level, binds), window, trend, long in zip(rows, windows, short_fits, long_fits, strict=True):
+    for (target, level), window, trend, long in zip(rows, windows, short_fits, long_fits, strict=True):
         slope = trend.slope if trend else 0.0
         now_level = statistics.median(v - slope * (ts - now) / 60 for ts, v in window)
-        earlier = now_level - slope * trend_seconds / 60
-        normal_samples = [v for _, v in level[: len(level) - len(window)]]
-        normal = normal_range(normal_samples, None)
-        baseline = normal[0] if normal else None
-        departed = normal is None or now_level - normal[0] > normal[1]
-        full_in = (FULL_LEVEL - now_level) / slope * 60 if slope > 0 and now_level < FULL_LEVEL else None
+        normal = normal_range([v for _, v in level[: len(level) - len(window)]], None)
         instance = target.instance
         found[instance] = Headroom(
             utilisation=now_level,
-            earlier=earlier,
             trend_seconds=trend_seconds,
-            baseline=baseline,
-            slope_per_minute=trend.slope if trend else None,
-            full_in_seconds=0.0 if now_level >= FULL_LEVEL else full_in,
+            baseline=normal[0] if normal else None,
             short=trend,
             long=long,
             horizon_seconds=horizon_seconds,
-            departed=departed,
-            binding="batch_slots" if binds[-1][1] else "kv_cache",
+            departed=normal is None or now_level - normal[0] > normal[1],
             kv_used=_latest(series.get(used_id, {}).get(instance), now),
             running=_latest(series.get(running_id, {}).get(instance), now),
             waiting=_latest(series.get(waiting_id, {}).get(instance), now),
@@ -282,4 +287,4 @@ def _probability(level: float, trend: Trend | None, horizon_seconds: float) -> f
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
         return 1.0 if slope >= needed else 0.0
     sigma = (high - low) / (2 * _Z)
-    return float(norm.cdf((slope - needed) / sigma))
+    return _NORMAL.cdf((slope - needed) / sigma)

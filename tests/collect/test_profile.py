@@ -158,6 +158,15 @@ def test_a_fragment_is_expanded_into_every_query_that_names_it(tmp_path: Path) -
     )
 
 
+def test_a_fragment_is_expanded_into_the_headroom_queries_too(tmp_path: Path) -> None:
+    def used(raw: dict) -> None:
+        raw["fragments"]["running"] = "vllm:num_requests_running{$serving}"
+        raw["headroom"][0]["queries"][0]["promql"] = "sum($running)"
+
+    query = load_profile(str(write_profile(tmp_path, used))).headroom[0].queries[0]
+    assert query.render({"serving": 'instance="a"'}) == 'sum(vllm:num_requests_running{instance="a"})'
+
+
 def test_a_fragment_named_like_a_scope_is_refused(tmp_path: Path) -> None:
     def clash(raw: dict) -> None:
         raw["fragments"]["serving"] = "up"
