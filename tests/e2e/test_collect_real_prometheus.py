@@ -284,7 +284,9 @@ def test_process_exporter_cpu_is_divided_by_the_isolated_cores(prometheus: str) 
     cpu = _analyse(prometheus, {"instance": "proc-b:9256", "job": "process"})["findings"]["cpu_bound_ratio"]
     assert cpu.source == "process-exporter serving process CPU per pinned (isolcpus) core"
     assert 'groupname=~"(?i).*(vllm|sglang|text\\\\-generation|tritonserver).*"' in (cpu.query or "")
-    assert cpu.breached and 0.9 < cpu.value < 1.0
+    # About 0.95 (the pinned cores' busy share); dividing by all 8 cores would give under 0.5. A
+    # loaded machine delays scrapes of the live exporter, which reads a little low, never near that.
+    assert cpu.breached and 0.85 < cpu.value < 1.0
 
 
 def test_process_exporter_cpu_is_divided_by_the_configured_cpu_list(prometheus: str, tmp_path: Path) -> None:
@@ -294,7 +296,7 @@ def test_process_exporter_cpu_is_divided_by_the_configured_cpu_list(prometheus: 
     cpu = _analyse(prometheus, {"instance": "proc-a:9256"}, settings)["findings"]["cpu_bound_ratio"]
     assert cpu.source == "process-exporter serving process CPU per configured pinned core (pinned_cpus)"
     assert cpu.query and cpu.query.endswith("/ 4") and "(?i).*(engine).*" in cpu.query
-    assert cpu.breached and 0.9 < cpu.value < 1.0
+    assert cpu.breached and 0.85 < cpu.value < 1.0
 
 
 def test_process_groups_that_match_no_group_fall_through_to_node_exporter(prometheus: str, tmp_path: Path) -> None:
