@@ -4,7 +4,7 @@
           likely full within it)--> watch
     watch --(an early signal degrading or the batch filling for `sustain` scans in a row, TTFT
              beyond its SLO for `slo_sustain` scans, or P(SLO breach) >= `slo_probability` with
-             a crossing forecast)--> warning
+             a crossing forecast and the queue deeper than its own normal)--> warning
     watch --(calm for `calm_seconds`)--> ok
     warning --(calm for `calm_seconds`)--> cleared
     cleared --(degrading for `sustain` scans again)--> warning (the same incident, reopened)
@@ -40,7 +40,7 @@ from enum import StrEnum
 from rca.scan.forecast import SignalForecast, SloForecast
 from rca.scan.saturation import Headroom
 from rca.signals.findings import COMPARE
-from rca.signals.slo import TTFT_SIGNAL
+from rca.signals.slo import DEPTH_SIGNAL, TTFT_SIGNAL
 
 TTFT_FELT_SHARE = 0.25  # of TTFT's headroom to its SLO a signal living beyond its threshold needs TTFT to have taken
 WATCH_PROBABILITY = 0.5  # P(the batch full within the horizon) that is not calm: `watch`, not a warning
@@ -137,11 +137,17 @@ class Assessment:
         )
 
     def slo_likely(self, policy: Policy) -> bool:
-        """A TTFT SLO breach forecast soon with high probability."""
+        """A TTFT SLO breach forecast soon with high probability, at a queue deeper than the
+        target's own normal: the model's probability at the depth a host always runs at says
+        how the model reads that host (a busy one lives at a depth the fleet breaks at), not that
+        anything is coming."""
         probability = self.slo.probability if self.slo else None
+        depth = next((s for s in self.signals if s.limit.signal == DEPTH_SIGNAL), None)
         return (
             probability is not None
             and probability >= policy.slo_probability
+            and depth is not None
+            and depth.departed
             and bool(self.degrading or self.crossing(policy.horizon_seconds))
         )
 

@@ -50,6 +50,14 @@ def test_a_likely_slo_breach_warns_at_once() -> None:
     assert run([signal(3.0, 300)], slo=0.5) == [ScanState.WATCH]
 
 
+def test_a_likely_slo_breach_at_the_targets_own_usual_depth_does_not_warn() -> None:
+    """The busy host the fleet's model reads as breaking (its depth is where others broke their
+    SLO) is not warned while its queue stays at its own normal depth; leaving it is."""
+    usual = signal(3.0, 300, departed=False)
+    assert run([usual] * 5, slo=0.95) == [ScanState.WATCH] * 5
+    assert run([usual, usual, signal(3.5, 200)], slo=0.95) == [ScanState.WATCH, ScanState.WATCH, ScanState.WARNING]
+
+
 def test_a_busy_but_steady_target_stays_ok() -> None:
     assert run([signal(6.0, departed=False)] * 10) == [ScanState.OK] * 10
 
