@@ -1,11 +1,12 @@
 """The `rca` command line as a user meets it (the installed console script): the demo's diagnosis,
 --version, help with defaults, one-line errors on every failure path and the exit codes (0
-diagnosis, 1 failed while running, 2 usage, 3 no data)."""
+diagnosis, 1 failed while running, 2 usage, 3 no data), and logs of one short line per event."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import requests
 
 from rca import cli
 from rca.cli import EXIT_FAILED, EXIT_NO_DATA, EXIT_USAGE
@@ -422,6 +424,93 @@ def test_every_command_says_an_unreachable_database_in_one_line(
     done = _rca(args, tmp_path, database_url=CLOSED_PORT_DATABASE_URL, **env)
     line = _one_line(done, EXIT_USAGE)
     assert line.startswith("error: RCA_DATABASE_URL: cannot connect (") and "is the database running?" in line
+
+
+def test_migrate_to_an_unknown_revision_is_one_line(tmp_path: Path) -> None:
+    line = _one_line(_rca(["migrate", "0999"], tmp_path), EXIT_USAGE)
+    assert line == "error: revision '0999': Can't locate revision identified by '0999'"
+
+
+@pytest.mark.parametrize(("args", "env"), [(["serve"], AUTH), (["demo"], {})])
+def test_a_port_in_use_is_one_line_not_the_servers_exit_status(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    """uvicorn logs the bind error and exits 3, which means "no data" here."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _rca([*args, "--port", str(port)], tmp_path, **env)
+    line = _one_line(done, EXIT_USAGE)
+    assert line.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use"), line
+
+
+def test_alembic_says_nothing_outside_migrate(tmp_path: Path) -> None:
+    """The embedded SQLite migrates itself on the first `token create`: its steps and migration
+    context stay out of the output; `rca migrate` shows the steps it runs, nothing else."""
+    created = _rca(["token", "create", "--name", "ci"], tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert created.stderr == "token 'ci' (read) created; it is shown only now\n"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    migrated = _rca(["migrate"], fresh)
+    assert migrated.returncode == 0, migrated.stderr
+    logged = migrated.stderr.splitlines()
+    assert logged and all(" INFO alembic.runtime.migration: Running upgrade " in line for line in logged), logged
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def test_a_retried_request_is_one_short_line_with_its_promql_cut(caplog: pytest.LogCaptureFixture) -> None:
+    from datetime import UTC, datetime
+
+    from rca.collect.prometheus import PrometheusSource
+
+    cli.quiet_library_loggers()
+    caplog.set_level(logging.WARNING, logger="urllib3.connectionpool")
+    promql = 'sum by (instance) (rate(vllm:request_success_total{instance=~"gpu-node-1:8000|gpu-node-1"}[5m]))'
+    url = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(requests.ConnectionError):
+        PrometheusSource(url, timeout=5, concurrency=1)._instant(promql, datetime.now(UTC))
+    [retried] = [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"]
+    shown = promql[: cli.PROMQL_SHOWN - 1] + "…"
+    assert retried.startswith(f"retrying /api/v1/query ({shown}) after NewConnectionError: "), retried
+    assert retried.endswith("Connection refused") and "\n" not in retried and "%28" not in retried
+
+
+def test_the_services_log_says_a_prometheus_outage_in_short_lines(tmp_path: Path) -> None:
+    """`rca serve` scanning an unreachable Prometheus: urllib3's retry, the rules and the failed
+    scan each in one line, without the URL-encoded PromQL; no alembic line at start-up."""
+    from tests.e2e.promstack import free_port
+    from tests.helpers.processes import wait_until_serving
+
+    port = free_port()
+    env = subprocess_env(
+        data_dir=str(tmp_path / "rca-data"), prometheus_url=f"http://127.0.0.1:{_closed_port()}", **AUTH
+    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen(
+            [str(VENV_BIN / "rca"), "serve", "--port", str(port)], cwd=tmp_path, env=env, stdout=sink, stderr=sink
+        )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", server)
+        deadline = time.monotonic() + 30
+        while "scan failed" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop_process(server)
+    lines = log.read_text().splitlines()
+    assert any(
+        "WARNING rca.jobs.scan: scan failed: ConnectionError: connection refused or unreachable" in line
+        for line in lines
+    ), lines
+    retries = [line for line in lines if "urllib3.connectionpool" in line]
+    assert retries and all(" retrying /api/v1/" in line and len(line) < 400 for line in retries), retries
+    assert not any("%28" in line or "Retry(total" in line or "alembic" in line for line in lines), lines
 
 
 # --------------------------------------------------------------------------- serve
