@@ -19,11 +19,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import SecretStr, ValidationError
 
 from rca.config import ConfigError, Settings, first_error
+from rca.domain.answer import answer_line
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.startup import checked_settings
 
@@ -36,36 +37,80 @@ DEMO_ALERT = "demo_alert.json"  # the recorded incident's webhook (tools/record_
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done (for investigate and demo: a diagnosis was made)
-  {EXIT_FAILED}  the command failed while running (e.g. the demo's investigation failed)
-  {EXIT_USAGE}  usage or configuration error (bad option, bad RCA_* setting, database not migrated)
+  {EXIT_FAILED}  the command failed while running (the demo's investigation failed; backtest:
+     Prometheus unreachable, or not a Prometheus)
+  {EXIT_USAGE}  usage or configuration error (bad option, bad RCA_* setting, database unreachable or
+     not migrated, port in use)
   {EXIT_NO_DATA}  no data: nothing could be measured (no or unreachable Prometheus, no series for
-     the target; gpu-probe: no NVIDIA GPU), so no cause was ranked"""
+     the target; backtest: no serving target in the history; gpu-probe: no NVIDIA GPU), so no cause
+     was ranked"""
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
-
-
-def _quiet_http_retries() -> None:
-    """A report already says when Prometheus is unreachable: urllib3's per-retry warnings would
-    bury that one line (RCA_LOG_LEVEL=DEBUG shows them)."""
-    if logging.root.level > logging.DEBUG:
-        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 # Libraries that log every request at INFO (with its full URL): the demo's polling and each trace
 # or LLM call would flood the log. The openai client sends through httpx2 (a fork of httpx with its
 # own logger names); its own "openai" logger announces retries with the URL.
 CHATTY_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2", "openai")
+# Alembic announces each of its plugins at INFO on import, and its migration context at INFO
+# whenever the schema's revision is read (every `serve`, `worker`, `token`): noise around our
+# one-line errors. `rca migrate` shows the steps it runs.
+ALEMBIC_LOGGERS = ("alembic.runtime.plugins", "alembic.runtime.migration")
+RETRY_LOGGER = "urllib3.connectionpool"
+URLLIB3_RETRY = "Retrying (%r) after connection broken by '%r': %s"  # urllib3 2.x's own format
+PROMQL_SHOWN = 80  # characters of a retried request's PromQL in the log
+
+
+class ShortRetryWarnings(logging.Filter):
+    """urllib3's warning of each retried request in one short line: the path with its PromQL
+    decoded and cut, and the error's own words, instead of the retry state's repr, the error's
+    nested reprs and the whole URL-encoded query."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == URLLIB3_RETRY and isinstance(record.args, tuple) and len(record.args) == 3:
+            _, error, url = record.args
+            record.msg, record.args = "retrying %s after %s", (_short_request(str(url)), _short_cause(error))
+        return True
+
+
+def _short_request(url: str) -> str:
+    """`/api/v1/query (sum(rate(vllm:...)…)`: the path, and the PromQL it asked, cut."""
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    query = " ".join(parse_qs(parts.query).get("query", [""])[0].split())
+    if len(query) > PROMQL_SHOWN:
+        query = query[: PROMQL_SHOWN - 1] + "…"
+    return f"{parts.path} ({query})" if query else parts.path
+
+
+def _short_cause(error: object) -> str:
+    """`NewConnectionError: ... [Errno 111] Connection refused`, on one line, cut."""
+    return f"{type(error).__name__}: {answer_line(str(error))}"
 
 
 def quiet_library_loggers() -> None:
-    """Libraries' per-request logs at WARNING and above only, whatever RCA_LOG_LEVEL says. Called
-    by every entry point that runs the service (`rca ...`, `celery -A workers.app`)."""
-    # Alembic announces each of its plugins at INFO on import; that noise buried our one-line errors.
-    for name in ("alembic.runtime.plugins", *CHATTY_LOGGERS):
+    """Libraries' per-request logs at WARNING and above only, whatever RCA_LOG_LEVEL says, and
+    urllib3's retries in one short line each. Called by every entry point that runs the service
+    (`rca ...`, `celery -A workers.app`)."""
+    for name in (*ALEMBIC_LOGGERS, *CHATTY_LOGGERS):
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.root.level))
+    retries = logging.getLogger(RETRY_LOGGER)
+    if not any(isinstance(f, ShortRetryWarnings) for f in retries.filters):
+        retries.addFilter(ShortRetryWarnings())
+
+
+def _report_logging() -> None:
+    """The output of `investigate`, `backtest` and `demo` is their report, not the service's log:
+    warnings only unless RCA_LOG_LEVEL is set, and not urllib3's per-retry warnings, which would
+    bury the one line that says Prometheus is unreachable (RCA_LOG_LEVEL=DEBUG shows them)."""
+    if "RCA_LOG_LEVEL" not in os.environ:
+        logging.getLogger().setLevel(logging.WARNING)
+    if logging.root.level > logging.DEBUG:
+        logging.getLogger(RETRY_LOGGER).setLevel(logging.ERROR)
 
 
 def _setup_logging(settings: Settings) -> None:
@@ -140,6 +185,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
         _fail("--workers: more than 1 needs RCA_BROKER_URL (the embedded queue runs inside the one server process)")
     _prepare_database(settings)
     host, port, level = args.host or settings.host, args.port or settings.port, settings.log_level.lower()
+    _can_listen(host, port)
     mode = "embedded queue" if settings.embedded_queue else "celery"
     log.info(
         "serving on %s:%s (%s, database %s, %d worker process%s)",
@@ -353,22 +399,59 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds / 60:.1f} min" if seconds is not None else "n/a"
 
 
-def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
+def _replayed(settings: Settings, args: argparse.Namespace, start: datetime, end: datetime) -> BacktestResult:
+    """The backtest's result, or one line and exit 1 when Prometheus fails it. Prometheus is asked
+    once first, so that one not there (or not Prometheus) is said at once, before the replay."""
+    from rca.collect.prometheus import QUERY_ERRORS, short_error
     from rca.scan.backtest import backtest
     from rca.scan.scanner import prometheus_fleet_source
 
+    source = prometheus_fleet_source(settings)
+    try:
+        source.instant("vector(1)", end)
+        return backtest(settings, source, start, end, args.target)
+    except QUERY_ERRORS as exc:
+        _fail(
+            f"Prometheus at {settings.prometheus_url} is unavailable: {short_error(exc)} (check RCA_PROMETHEUS_URL)",
+            code=EXIT_FAILED,
+        )
+
+
+def _no_targets(settings: Settings, args: argparse.Namespace, result: BacktestResult) -> str:
+    """Why a replay saw no target, in a line."""
+    from rca.collect.profile import profile_for
+
+    span = (
+        f"from {datetime.fromtimestamp(result.start, UTC):%Y-%m-%d %H:%M} "
+        f"to {datetime.fromtimestamp(result.end, UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    if args.target:
+        return f"{args.target} is not a serving target of Prometheus at {settings.prometheus_url} {span}"
+    serving = profile_for(settings.file_config()).scopes["serving"].probe.split("|")
+    return (
+        f"Prometheus at {settings.prometheus_url} has no serving target {span} "
+        f"(no series of the profile's serving metrics, such as {serving[0]})"
+    )
+
+
+def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
     if not settings.prometheus_url:
         _fail("RCA_PROMETHEUS_URL: not set; the backtest replays the scan over Prometheus history")
     if args.store:
         _prepare_database(settings)  # before the replay, which can take minutes
-    _quiet_http_retries()
+    _report_logging()
     now = datetime.now(UTC)
     end = now - (args.until or timedelta(0))
     start = _on_the_scan_grid(now - args.since, settings.scan_interval_seconds)
     if start >= end:
         _fail("--since: must reach further back than --until")
-    result = backtest(settings, prometheus_fleet_source(settings), start, end, args.target)
+    result = _replayed(settings, args, start, end)
     summary = result.as_dict()
+    if result.targets == 0:  # no data: nothing was judged, so nothing to store or score
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        print(f"no data: {_no_targets(settings, args, result)}", file=sys.stderr)
+        raise SystemExit(EXIT_NO_DATA)
     stored = _stored(settings, result) if args.store else None
     if stored is not None:
         summary |= {"stored": len(stored.incident_ids), "already_stored": stored.already_stored}
@@ -400,21 +483,38 @@ def cmd_backtest(settings: Settings, args: argparse.Namespace) -> None:
         )
 
 
+def _migration_steps(record: logging.LogRecord) -> bool:
+    """Of alembic's migration lines, the steps it runs ("Running upgrade 0014 -> 0015, ...")."""
+    return record.msg == "Running %s"
+
+
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
+    from alembic.util import CommandError
     from sqlalchemy.exc import OperationalError
 
     from rca.store.db import migrate
 
+    steps = logging.getLogger("alembic.runtime.migration")
+    steps.setLevel(max(logging.INFO, logging.root.level))
+    steps.addFilter(_migration_steps)
     try:
         migrate(settings.effective_database_url, args.revision)
     except OperationalError as exc:
         _fail(f"RCA_DATABASE_URL: cannot connect ({str(exc.orig).strip().splitlines()[0]}); is the database running?")
+    except CommandError as exc:  # a revision alembic does not know
+        _fail(f"revision {args.revision!r}: {exc}")
     print(f"database migrated to {args.revision}")
 
 
 def _alerts_from_args(args: argparse.Namespace) -> tuple[list[dict[str, str]], list[datetime]]:
     from rca.intake.schema import WebhookPayload
 
+    if args.payload and args.label:
+        _fail(
+            f"--label: not with a payload file ({args.payload}), whose alerts carry their labels; give one or the other"
+        )
+    if args.payload and args.start:
+        _fail(f"--start: not with a payload file ({args.payload}), whose alerts carry their start; use it with --label")
     if args.payload:
         try:
             payload = WebhookPayload.model_validate_json(Path(args.payload).read_bytes())
@@ -454,7 +554,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     from rca.pipeline import analyse
     from rca.report import no_data_reason, render, use_colour, written_by
 
-    _quiet_http_retries()
+    _report_logging()
     labels, starts = _alerts_from_args(args)
     target = target_from_alerts(labels, starts, settings.file_config().target)
     alerts = [AlertText(alert, {}, start) for alert, start in zip(labels, starts, strict=True)]
@@ -498,6 +598,20 @@ def _no_data(target: str, reason: str, prometheus_url: str | None) -> None:
     hint = no_data_hint(reason, prometheus_url)
     print(f"no data for {target}: {reason}" + (f" ({hint})" if hint else ""), file=sys.stderr)
     raise SystemExit(EXIT_NO_DATA)
+
+
+def _can_listen(host: str, port: int) -> None:
+    """One line now when the address is taken or not this host's, rather than the server's log of
+    it and its exit status 3, which means "no data" here."""
+    import socket
+
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind(address)
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --host or --port")
 
 
 def _free_port() -> int:
@@ -576,9 +690,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
     from rca.pages.site import create_site
     from rca.report import no_data_reason, render, use_colour, written_by
 
-    if "RCA_LOG_LEVEL" not in os.environ:  # the demo's output is the report, not the service's log
-        logging.getLogger().setLevel(logging.WARNING)
-    _quiet_http_retries()
+    _report_logging()
     recording = Recording.load()
     alert_start = time.time() - float(recording.meta["investigated_after_seconds"])
     payload = _demo_payload(args, alert_start)
@@ -597,6 +709,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             }
         )
         _prepare_database(settings)
+        if args.port:
+            _can_listen("127.0.0.1", args.port)
         port = args.port or _free_port()
         server = uvicorn.Server(uvicorn.Config(create_site(settings), host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
@@ -626,9 +740,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                 headers={"Authorization": f"Bearer {webhook_token}"},
                 timeout=10,
             )
-            print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")
             if reply.status_code >= 400:
-                _fail(f"the webhook refused the payload: {reply.status_code} {reply.text[:300]}")
+                _fail(f"the webhook refused the payload: HTTP {reply.status_code}: {answer_line(reply.text)}")
+            print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")
             incident_id = reply.json()["incident_id"]
             auth = {"Authorization": f"Bearer {api_token}"}
             incident = _wait_for_investigation(base, incident_id, auth, timeout=60)
@@ -638,7 +752,8 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                 f"in {inv['total_seconds'] or 0:.1f} s\n"
             )
             if inv["status"] != InvestigationStatus.DONE:
-                _fail(f"investigation failed: {inv.get('error')}", code=EXIT_FAILED)
+                why = answer_line(inv.get("error") or "no error recorded", limit=300)
+                _fail(f"investigation failed: {why}", code=EXIT_FAILED)
             alert = incident["alerts"][0] if incident["alerts"] else {}
             since = datetime.fromisoformat(alert["starts_at"]).strftime(" (firing since %H:%M:%S UTC)") if alert else ""
             print(f"Incident {incident_id}: {incident['title']}{since}")
@@ -734,14 +849,21 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, as every other error of `rca` (exit 2), naming the help to read."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rca",
         description=textwrap.fill(__doc__ or "", 79),
         formatter_class=_HelpFormatter,
         epilog="Settings come from RCA_* environment variables (see the README).\n\n" + EXIT_CODES,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_: str, description: str) -> argparse.ArgumentParser:

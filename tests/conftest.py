@@ -1,7 +1,7 @@
 """The fixtures every test may ask for: the real PostgreSQL (a fresh database per session, emptied
 per test) and the embedded SQLite, a Redis database of the session's own, the app with a recording
-dispatcher, and a stub Prometheus. Helpers live in tests/helpers/, fakes of external boundaries in
-tests/fakes/."""
+dispatcher, a stub Prometheus and a real one with no series. Helpers live in tests/helpers/, fakes
+of external boundaries in tests/fakes/."""
 
 from __future__ import annotations
 
@@ -95,3 +95,17 @@ def intake_client(db_url: str, tmp_path: Path, recorder: RecordingDispatcher) ->
 def prometheus() -> Iterator[StubPrometheus]:
     with StubPrometheus() as stub:
         yield stub
+
+
+@pytest.fixture(scope="session")
+def empty_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus (Debian's) with no serving series (it scrapes a closed port): its own
+    error answers, and a fleet with nothing in it. Its URL."""
+    from tests.e2e import promstack
+
+    promstack.require_binaries()
+    process, url = promstack.start_prometheus(tmp_path_factory.mktemp("empty-prometheus"), promstack.free_port(), None)
+    try:
+        yield url
+    finally:
+        process.stop()

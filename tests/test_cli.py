@@ -1,10 +1,12 @@
-"""The `rca` command line as a user meets it: the demo's diagnosis, --version, help with defaults,
-one-line errors and the exit codes (0 diagnosis, 2 usage, 3 no data)."""
+"""The `rca` command line as a user meets it (the installed console script): the demo's diagnosis,
+--version, help with defaults, one-line errors on every failure path and the exit codes (0
+diagnosis, 1 failed while running, 2 usage, 3 no data), and logs of one short line per event."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import signal
@@ -16,11 +18,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+import requests
 
 from rca import cli
+from rca.cli import EXIT_FAILED, EXIT_NO_DATA, EXIT_USAGE
+from tests.fakes.html import PROXY_PAGE, HtmlServer
 from tests.fakes.llm import FakeLLM, completion, error
 from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.databases import CLOSED_PORT_DATABASE_URL
+from tests.helpers.paths import VENV_BIN
 from tests.helpers.processes import stop_process, subprocess_env
 
 LABEL = ["--label", "instance=gpu-node-1:8000"]
@@ -29,8 +35,18 @@ LABEL = ["--label", "instance=gpu-node-1:8000"]
 def _rca(args: list[str], tmp_path: Path, timeout: float = 60, **rca: str) -> subprocess.CompletedProcess[str]:
     env = subprocess_env(data_dir=str(tmp_path / "rca-data"), **rca)
     return subprocess.run(
-        [sys.executable, "-m", "rca.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+        [str(VENV_BIN / "rca"), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def _one_line(done: subprocess.CompletedProcess[str], code: int) -> str:
+    """The one line a failed command wrote on stderr, after checking its exit code and that it
+    wrote nothing else there: no traceback, no log line, no page of a server."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "<" not in lines[0] and "Traceback" not in lines[0], lines[0]
+    return lines[0]
 
 
 def _closed_port() -> int:
@@ -136,6 +152,21 @@ def test_unreachable_prometheus_is_one_line_naming_the_url(tmp_path: Path) -> No
     assert "check RCA_PROMETHEUS_URL" in line
 
 
+def test_a_server_that_is_not_prometheus_is_quoted_by_its_page_title_never_its_html(tmp_path: Path) -> None:
+    with HtmlServer(502) as proxy:
+        done = _rca(["investigate", *LABEL], tmp_path, prometheus_url=proxy.url)
+    line = _one_line(done, EXIT_NO_DATA)
+    assert done.stdout == ""
+    assert f"Prometheus at {proxy.url} is unavailable: HTTP 502: an HTML page: 502 Bad Gateway" in line
+
+
+@pytest.mark.parametrize("extra", [LABEL, ["--start", "2026-12-03T08:40:00Z"]])
+def test_a_payload_file_with_label_or_start_is_refused_not_ignored(tmp_path: Path, extra: list[str]) -> None:
+    payload = Path(__file__).parents[1] / "rca" / "samples" / "demo_alert.json"
+    line = _one_line(_rca(["investigate", str(payload), *extra], tmp_path), EXIT_USAGE)
+    assert line.startswith(f"error: {extra[0]}: not with a payload file ({payload})"), line
+
+
 def test_json_output_keeps_its_shape_when_there_is_no_data(tmp_path: Path) -> None:
     done = _rca(["investigate", *LABEL, "--json"], tmp_path)
     assert done.returncode == 3
@@ -202,14 +233,72 @@ def test_backtest_store_without_a_database_is_one_line_before_any_replay(tmp_pat
     assert line.startswith("error: RCA_DATABASE_URL: cannot connect (") and "is the database running?" in line
 
 
+def test_backtest_against_an_unreachable_prometheus_fails_in_one_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    done = _rca(["backtest", "--since", "10m"], tmp_path, prometheus_url=url)
+    line = _one_line(done, EXIT_FAILED)
+    assert (
+        line
+        == f"error: Prometheus at {url} is unavailable: connection refused or unreachable (check RCA_PROMETHEUS_URL)"
+    )
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("status", "page", "said"),
+    [
+        (502, PROXY_PAGE, "HTTP 502: an HTML page: 502 Bad Gateway"),
+        (
+            200,
+            "<html><head><title>Sign in</title></head><body>...</body></html>",
+            "the answer is not JSON: an HTML page: Sign in",
+        ),
+    ],
+)
+def test_backtest_against_a_server_that_is_not_prometheus_quotes_it_in_one_line(
+    tmp_path: Path, status: int, page: str, said: str
+) -> None:
+    with HtmlServer(status, page) as server:
+        done = _rca(["backtest", "--since", "10m"], tmp_path, prometheus_url=server.url)
+    line = _one_line(done, EXIT_FAILED)
+    assert line == f"error: Prometheus at {server.url} is unavailable: {said} (check RCA_PROMETHEUS_URL)"
+
+
+def test_backtest_on_a_prometheus_without_serving_series_is_no_data(tmp_path: Path, empty_prometheus: str) -> None:
+    done = _rca(["backtest", "--since", "10m"], tmp_path, prometheus_url=empty_prometheus)
+    line = _one_line(done, EXIT_NO_DATA)
+    assert done.stdout == ""
+    assert line.startswith(f"no data: Prometheus at {empty_prometheus} has no serving target from "), line
+    assert "vllm:num_requests_waiting" in line
+    one = _rca(
+        ["backtest", "--since", "10m", "--target", "gpu-1:8000", "--json"], tmp_path, prometheus_url=empty_prometheus
+    )
+    line = _one_line(one, EXIT_NO_DATA)
+    assert line.startswith(f"no data: gpu-1:8000 is not a serving target of Prometheus at {empty_prometheus} from ")
+    summary = json.loads(one.stdout)  # --json prints the same document either way
+    assert summary["targets"] == 0 and summary["scans"] > 0 and summary["breaches"] == []
+
+
 # --------------------------------------------------------------------------- help and version
 
 
-def test_version_is_the_installed_package_version(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["--version"])
-    assert exit_info.value.code == 0
-    assert capsys.readouterr().out == f"rca {version('llm-serving-rca')}\n"
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_is_the_installed_package_version(tmp_path: Path, flag: str) -> None:
+    done = _rca([flag], tmp_path)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout == f"rca {version('llm-serving-rca')}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ([], "error: rca: the following arguments are required: COMMAND (see `rca --help`)"),
+        (["backtest", "--since", "7x"], "error: rca backtest: argument --since: '7x' is not a duration like 90m"),
+        (["token", "create"], "error: rca token create: the following arguments are required: --name"),
+    ],
+)
+def test_usage_errors_are_one_line_naming_the_help(tmp_path: Path, args: list[str], said: str) -> None:
+    assert _one_line(_rca(args, tmp_path), EXIT_USAGE).startswith(said)
 
 
 def _subparsers(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
@@ -309,6 +398,119 @@ def test_the_worker_starts_again_a_child_that_shut_down_cleanly_on_its_own(tmp_p
             signal.signal(signum, handler)
     assert starts.read_text() == "xx"  # started again after its clean exit, stopped all on its failure
     assert status == cli.EXIT_FAILED
+
+
+# --------------------------------------------------------------------------- failure paths
+
+
+AUTH = {"webhook_token": "t", "api_tokens": "a"}
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["serve"], AUTH),
+        (["worker"], {"broker_url": "redis://127.0.0.1:1/0", "worker_metrics_port": "0"}),
+        (["beat"], {"broker_url": "redis://127.0.0.1:1/0"}),
+        (["migrate"], {}),
+        (["token", "create", "--name", "ci"], {}),
+        (["token", "revoke", "--name", "ci"], {}),
+        (["demo"], {}),
+    ],
+)
+def test_every_command_says_an_unreachable_database_in_one_line(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    done = _rca(args, tmp_path, database_url=CLOSED_PORT_DATABASE_URL, **env)
+    line = _one_line(done, EXIT_USAGE)
+    assert line.startswith("error: RCA_DATABASE_URL: cannot connect (") and "is the database running?" in line
+
+
+def test_migrate_to_an_unknown_revision_is_one_line(tmp_path: Path) -> None:
+    line = _one_line(_rca(["migrate", "0999"], tmp_path), EXIT_USAGE)
+    assert line == "error: revision '0999': Can't locate revision identified by '0999'"
+
+
+@pytest.mark.parametrize(("args", "env"), [(["serve"], AUTH), (["demo"], {})])
+def test_a_port_in_use_is_one_line_not_the_servers_exit_status(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    """uvicorn logs the bind error and exits 3, which means "no data" here."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _rca([*args, "--port", str(port)], tmp_path, **env)
+    line = _one_line(done, EXIT_USAGE)
+    assert line.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use"), line
+
+
+def test_alembic_says_nothing_outside_migrate(tmp_path: Path) -> None:
+    """The embedded SQLite migrates itself on the first `token create`: its steps and migration
+    context stay out of the output; `rca migrate` shows the steps it runs, nothing else."""
+    created = _rca(["token", "create", "--name", "ci"], tmp_path)
+    assert created.returncode == 0, created.stderr
+    assert created.stderr == "token 'ci' (read) created; it is shown only now\n"
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    migrated = _rca(["migrate"], fresh)
+    assert migrated.returncode == 0, migrated.stderr
+    logged = migrated.stderr.splitlines()
+    assert logged and all(" INFO alembic.runtime.migration: Running upgrade " in line for line in logged), logged
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def test_a_retried_request_is_one_short_line_with_its_promql_cut(caplog: pytest.LogCaptureFixture) -> None:
+    from datetime import UTC, datetime
+
+    from rca.collect.prometheus import PrometheusSource
+
+    cli.quiet_library_loggers()
+    caplog.set_level(logging.WARNING, logger="urllib3.connectionpool")
+    promql = 'sum by (instance) (rate(vllm:request_success_total{instance=~"gpu-node-1:8000|gpu-node-1"}[5m]))'
+    url = f"http://127.0.0.1:{_closed_port()}"
+    with pytest.raises(requests.ConnectionError):
+        PrometheusSource(url, timeout=5, concurrency=1)._instant(promql, datetime.now(UTC))
+    [retried] = [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"]
+    shown = promql[: cli.PROMQL_SHOWN - 1] + "…"
+    assert retried.startswith(f"retrying /api/v1/query ({shown}) after NewConnectionError: "), retried
+    assert retried.endswith("Connection refused") and "\n" not in retried and "%28" not in retried
+
+
+def test_the_services_log_says_a_prometheus_outage_in_short_lines(tmp_path: Path) -> None:
+    """`rca serve` scanning an unreachable Prometheus: urllib3's retry, the rules and the failed
+    scan each in one line, without the URL-encoded PromQL; no alembic line at start-up."""
+    from tests.e2e.promstack import free_port
+    from tests.helpers.processes import wait_until_serving
+
+    port = free_port()
+    env = subprocess_env(
+        data_dir=str(tmp_path / "rca-data"), prometheus_url=f"http://127.0.0.1:{_closed_port()}", **AUTH
+    )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen(
+            [str(VENV_BIN / "rca"), "serve", "--port", str(port)], cwd=tmp_path, env=env, stdout=sink, stderr=sink
+        )
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}", server)
+        deadline = time.monotonic() + 30
+        while "scan failed" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop_process(server)
+    lines = log.read_text().splitlines()
+    assert any(
+        "WARNING rca.jobs.scan: scan failed: ConnectionError: connection refused or unreachable" in line
+        for line in lines
+    ), lines
+    retries = [line for line in lines if "urllib3.connectionpool" in line]
+    assert retries and all(" retrying /api/v1/" in line and len(line) < 400 for line in retries), retries
+    assert not any("%28" in line or "Retry(total" in line or "alembic" in line for line in lines), lines
 
 
 # --------------------------------------------------------------------------- serve

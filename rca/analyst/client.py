@@ -35,6 +35,7 @@ from openai.types.chat import (
 )
 
 from rca import metrics
+from rca.domain.answer import answer_line
 from rca.domain.text import storable
 
 MODES = ("json_schema", "json_object", "prompt")
@@ -173,7 +174,7 @@ class ChatClient:
                 return self._send(call, left)
             except openai.APIStatusError as exc:
                 call.status, call.raw_response = exc.status_code, exc.response.text[:BODY_KEPT]
-                call.error = f"HTTP {exc.status_code}: {exc.message}"[:2000]
+                call.error = f"HTTP {exc.status_code}: {answer_line(exc.response.text)}"
                 if mode != MODES[-1] and _rejects_format(exc):
                     metrics.LLM_REQUESTS.labels(outcome="format_rejected").inc()
                     self.mode = MODES[MODES.index(mode) + 1]

@@ -20,6 +20,7 @@ from urllib3.util.retry import Retry
 from rca import metrics
 from rca.collect.aliases import resolve_aliases
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
+from rca.domain.answer import answer_line
 
 Samples = list[tuple[float, float]]
 Series = list[tuple[dict[str, str], Samples]]
@@ -27,6 +28,18 @@ Series = list[tuple[dict[str, str], Samples]]
 
 class MalformedAnswer(PrometheusApiClientException):
     """A 200 whose JSON is not a Prometheus query answer: handled as a failed query."""
+
+
+class RefusedAnswer(PrometheusApiClientException):
+    """An answer other than 200, with what the server said in one line: the library's own
+    exception carries the whole body (a proxy's HTML page, Prometheus' JSON error as bytes)."""
+
+
+def _refuse_non_200(response: requests.Response, *args: object, **kwargs: object) -> None:
+    """A response hook of the client's session: after the retries, every answer but a 200 (or a
+    redirect, which the session follows) raises `RefusedAnswer`, quoting the server's words."""
+    if response.status_code != 200 and not response.is_redirect:
+        raise RefusedAnswer(f"HTTP {response.status_code}: {answer_line(response.content)}")
 
 
 @dataclass(frozen=True)
@@ -67,14 +80,26 @@ class Collection:
 
 
 class PrometheusSource:
-    """A thin wrapper over prometheus-api-client with short, bounded retries."""
+    """A thin wrapper over prometheus-api-client with short, bounded retries; an answer other
+    than 200 raises `RefusedAnswer` with the server's words in one line."""
 
     def __init__(self, url: str, timeout: float, concurrency: int) -> None:
-        retry = Retry(total=1, connect=1, backoff_factor=0.2, status_forcelist=[502, 503, 504], allowed_methods=None)
+        # The last 5xx of the retries comes back as an answer (raise_on_status=False), so that the
+        # error quotes it rather than urllib3's "too many 503 error responses".
+        retry = Retry(
+            total=1,
+            connect=1,
+            backoff_factor=0.2,
+            status_forcelist=[502, 503, 504],
+            allowed_methods=None,
+            raise_on_status=False,
+        )
+        session = requests.Session()
+        session.hooks["response"].append(_refuse_non_200)
         self.url = url
         self.timeout = timeout
         self.concurrency = concurrency
-        self.client = PrometheusConnect(url=url, retry=retry, timeout=timeout, method="POST")
+        self.client = PrometheusConnect(url=url, retry=retry, timeout=timeout, method="POST", session=session)
 
     def _instant(self, promql: str, at: datetime) -> list[dict[str, Any]]:
         """The instant vector's elements, each with its `metric` labels."""
@@ -155,7 +180,7 @@ class PrometheusSource:
             try:
                 series = [(labels, values_) for labels, values_ in self._range(promql, window) if values_]
             except (requests.RequestException, PrometheusApiClientException) as exc:
-                result.promql, result.error = promql, f"query failed: {_short(exc)}"
+                result.promql, result.error = promql, f"query failed: {short_error(exc)}"
                 return result
             if series:
                 result.promql, result.source, result.series = promql, alternative.source, series
@@ -190,7 +215,7 @@ class PrometheusSource:
                 selectors: dict[str, str | None] = {scope: future.result() for scope, future in probes.items()}
                 stack = stack or self._detect_stack(profile, selectors.get("serving"), window)
             except (requests.RequestException, PrometheusApiClientException) as exc:
-                error = f"Prometheus at {self.url} is unavailable: {_short(exc)}"
+                error = f"Prometheus at {self.url} is unavailable: {short_error(exc)}"
                 results = [SeriesResult(spec=spec, error=error) for spec in profile.signals]
                 return Collection(window=window, selectors={}, results=results, prometheus_error=error)
             futures = [pool.submit(self._fetch, spec, selectors, window, stack, params) for spec in profile.signals]
@@ -224,13 +249,13 @@ QUERY_ERRORS = (requests.RequestException, PrometheusApiClientException)
 
 
 def error_reason(exc: BaseException) -> str:
-    """The `reason` label of a failed query; the client raises the same exception for every HTTP
-    status, and a 5xx retried out arrives as requests' RetryError."""
+    """The `reason` label of a failed query; every answer but a 200, a 5xx retried out included,
+    arrives as `RefusedAnswer`."""
     if isinstance(exc, requests.Timeout):
         return "timeout"
     if isinstance(exc, requests.JSONDecodeError):
         return "bad_response"
-    if isinstance(exc, PrometheusApiClientException | requests.exceptions.RetryError):
+    if isinstance(exc, PrometheusApiClientException):
         return "http_status"
     return "connection"
 
@@ -248,16 +273,13 @@ def counted_errors() -> Iterator[None]:
         raise MalformedAnswer(f"not a Prometheus answer ({type(exc).__name__}: {exc})") from None
 
 
-def _short(exc: BaseException) -> str:
-    """The reason in a few words: requests' own messages carry the whole query URL."""
-    text = str(exc)
-    if isinstance(exc, requests.exceptions.RetryError):  # 5xx retried out: urllib3 says which status
-        cause = getattr(exc.args[0], "reason", None) if exc.args else None
-        text = f"HTTP error status ({cause or 'retries exhausted'})"
-    elif isinstance(exc, requests.ConnectionError):
-        text = "connection refused or unreachable"
-    elif isinstance(exc, requests.Timeout):
-        text = "timed out"
-    elif isinstance(exc, requests.JSONDecodeError):
-        text = f"the answer is not JSON ({exc})"
-    return text[:300]
+def short_error(exc: BaseException) -> str:
+    """Why a query (or anything else) failed, in one short line: requests' own messages carry the
+    whole URL-encoded query, and an answer that is not JSON is quoted, not pasted."""
+    if isinstance(exc, requests.ConnectionError):
+        return "connection refused or unreachable"
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    if isinstance(exc, requests.JSONDecodeError):
+        return f"the answer is not JSON: {answer_line(exc.doc)}"
+    return answer_line(str(exc), limit=300)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from rca.collect.prometheus import short_error
 from rca.config import Settings
 from rca.scan.service import EarlyWarnings
 
@@ -39,7 +40,7 @@ def run_scans(
                 for incident_id in actions.resolved:
                     notify(incident_id, RESOLVED)
             except Exception as exc:
-                log.warning("scan failed: %s: %s", type(exc).__name__, exc)
+                log.warning("scan failed: %s: %s", type(exc).__name__, short_error(exc))
         stop.wait(settings.scan_interval_seconds)
 
 

@@ -32,6 +32,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException
 
 from rca.collect.profile import Profile
+from rca.collect.prometheus import short_error
 from rca.scan.fleet import FleetSource, ServingTarget
 from rca.scan.queries import FLEET_SELECTORS
 from rca.signals.slo import TTFT_SIGNAL
@@ -495,7 +496,7 @@ class RuleBook:
                     "rules: cannot read Prometheus' rules (%s: %s); keeping the %d SLO rule(s) read before, "
                     "trying again in %.0f s",
                     type(exc).__name__,
-                    str(exc)[:200],
+                    short_error(exc),
                     len(self.rules),
                     self.refresh_seconds,
                 )

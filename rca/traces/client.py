@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from rca import metrics
+from rca.domain.answer import answer_line
 from rca.traces.model import TraceSourceError
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -72,8 +73,8 @@ class TraceHTTP:
                 f"{self.shown_url}{path}: HTTP {response.status_code} (check RCA_TRACES_HEADERS)", "http_status"
             )
         if response.status_code != 200:
-            text = bytes(body[:200]).decode(errors="replace").strip()
-            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code} {text}", "http_status")
+            said = answer_line(bytes(body))
+            raise TraceSourceError(f"{self.shown_url}{path}: HTTP {response.status_code}: {said}", "http_status")
         try:
             return json.loads(body)
         except ValueError:

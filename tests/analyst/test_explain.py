@@ -29,6 +29,7 @@ from rca.config import Settings, load_settings
 from rca.diagnosis.ranking import rank, taxonomy
 from rca.domain.status import FindingStatus
 from rca.store.answers import DatabaseAnswerCache
+from tests.fakes.html import HtmlServer
 from tests.fakes.llm import (
     LLAMA_CPP_JSON_SCHEMA_ERROR,
     OPENAI_JSON_SCHEMA_ERROR,
@@ -476,3 +477,17 @@ def test_bad_llm_settings_stop_start_up_with_one_line_naming_them(overrides: dic
         load_settings(llm_api_key=API_KEY, **overrides)
     assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
     assert API_KEY not in str(raised.value)
+
+
+def test_an_html_page_instead_of_the_llm_is_named_by_its_title() -> None:
+    """A proxy in front of a model server that is down: the fallback says what it answered, in a line."""
+    with HtmlServer(502) as proxy:
+        settings = load_settings(
+            llm_base_url=f"{proxy.url}/v1", llm_model="fake-model", llm_api_key=API_KEY, llm_max_retries=0
+        )
+        result = run(settings)
+    assert proxy.requests == 1
+    reason = result.record.fallback_reason
+    assert result.record.analyst == "rules" and reason is not None
+    assert reason.startswith("LLM unavailable: HTTP 502: an HTML page: 502 Bad Gateway"), reason
+    assert "<" not in reason

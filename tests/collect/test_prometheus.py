@@ -1,5 +1,6 @@
 """Query alternatives across scopes and operator parameters (PrometheusSource._fetch), without a
-Prometheus: `_range` is replaced by a table of which queries return data."""
+Prometheus: `_range` is replaced by a table of which queries return data. And what a failed query
+says, against a real Prometheus and a server that is not one: one line, never a page."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rca.collect.profile import load_profile
-from rca.collect.prometheus import PrometheusSource, Series, Window
+from rca.collect.prometheus import PrometheusSource, RefusedAnswer, Series, Window, short_error
+from tests.fakes.html import HtmlServer
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 WINDOW = Window(start=NOW - timedelta(hours=1), end=NOW, step_seconds=15)
@@ -112,3 +114,39 @@ def test_every_serving_stack_has_request_rate_fallbacks() -> None:
     for stack in stacks:
         alternatives = [q for q in REQUEST_RATE.queries if q.stacks is None or stack in q.stacks]
         assert len(alternatives) >= 2, f"{stack}: one missing series would leave the request rate unavailable"
+
+
+# --------------------------------------------------------------------------- failed queries
+
+
+def test_a_query_prometheus_refuses_quotes_its_error_in_one_line(empty_prometheus: str) -> None:
+    source = PrometheusSource(empty_prometheus, timeout=10, concurrency=2)
+    with pytest.raises(RefusedAnswer) as refused:
+        source._range("sum(rate(vllm:num_requests_waiting[5m]", WINDOW)
+    said = short_error(refused.value)
+    assert said.startswith("HTTP 400: bad_data: ") and "parse error" in said, said
+    assert "\n" not in said and "b'" not in said and "%28" not in said
+
+
+def test_a_proxys_error_page_is_its_title_after_the_retry() -> None:
+    with HtmlServer(502) as proxy:
+        source = PrometheusSource(proxy.url, timeout=10, concurrency=2)
+        collection = source.collect(load_profile(), {"serving": ['instance="h:8000"']}, WINDOW)
+    # A 502 is retried once; the answer that ends the retries is the one quoted.
+    assert proxy.requests >= 2
+    assert (
+        collection.prometheus_error
+        == f"Prometheus at {proxy.url} is unavailable: HTTP 502: an HTML page: 502 Bad Gateway"
+    )
+    assert all(result.error == collection.prometheus_error for result in collection.results)
+
+
+def test_a_login_page_answered_200_is_not_json_said_by_its_title() -> None:
+    page = "<!doctype html><html><head><title>Sign in - Grafana</title></head><body>" + "<div></div>" * 500
+    with HtmlServer(200, page + "</body></html>") as login:
+        collection = PrometheusSource(login.url, timeout=10, concurrency=2).collect(
+            load_profile(), {"serving": ['instance="h:8000"']}, WINDOW
+        )
+    assert collection.prometheus_error == (
+        f"Prometheus at {login.url} is unavailable: the answer is not JSON: an HTML page: Sign in - Grafana"
+    )

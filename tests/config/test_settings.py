@@ -277,10 +277,8 @@ def test_cli_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
         result = run_rca(tmp_path, "serve", webhook_token="t", api_tokens="a", database_url=url)
     finally:
         drop_database(url)
-    assert result.returncode == 2, result.stderr
-    last = result.stderr.splitlines()[-1]  # after Alembic's own INFO lines about the connection
-    assert last.startswith("error: RCA_DATABASE_URL: schema is at nothing"), result.stderr
-    assert "rca migrate" in last
+    line = assert_one_line_error(result, "error: RCA_DATABASE_URL: schema is at nothing")  # no Alembic INFO lines
+    assert "rca migrate" in line
 
 
 def test_cli_worker_without_a_broker_names_rca_broker_url(tmp_path: Path) -> None:
