@@ -60,6 +60,7 @@ class SignalForecast:
     breached: bool  # beyond the threshold now
     departed: bool  # beyond its own normal range, in the direction of the threshold
     moving_since: float | None  # unix time it left its normal range, when departed
+    spread: float | None = None  # how far from its baseline its own normal range reaches; None without history
 
     @property
     def degrading(self) -> bool:
@@ -80,6 +81,7 @@ class SignalForecast:
             "breached": self.breached,
             "departed": self.departed,
             "moving_since": self.moving_since,
+            "spread": self.spread,
         }
         if self.limit.slo_source is not None:
             figures["slo_source"] = self.limit.slo_source
@@ -179,6 +181,7 @@ def _forecast(
             cross_in = max(0.0, (limit.threshold - current) / trend.slope * 60)
     normal_samples = [v for _, v in samples[: bisect_left(samples, now - trend_seconds, key=sample_time)]]
     normal = normal_range(normal_samples, yesterday)
+    spread = None
     if normal is None:
         baseline, departed = yesterday, True  # nothing says this level is normal for it
     else:
@@ -197,6 +200,7 @@ def _forecast(
         breached=breached,
         departed=departed,
         moving_since=moving_since,
+        spread=spread,
     )
 
 

@@ -153,10 +153,14 @@ class Assessment:
 
 
 def _lives_beyond(signal: SignalForecast) -> bool:
-    """Its own normal level is already beyond its threshold (a busy host's CPU, say)."""
+    """Its own normal range reaches beyond its threshold (a busy host's CPU, say, or a queue
+    that wanders between 2 and 7 around a threshold of 4.7): crossing it is part of its normal
+    life and tells nothing on its own."""
     if signal.baseline is None:
         return False
-    return COMPARE[signal.limit.comparison](signal.baseline, signal.limit.threshold)
+    reach = signal.spread or 0.0
+    edge = signal.baseline + reach if signal.limit.comparison == ">" else signal.baseline - reach
+    return COMPARE[signal.limit.comparison](edge, signal.limit.threshold)
 
 
 @dataclass(frozen=True)

@@ -161,3 +161,17 @@ def test_a_host_living_beyond_a_threshold_warns_on_that_signal_only_once_ttft_fe
     assert ScanState.WARNING not in states_of(scans(busy, 0.4))
     assert states_of(scans(busy, 0.9))[2] == ScanState.WARNING  # TTFT up by 0.5 s of its 1.6 s headroom
     assert states_of(scans(crossing, 0.4))[2] == ScanState.WARNING  # the threshold means something here
+
+
+def test_a_host_whose_normal_range_reaches_beyond_a_threshold_lives_there() -> None:
+    """A busy host's queue wanders between 2 and 7 over the day around 4.7: its median at this hour
+    yesterday was 4, so 6 now is past the threshold and off that median, but within its own range."""
+
+    def scans(spread: float, ttft_now: float) -> list[Assessment]:
+        queue = replace(signal(6.0), baseline=4.0, spread=spread)
+        ttft = SignalForecast(TTFT, "test", ttft_now, 0.9, 0.0, None, False, ttft_now > 1.0, None)
+        return [Assessment(at=30.0 * i, signals=[queue, ttft]) for i in range(6)]
+
+    assert ScanState.WARNING not in states_of(scans(3.0, 0.9))  # 4 +- 3 reaches past 4.7: normal for it
+    assert states_of(scans(0.5, 0.9))[2] == ScanState.WARNING  # 4 +- 0.5 does not: 6 is news
+    assert states_of(scans(3.0, 1.4))[2] == ScanState.WARNING  # within its range, but TTFT feels it
