@@ -563,7 +563,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     hypotheses = [h.to_dict() for h in analysis.hypotheses]
     record = analysis.analyst
     no_data = no_data_reason(findings, analysis.collection.prometheus_error)
-    gap = data_gap({f.key: f.status for f in analysis.findings}, analysis.collection.prometheus_error)
+    gap = data_gap(analysis.findings, analysis.collection.prometheus_error)
     if args.json:  # the same document with or without data; the exit code says which
         window = analysis.collection.window
         out = {
@@ -581,6 +581,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
             "written_by": written_by(record.analyst, record.model, record.fallback_reason) if record else None,
             "error": analysis.collection.prometheus_error,
             "data_gap": gap.text if gap else None,  # what was not measured: not a healthy verdict
+            "inconclusive_reason": gap.reason if gap else None,  # set when nothing was: no cause ranked
         }
         print(json.dumps(out, indent=2, default=str))
     elif no_data is None:
@@ -646,7 +647,11 @@ def _wait_for_investigation(base: str, incident_id: int, auth: dict[str, str], t
     while True:
         incident = httpx.get(f"{base}/api/v1/incidents/{incident_id}", headers=auth, timeout=10).json()
         inv = incident["investigation"]
-        if inv and inv["status"] in (InvestigationStatus.DONE, InvestigationStatus.FAILED):
+        if inv and inv["status"] in (
+            InvestigationStatus.DONE,
+            InvestigationStatus.INCONCLUSIVE,
+            InvestigationStatus.FAILED,
+        ):
             return incident
         if time.monotonic() > deadline:
             _fail(f"the investigation did not finish within {timeout:.0f} s", code=EXIT_FAILED)
@@ -751,7 +756,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                 f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
                 f"in {inv['total_seconds'] or 0:.1f} s\n"
             )
-            if inv["status"] != InvestigationStatus.DONE:
+            if inv["status"] == InvestigationStatus.FAILED:  # inconclusive is the report's "no data"
                 why = answer_line(inv.get("error") or "no error recorded", limit=300)
                 _fail(f"investigation failed: {why}", code=EXIT_FAILED)
             alert = incident["alerts"][0] if incident["alerts"] else {}

@@ -182,13 +182,17 @@ def test_json_output_keeps_its_shape_when_there_is_no_data(tmp_path: Path) -> No
         "written_by",
         "error",
         "data_gap",
+        "inconclusive_reason",
     }
     assert all(f["status"] in ("unavailable", "not_measurable") for f in out["findings"])
-    assert out["hypotheses"][0]["category"] == "no_clear_cause"  # the ranking itself is unchanged
-    # ... but the document says it judged nothing (issue 16.8), and who wrote it
+    # The document says it judged nothing (issue 16.8), and ranks no cause (issue 32.1): nobody wrote one.
+    assert out["hypotheses"] == [] and out["analyst"] is None and out["written_by"] is None
     assert out["error"] == "no Prometheus configured (set RCA_PROMETHEUS_URL)"
-    assert out["data_gap"] == "No Prometheus configured: no metrics were read; this is not a healthy verdict"
-    assert out["written_by"] == "Written by the rules (no LLM configured)"
+    assert out["inconclusive_reason"] == "no_prometheus"
+    assert out["data_gap"] == (
+        "Could not investigate: no Prometheus configured (set RCA_PROMETHEUS_URL), so no metrics were read; "
+        "this is not a healthy verdict"
+    )
 
 
 def test_a_rules_fallback_is_named_as_such_on_the_terminal_and_in_json(
