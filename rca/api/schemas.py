@@ -129,7 +129,18 @@ class IncidentSummary(
         Hit,
         rename=SUMMARY_NAMES,
         fields={
-            "investigation_status": Field(description="status of the newest investigation"),
+            "investigation_status": Field(
+                description="status of the newest investigation: queued, running, done, inconclusive or failed"
+            ),
+            "inconclusive_reason": Field(
+                default=None,
+                description="when the newest investigation is inconclusive: why it read no evidence "
+                "(no_prometheus, prometheus_unreachable, no_data)",
+            ),
+            "top_category": Field(
+                description="top-ranked root cause of the latest done investigation; null while none ranked one "
+                "(an inconclusive investigation never does)"
+            ),
             "confirmed_category": Field(default=None, description="root cause an engineer confirmed"),
             "breached": Field(default_factory=list, description="breached finding ids of the latest finished run"),
             "score": Field(default=None, description="full-text relevance (only when `q` is given)"),
@@ -308,6 +319,10 @@ class AccuracyFigures(BaseModel):
 
 
 class AccuracyOut(BaseModel):
+    undiagnosed: int = Field(
+        description="confirmed incidents left out of the figures: no investigation of theirs ranked a cause "
+        "(each one inconclusive, failed or not run yet)"
+    )
     overall: AccuracyFigures
     by_analyst: dict[str, AccuracyFigures]
     by_category: dict[str, AccuracyFigures]
