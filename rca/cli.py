@@ -26,7 +26,7 @@ from pydantic import SecretStr, ValidationError
 from rca.config import ConfigError, Settings, first_error
 from rca.domain.answer import answer_line
 from rca.domain.status import AlertStatus, InvestigationStatus
-from rca.startup import checked_settings
+from rca.startup import checked_settings, prometheus_problem
 
 if TYPE_CHECKING:
     from rca.scan.backtest import BacktestResult
@@ -147,6 +147,14 @@ def _prepare_database(settings: Settings) -> None:
         _fail(f"RCA_DATABASE_URL: schema is at {current or 'nothing'}, expected {head}; run `rca migrate`")
 
 
+def _warn_if_blind(settings: Settings) -> None:
+    """One warning at start when Prometheus is unset or unreachable: the service runs, but every
+    investigation ends inconclusive until it answers (`/readyz` says degraded meanwhile)."""
+    problem = prometheus_problem(settings)
+    if problem is not None:
+        log.warning("%s", problem)
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on, capped by a container's CPU limit (cgroup v2 `cpu.max`),
     which the affinity mask does not show."""
@@ -186,6 +194,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     _prepare_database(settings)
     host, port, level = args.host or settings.host, args.port or settings.port, settings.log_level.lower()
     _can_listen(host, port)
+    _warn_if_blind(settings)  # after what stops the start, so that a refusal stays one line
     mode = "embedded queue" if settings.embedded_queue else "celery"
     log.info(
         "serving on %s:%s (%s, database %s, %d worker process%s)",
@@ -257,6 +266,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
         _multiprocess_metrics(settings)
     _prepare_database(settings)
     _serve_worker_metrics(settings)
+    _warn_if_blind(settings)  # after what stops the start, so that a refusal stays one line
     me = str(os.getpid())
     children: dict[str, list[str]] = {}
     for queue in queues:

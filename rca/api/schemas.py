@@ -359,12 +359,14 @@ class ErrorOut(BaseModel):
 
 
 class ReadinessOut(BaseModel):
-    """`/readyz`: each dependency's state; 200 when all are ok, else 503."""
+    """`/readyz`: each dependency's state. 503 (not ready) when the database or the broker is
+    unreachable; else 200, `degraded` while Prometheus is unset or unreachable (alerts are taken and
+    kept, but every investigation ends inconclusive, with no cause), `ready` when it answers."""
 
-    status: Literal["ready", "not ready"]
+    status: Literal["ready", "degraded", "not ready"]
     checks: dict[str, str] = Field(
         description='"database" and "broker": "ok" or "unavailable" (why is logged); "queue": embedded (in-process) '
-        "or celery"
+        'or celery; "prometheus": "ok", "not configured" (RCA_PROMETHEUS_URL unset) or "unavailable" (why is logged)'
     )
 
 

@@ -325,11 +325,48 @@ def test_healthz_answers_without_credentials_or_dependencies(tmp_path: Path) -> 
     assert reply.status_code == 200 and reply.json() == {"status": "ok"}
 
 
-def test_readyz_is_ready_with_real_postgres_and_redis(pg_db: str, redis_url: str, tmp_path: Path) -> None:
-    with TestClient(create_app(make_settings(pg_db, tmp_path, broker_url=redis_url))) as client:
-        reply = client.get("/readyz")
+def test_readyz_is_ready_with_real_postgres_redis_and_prometheus(pg_db: str, redis_url: str, tmp_path: Path) -> None:
+    from tests.e2e import promstack
+
+    proc, prometheus_url = promstack.start_prometheus(tmp_path, promstack.free_port(), None)
+    try:
+        settings = make_settings(pg_db, tmp_path, broker_url=redis_url, prometheus_url=prometheus_url)
+        with TestClient(create_app(settings)) as client:
+            reply = client.get("/readyz")
+            assert_documented(client, reply, "GET", "/readyz")
+    finally:
+        proc.stop()
     assert reply.status_code == 200, reply.text
-    assert reply.json() == {"status": "ready", "checks": {"database": "ok", "broker": "ok", "queue": "celery"}}
+    checks = {"database": "ok", "broker": "ok", "queue": "celery", "prometheus": "ok"}
+    assert reply.json() == {"status": "ready", "checks": checks}
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_readyz_is_degraded_not_down_without_a_prometheus_that_answers(
+    pg_db: str, tmp_path: Path, configured: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32.1: /readyz said ready while every investigation was blind. Alerts are still taken
+    and kept, so it stays 200 (in rotation), but says degraded and which check, never the URL."""
+    from tests.e2e import promstack
+
+    url = f"http://127.0.0.1:{promstack.free_port()}" if configured else None
+    settings = make_settings(pg_db, tmp_path, prometheus_url=url)
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        reply = client.get("/readyz")
+        assert_documented(client, reply, "GET", "/readyz")
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {
+        "status": "degraded",
+        "checks": {
+            "database": "ok",
+            "broker": "ok",
+            "queue": "embedded (in-process)",
+            "prometheus": "unavailable" if configured else "not configured",
+        },
+    }
+    if configured:  # the operator learns why from the log, not from this unauthenticated answer
+        assert "127.0.0.1" not in reply.text
+        assert any(url in r.getMessage() and "unreachable" in r.getMessage() for r in caplog.records)
 
 
 def test_readyz_is_not_ready_when_the_broker_is_down(pg_db: str, tmp_path: Path) -> None:
