@@ -374,8 +374,8 @@ def check_service(bin_dir: Path, home: Path) -> None:
         def finished() -> dict[str, Any] | None:
             code, incident = http("GET", f"{base}/api/v1/incidents/{incident_id}", api_token)
             inv = incident.get("investigation") if code == 200 and isinstance(incident, dict) else None
-            if inv and inv["status"] == "failed":
-                raise SmokeFailure(f"investigation failed: {inv.get('error')}", logs())
+            if inv and inv["status"] in ("failed", "inconclusive"):  # inconclusive: it read no evidence
+                raise SmokeFailure(f"investigation {inv['status']}: {inv.get('data_gap') or inv.get('error')}", logs())
             return inv if inv and inv["status"] == "done" else None
 
         inv = wait_until(

@@ -64,7 +64,7 @@ class Row:
 
 def finished(db_url: str, ids: list[int]) -> bool:
     query = select(Investigation.status).where(Investigation.id.in_(ids))
-    return all(r.status in ("done", "failed") for r in rows(db_url, query))
+    return all(r.status in ("done", "inconclusive", "failed") for r in rows(db_url, query))
 
 
 def kill_fault(stack: FaultStack, fault: str, count: int, timeout: float) -> tuple[Burst, float, Audit]:

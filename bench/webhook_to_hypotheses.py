@@ -110,7 +110,7 @@ def main() -> None:
                 incident_id = reply.json()["incident_id"]
                 while True:
                     inv = stack.get(f"/api/v1/incidents/{incident_id}").json()["investigation"]
-                    if inv["status"] in ("done", "failed"):
+                    if inv["status"] in ("done", "inconclusive", "failed"):
                         break
                     if time.perf_counter() - sent > 60:
                         raise SystemExit(f"run {run}: not done after 60 s\n{stack.logs()}")

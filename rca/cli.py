@@ -26,7 +26,7 @@ from pydantic import SecretStr, ValidationError
 from rca.config import ConfigError, Settings, first_error
 from rca.domain.answer import answer_line
 from rca.domain.status import AlertStatus, InvestigationStatus
-from rca.startup import checked_settings
+from rca.startup import checked_settings, prometheus_problem
 
 if TYPE_CHECKING:
     from rca.scan.backtest import BacktestResult
@@ -147,6 +147,14 @@ def _prepare_database(settings: Settings) -> None:
         _fail(f"RCA_DATABASE_URL: schema is at {current or 'nothing'}, expected {head}; run `rca migrate`")
 
 
+def _warn_if_blind(settings: Settings) -> None:
+    """One warning at start when Prometheus is unset or unreachable: the service runs, but every
+    investigation ends inconclusive until it answers (`/readyz` says degraded meanwhile)."""
+    problem = prometheus_problem(settings)
+    if problem is not None:
+        log.warning("%s", problem)
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on, capped by a container's CPU limit (cgroup v2 `cpu.max`),
     which the affinity mask does not show."""
@@ -186,6 +194,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     _prepare_database(settings)
     host, port, level = args.host or settings.host, args.port or settings.port, settings.log_level.lower()
     _can_listen(host, port)
+    _warn_if_blind(settings)  # after what stops the start, so that a refusal stays one line
     mode = "embedded queue" if settings.embedded_queue else "celery"
     log.info(
         "serving on %s:%s (%s, database %s, %d worker process%s)",
@@ -257,6 +266,7 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
         _multiprocess_metrics(settings)
     _prepare_database(settings)
     _serve_worker_metrics(settings)
+    _warn_if_blind(settings)  # after what stops the start, so that a refusal stays one line
     me = str(os.getpid())
     children: dict[str, list[str]] = {}
     for queue in queues:
@@ -563,7 +573,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
     hypotheses = [h.to_dict() for h in analysis.hypotheses]
     record = analysis.analyst
     no_data = no_data_reason(findings, analysis.collection.prometheus_error)
-    gap = data_gap({f.key: f.status for f in analysis.findings}, analysis.collection.prometheus_error)
+    gap = data_gap(analysis.findings, analysis.collection.prometheus_error)
     if args.json:  # the same document with or without data; the exit code says which
         window = analysis.collection.window
         out = {
@@ -581,6 +591,7 @@ def cmd_investigate(settings: Settings, args: argparse.Namespace) -> None:
             "written_by": written_by(record.analyst, record.model, record.fallback_reason) if record else None,
             "error": analysis.collection.prometheus_error,
             "data_gap": gap.text if gap else None,  # what was not measured: not a healthy verdict
+            "inconclusive_reason": gap.reason if gap else None,  # set when nothing was: no cause ranked
         }
         print(json.dumps(out, indent=2, default=str))
     elif no_data is None:
@@ -646,7 +657,11 @@ def _wait_for_investigation(base: str, incident_id: int, auth: dict[str, str], t
     while True:
         incident = httpx.get(f"{base}/api/v1/incidents/{incident_id}", headers=auth, timeout=10).json()
         inv = incident["investigation"]
-        if inv and inv["status"] in (InvestigationStatus.DONE, InvestigationStatus.FAILED):
+        if inv and inv["status"] in (
+            InvestigationStatus.DONE,
+            InvestigationStatus.INCONCLUSIVE,
+            InvestigationStatus.FAILED,
+        ):
             return incident
         if time.monotonic() > deadline:
             _fail(f"the investigation did not finish within {timeout:.0f} s", code=EXIT_FAILED)
@@ -751,7 +766,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
                 f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
                 f"in {inv['total_seconds'] or 0:.1f} s\n"
             )
-            if inv["status"] != InvestigationStatus.DONE:
+            if inv["status"] == InvestigationStatus.FAILED:  # inconclusive is the report's "no data"
                 why = answer_line(inv.get("error") or "no error recorded", limit=300)
                 _fail(f"investigation failed: {why}", code=EXIT_FAILED)
             alert = incident["alerts"][0] if incident["alerts"] else {}

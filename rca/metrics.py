@@ -33,7 +33,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from rca.domain.status import InvestigationStatus
+from rca.domain.status import InconclusiveReason, InvestigationStatus
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,13 @@ WEBHOOK_REQUESTS = Counter(
 )
 INCIDENTS_OPENED = Counter("rca_incidents_opened_total", "Incidents created from webhook notifications.")
 INVESTIGATIONS = Counter(
-    "rca_investigations_total", "Investigations finished, by final status (done or failed).", ["status"]
+    "rca_investigations_total", "Investigations finished, by final status (done, inconclusive or failed).", ["status"]
+)
+INCONCLUSIVE = Counter(
+    "rca_investigations_inconclusive_total",
+    "Investigations that could read no evidence and ranked no cause, by reason "
+    "(no_prometheus, prometheus_unreachable, no_data).",
+    ["reason"],
 )
 INVESTIGATION_DURATION = Histogram(
     "rca_investigation_duration_seconds",
@@ -110,9 +116,11 @@ for _state in SCAN_STATES:
     SCAN_TRANSITIONS.labels(state=_state)
 for _code, _outcome in WEBHOOK_OUTCOMES.items():
     WEBHOOK_REQUESTS.labels(outcome=_outcome, code=str(_code))
-for _status in (InvestigationStatus.DONE, InvestigationStatus.FAILED):
+for _status in (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE, InvestigationStatus.FAILED):
     INVESTIGATIONS.labels(status=_status)
     INVESTIGATION_DURATION.labels(status=_status)
+for _blind in InconclusiveReason:
+    INCONCLUSIVE.labels(reason=_blind)
 for _reason in PROMETHEUS_ERROR_REASONS:
     PROMETHEUS_QUERY_ERRORS.labels(reason=_reason)
 for _reason in TRACE_ERROR_REASONS:
@@ -133,10 +141,12 @@ def webhook_answered(code: int) -> None:
     WEBHOOK_REQUESTS.labels(outcome=WEBHOOK_OUTCOMES.get(code, "error"), code=str(code)).inc()
 
 
-def investigation_finished(status: str, seconds: float) -> None:
-    """Count a finished investigation (done or failed) and its duration."""
+def investigation_finished(status: str, seconds: float, reason: InconclusiveReason | None = None) -> None:
+    """Count a finished investigation (done, inconclusive with its reason, or failed) and its duration."""
     INVESTIGATIONS.labels(status=status).inc()
     INVESTIGATION_DURATION.labels(status=status).observe(seconds)
+    if reason is not None:
+        INCONCLUSIVE.labels(reason=reason).inc()
 
 
 def scan_finished(targets: int, warming: int, queries: int, seconds: float) -> None:

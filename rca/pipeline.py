@@ -27,7 +27,7 @@ from rca.collect.target import Target, scope_candidates, target_from_alerts
 from rca.config import Settings, TargetConfig
 from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
-from rca.domain.coverage import NO_PROMETHEUS
+from rca.domain.coverage import NO_PROMETHEUS, DataGap, data_gap
 from rca.domain.evidence import Hypothesis
 from rca.domain.result import InvestigationResult, change_key
 from rca.domain.series import EvidenceSeries
@@ -69,13 +69,21 @@ class Analysis:
         )
         return replace(self, hypotheses=self.rules, analyst=record)
 
+    @property
+    def gap(self) -> DataGap | None:
+        """What this analysis could not see; blind: it judged nothing (rca.domain.coverage)."""
+        return data_gap(self.findings, self.collection.prometheus_error)
+
     def result(self, total_seconds: float) -> InvestigationResult:
         """What the store keeps, with Slack's change key taken from the rules' ranking: an LLM
-        that rewords or reorders its answer does not make Slack post again."""
+        that rewords or reorders its answer does not make Slack post again. A blind analysis is
+        kept as inconclusive, with its reason and without hypotheses."""
         window = self.collection.window
+        gap = self.gap
+        inconclusive = gap.reason if gap is not None else None
         return InvestigationResult(
             findings=self.findings,
-            hypotheses=self.hypotheses,
+            hypotheses=[] if inconclusive else self.hypotheses,
             analyst=self.analyst,
             window_start=window.start,
             window_end=window.end,
@@ -85,6 +93,7 @@ class Analysis:
             collect_seconds=self.collect_seconds,
             total_seconds=total_seconds,
             change_key=change_key(self.findings, [h.category for h in self.rules]),
+            inconclusive=inconclusive,
         )
 
 
@@ -154,6 +163,11 @@ def analyse(
     )
     alert_labels = [alert.labels for alert in alerts] if alerts else [target.labels]
     findings += trace_findings(settings, file_config.traces, alert_labels, target.alert_start, window.start, window.end)
+    gap = data_gap(findings, collection.prometheus_error)
+    if gap is not None and gap.blind:  # nothing to judge: no ranking, and no LLM tokens spent on it
+        return Analysis(
+            target=target, collection=collection, findings=findings, hypotheses=[], collect_seconds=collect_seconds
+        )
     rules = rank(findings)
     past = history(findings, rules, collection.stack) if history and settings.llm_configured else None
     analyst = explain(settings, target, findings, rules, alerts=alerts, similar=past, cache=cache)
@@ -248,6 +262,11 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         )
         analysis = analysis.rules_only(f"{STORE_REFUSED}: {type(exc.orig or exc).__name__}: {exc.orig or exc}")
         _save(url, investigation_id, analysis, total_seconds, slack)
+    gap = analysis.gap
+    if gap is not None and gap.reason is not None:
+        metrics.investigation_finished(InvestigationStatus.INCONCLUSIVE, total_seconds, gap.reason)
+        log.warning("investigation %s inconclusive: %s", investigation_id, gap.text)
+        return InvestigationStatus.INCONCLUSIVE
     metrics.investigation_finished(InvestigationStatus.DONE, total_seconds)
     top = analysis.hypotheses[0]
     log.info(

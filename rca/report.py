@@ -12,6 +12,7 @@ import os
 from collections import Counter
 from typing import Any, TextIO
 
+from rca.domain.coverage import data_gap, judged
 from rca.domain.values import format_value
 
 MEASURED = ("breached", "ok")
@@ -49,8 +50,10 @@ def measure(finding: dict[str, Any]) -> str:
 
 
 def no_data_reason(findings: list[dict[str, Any]], prometheus_error: str | None = None) -> str | None:
-    """Why nothing could be judged, or None when at least one finding was measured."""
-    if any(f["status"] in MEASURED for f in findings):
+    """Why nothing could be judged, or None when the investigation saw something (the rule every
+    output shares: `rca.domain.coverage`)."""
+    gap = data_gap([judged(f) for f in findings], prometheus_error)
+    if gap is None or not gap.blind:
         return None
     if prometheus_error:
         return prometheus_error

@@ -1,12 +1,18 @@
 """Start-up checks across stages: settings that are each valid but do not fit together, or a
 config file whose profile does not load. `rca` commands, the Celery worker and the benches call
 `checked_settings` so that such a mistake stops the process at once, as one line, instead of
-failing the first investigation."""
+failing the first investigation.
+
+A missing or unreachable Prometheus does not stop anything (the service still takes alerts, and
+Prometheus may come up later), but every investigation meanwhile ends inconclusive:
+`prometheus_problem` says so in one line, which `rca serve` and `rca worker` log at start and
+`/readyz` reports as degraded."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rca.collect.health import unreachable
 from rca.collect.profile import profile_for
 from rca.config import ConfigError, Settings, load_settings
 
@@ -30,3 +36,24 @@ def check(settings: Settings) -> Settings:
 def checked_settings(**overrides: Any) -> Settings:
     """`load_settings(**overrides)`, checked."""
     return check(load_settings(**overrides))
+
+
+PROMETHEUS_CHECK_SECONDS = 2.0  # one query; /readyz runs it beside the other checks
+
+
+def prometheus_problem(settings: Settings) -> str | None:
+    """Why investigations cannot read metrics now, as one line naming the setting; None when the
+    configured Prometheus answers."""
+    url = settings.prometheus_url
+    if not url:
+        return (
+            "RCA_PROMETHEUS_URL: not set; investigations read no metrics and end inconclusive, with no cause, "
+            "until it names the Prometheus that scrapes the fleet"
+        )
+    problem = unreachable(url, min(settings.prometheus_timeout_seconds, PROMETHEUS_CHECK_SECONDS))
+    if problem is None:
+        return None
+    return (
+        f"RCA_PROMETHEUS_URL: Prometheus at {url} is unreachable ({problem}); investigations end inconclusive, "
+        "with no cause, until it answers"
+    )

@@ -5,6 +5,7 @@ diagnosis, 1 failed while running, 2 usage, 3 no data), and logs of one short li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -182,13 +183,17 @@ def test_json_output_keeps_its_shape_when_there_is_no_data(tmp_path: Path) -> No
         "written_by",
         "error",
         "data_gap",
+        "inconclusive_reason",
     }
     assert all(f["status"] in ("unavailable", "not_measurable") for f in out["findings"])
-    assert out["hypotheses"][0]["category"] == "no_clear_cause"  # the ranking itself is unchanged
-    # ... but the document says it judged nothing (issue 16.8), and who wrote it
+    # The document says it judged nothing (issue 16.8), and ranks no cause (issue 32.1): nobody wrote one.
+    assert out["hypotheses"] == [] and out["analyst"] is None and out["written_by"] is None
     assert out["error"] == "no Prometheus configured (set RCA_PROMETHEUS_URL)"
-    assert out["data_gap"] == "No Prometheus configured: no metrics were read; this is not a healthy verdict"
-    assert out["written_by"] == "Written by the rules (no LLM configured)"
+    assert out["inconclusive_reason"] == "no_prometheus"
+    assert out["data_gap"] == (
+        "Could not investigate: no Prometheus configured (set RCA_PROMETHEUS_URL), so no metrics were read; "
+        "this is not a healthy verdict"
+    )
 
 
 def test_a_rules_fallback_is_named_as_such_on_the_terminal_and_in_json(
@@ -527,6 +532,56 @@ def test_serve_runs_one_process_per_cpu_with_a_broker_and_one_with_the_embedded_
     assert refused.stderr.splitlines() == [
         "error: --workers: more than 1 needs RCA_BROKER_URL (the embedded queue runs inside the one server process)"
     ]
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_serve_and_worker_warn_once_at_start_when_prometheus_is_unset_or_unreachable(
+    command: str,
+    pg_db: str,
+    redis_url: str,
+    tmp_path: Path,
+    prometheus: StubPrometheus,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 32.1: neither said that every investigation would be blind. They start all the same
+    (alerts are still taken and kept); the processes they would run are left out here."""
+    import logging
+
+    import uvicorn
+
+    from rca.config import load_settings
+
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cli, "_supervise", lambda children: cli.EXIT_OK)
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    expected = {
+        None: "RCA_PROMETHEUS_URL: not set; investigations read no metrics and end inconclusive",
+        closed: f"RCA_PROMETHEUS_URL: Prometheus at {closed} is unreachable (connection refused or unreachable); "
+        "investigations end inconclusive, with no cause, until it answers",
+        prometheus.url: None,
+    }
+    for url, warning in expected.items():
+        settings = load_settings(
+            database_url=pg_db,
+            broker_url=redis_url,
+            webhook_token="w",
+            api_tokens="a",
+            data_dir=tmp_path / "rca-data",
+            prometheus_url=url,
+            worker_metrics_port=0,
+            scan_enabled=False,
+        )
+        serve = ["--workers", "1", "--port", str(_closed_port())]  # a free port: serve checks it first
+        args = cli.build_parser().parse_args([command, *serve] if command == "serve" else [command])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING), contextlib.suppress(SystemExit):
+            args.func(settings, args)
+        warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+        if warning is None:
+            assert warned == [], warned
+        else:
+            assert len(warned) == 1 and warned[0].startswith(warning), warned
 
 
 def test_serve_with_two_workers_stores_every_notification_and_counts_them_all_in_metrics(

@@ -115,7 +115,7 @@ def test_every_rca_metric_is_documented_and_named_by_the_conventions(pg_db: str,
         families = list(text_string_to_metric_families(client.get("/metrics").text))
     documented = (REPO / "docs" / "metrics.md").read_text()
     ours = [f for f in families if f.name.startswith("rca_")]
-    assert len(ours) == 21
+    assert len(ours) == 22
     for family in ours:
         exposed = family.name + ("_total" if family.type == "counter" else "")
         assert f"| `{exposed}` | {family.type} |" in documented, f"{exposed} is not in docs/metrics.md"
@@ -269,6 +269,22 @@ def test_an_investigation_that_fails_counts_as_failed(
     assert moved(before, after, "rca_investigations_total", status="failed") == 1
     assert moved(before, after, "rca_investigation_duration_seconds_count", status="failed") == 1
     assert moved(before, after, "rca_investigations_total", status="done") == 0
+
+
+def test_a_blind_investigation_counts_as_inconclusive_with_its_reason_never_as_done(pg_db: str, tmp_path: Path) -> None:
+    """Issue 32.1: with no Prometheus the metrics counted a blind investigation `done`."""
+    with TestClient(create_app(make_settings(pg_db, tmp_path))) as client:  # no RCA_PROMETHEUS_URL
+        before = scrape(client)
+        assert ("rca_investigations_inconclusive_total", (("reason", "no_data"),)) in before  # at zero from the start
+        reply = post_webhook(client, make_payload("g-blind", alerts=[make_alert("fp-b")]))
+        inv = wait_for_investigation(client, reply.json()["incident_id"])["investigation"]
+        after = scrape(client)
+    assert inv["status"] == "inconclusive", inv
+    assert moved(before, after, "rca_investigations_total", status="inconclusive") == 1
+    assert moved(before, after, "rca_investigations_inconclusive_total", reason="no_prometheus") == 1
+    assert moved(before, after, "rca_investigation_duration_seconds_count", status="inconclusive") == 1
+    assert moved(before, after, "rca_investigations_total", status="done") == 0
+    assert moved(before, after, "rca_investigations_inconclusive_total", reason="prometheus_unreachable") == 0
 
 
 # --------------------------------------------------------------------------- Prometheus and traces

@@ -178,11 +178,26 @@ def test_an_unreachable_llm_leaves_the_rules_answer_and_the_reason(
     assert len(inv["llm_exchange"]) == 2 and inv["prompt_tokens"] == 0
 
 
-def test_without_an_llm_the_api_says_the_rules_analyst_answered(db_url: str, tmp_path: Path) -> None:
-    with TestClient(create_app(make_settings(db_url, tmp_path))) as client:
+def test_without_an_llm_the_api_says_the_rules_analyst_answered(
+    db_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
+    with TestClient(create_app(make_settings(db_url, tmp_path, prometheus_url=prometheus.url))) as client:
         inv = wait_for_investigation(client, open_incident(client, "nollm"))["investigation"]
     assert inv["analyst"] == "rules" and inv["fallback_reason"] == NOT_CONFIGURED
     assert inv["llm_model"] is None and inv["llm_exchange"] == [] and inv["prompt_tokens"] is None
+
+
+def test_a_blind_investigation_asks_the_llm_nothing_and_stores_no_cause(db_url: str, tmp_path: Path) -> None:
+    """Issue 32.1: with nothing measured there is nothing to explain: no tokens are spent on it, and
+    the investigation is inconclusive, with no hypotheses and no analyst."""
+    with FakeLLM(lambda request: completion(CALM_ANSWER)) as fake:
+        settings = make_settings(db_url, tmp_path, llm_base_url=fake.base_url, llm_model="fake-model")
+        with TestClient(create_app(settings)) as client:  # no RCA_PROMETHEUS_URL
+            inv = wait_for_investigation(client, open_incident(client, "blind"))["investigation"]
+    assert fake.requests == []
+    assert (inv["status"], inv["inconclusive_reason"]) == ("inconclusive", "no_prometheus")
+    assert inv["hypotheses"] == [] and inv["analyst"] is None
+    assert inv["llm_exchange"] is None and inv["prompt_tokens"] is None and inv["fallback_reason"] is None
 
 
 def test_the_prompt_cites_a_past_incident_with_the_same_evidence_and_its_confirmed_cause(

@@ -15,6 +15,7 @@ from rca.report import no_data_hint, no_data_reason, render, use_colour, written
 def _finding(fid: str, status: str, detail: str = "", value: float | None = None) -> dict:
     return {
         "id": fid,
+        "kind": "signal",
         "status": status,
         "value": value,
         "baseline": None,
@@ -61,6 +62,7 @@ def _measured(
 ) -> dict:
     return {
         "id": fid,
+        "kind": "signal",
         "status": status,
         "value": value,
         "baseline": baseline,
@@ -146,6 +148,8 @@ def test_no_data_is_its_own_answer_without_a_confidence() -> None:
     assert no_data_reason(findings) == down
     assert no_data_reason(findings, "no Prometheus configured (set RCA_PROMETHEUS_URL)").startswith("no Prometheus")
     assert no_data_reason([*findings, RATE]) is None, "one measured finding is data"
+    traced = {**RATE, "id": "lora_load_share", "kind": "trace"}
+    assert no_data_reason([*findings, traced]) == down, "a trace alone judges nothing (rca.domain.coverage)"
     text = render("host=x", findings, ranked, no_data=down)
     assert f"no data: {down}" in text
     assert "confidence" not in text and "0.40" not in text and "no_clear_cause" not in text

@@ -91,7 +91,7 @@ def wait_done(base: str, incident_id: int, investigations: int = 1, timeout: flo
     with _client(base) as client:
         while True:
             incident: dict[str, Any] = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()
-            finished = [i for i in incident["investigations"] if i["status"] in ("done", "failed")]
+            finished = [i for i in incident["investigations"] if i["status"] in ("done", "inconclusive", "failed")]
             if len(finished) >= investigations:
                 return incident
             if time.monotonic() > deadline:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,6 +25,7 @@ from rca.api.errors import validation_failed
 from rca.api.schemas import ReadinessOut
 from rca.config import Settings
 from rca.jobs.dispatch import Dispatcher, create_dispatcher
+from rca.startup import prometheus_problem
 from rca.store import investigations
 from rca.store.db import ping, session_scope
 
@@ -96,10 +98,28 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    async def reachable(name: str, check: Callable[[], object]) -> str:
+        try:
+            await run_in_threadpool(check)
+            return "ok"
+        except Exception as exc:
+            # Unauthenticated: the error's text names hosts, ports and users. Only the log has it.
+            log.warning("readiness: %s unavailable: %s: %s", name, type(exc).__name__, str(exc)[:300])
+            return "unavailable"
+
+    async def prometheus() -> str:
+        if not settings.prometheus_url:
+            return "not configured"
+        problem = await run_in_threadpool(prometheus_problem, settings)
+        if problem is None:
+            return "ok"
+        log.warning("readiness: %s", problem)
+        return "unavailable"
+
     @app.get(
         "/readyz",
         tags=["health"],
-        summary="Database and broker are reachable",
+        summary="Database and broker are reachable; Prometheus too, or investigations are blind",
         response_model=ReadinessOut,
         responses={
             503: {
@@ -110,23 +130,21 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         },
     )
     async def readyz() -> JSONResponse:
-        checks: dict[str, str] = {}
-        for name, check in (
-            ("database", lambda: ping(settings.effective_database_url)),
-            ("broker", lambda: _broker_ping(settings)),
-        ):
-            try:
-                await run_in_threadpool(check)
-                checks[name] = "ok"
-            except Exception as exc:
-                # Unauthenticated: the error's text names hosts, ports and users. Only the log has it.
-                log.warning("readiness: %s unavailable: %s: %s", name, type(exc).__name__, str(exc)[:300])
-                checks[name] = "unavailable"
-        checks["queue"] = "embedded (in-process)" if settings.embedded_queue else "celery"
-        ready = all(v == "ok" for k, v in checks.items() if k != "queue")
-        return JSONResponse(
-            {"status": "ready" if ready else "not ready", "checks": checks}, status_code=200 if ready else 503
+        database, broker, metrics_source = await asyncio.gather(
+            reachable("database", lambda: ping(settings.effective_database_url)),
+            reachable("broker", lambda: _broker_ping(settings)),
+            prometheus(),
         )
+        checks = {
+            "database": database,
+            "broker": broker,
+            "queue": "embedded (in-process)" if settings.embedded_queue else "celery",
+            "prometheus": metrics_source,
+        }
+        if database != "ok" or broker != "ok":
+            return JSONResponse({"status": "not ready", "checks": checks}, status_code=503)
+        # Without Prometheus the service still takes and keeps every alert: degraded, not down.
+        return JSONResponse({"status": "ready" if metrics_source == "ok" else "degraded", "checks": checks})
 
     def oldest_queued_age() -> float:
         with session_scope(settings.effective_database_url) as session:

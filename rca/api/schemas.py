@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rca.api.derive import model_of, public
 from rca.api.errors import VALIDATION_ERROR
 from rca.api.storable import problem
+from rca.domain.coverage import data_gap
 from rca.domain.evidence import Finding, Hypothesis, onset_order
+from rca.domain.status import InvestigationStatus
 from rca.store.incidents import Hit
 
 
@@ -33,8 +35,21 @@ class InvestigationOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: int
-    status: str
-    reason: str
+    status: str = Field(
+        description="queued, running, done (causes ranked from the evidence), inconclusive (no evidence could "
+        "be read: no cause is ranked, see `inconclusive_reason` and `data_gap`) or failed (see `error`)"
+    )
+    reason: str = Field(description="why it was queued: new_incident, new_alerts (alerts joined) or early_warning")
+    inconclusive_reason: str | None = Field(
+        None,
+        description="why an inconclusive investigation read no evidence: no_prometheus (RCA_PROMETHEUS_URL unset), "
+        "prometheus_unreachable (see `error`) or no_data (no signal of the target could be measured)",
+    )
+    data_gap: str | None = Field(
+        None,
+        description="what a finished investigation could not see, in a sentence: why it could not investigate, "
+        "or which signals had no data and were not checked; null when it saw every signal the stack exports",
+    )
     attempts: int
     queued_at: datetime
     started_at: datetime | None
@@ -70,16 +85,22 @@ class InvestigationOut(BaseModel):
 
     @classmethod
     def from_row(cls, row: Any) -> InvestigationOut:
-        computed = ("findings", "hypotheses", "margin", "onset_order")
+        computed = ("findings", "hypotheses", "margin", "onset_order", "data_gap")
         data = {name: getattr(row, name) for name in cls.model_fields if name not in computed}
         hypotheses = [HypothesisOut.model_validate(h) for h in row.hypotheses]
         margin = round(hypotheses[0].confidence - hypotheses[1].confidence, 3) if len(hypotheses) > 1 else None
+        # Only a run of the pipeline judged something (its `error` is then Prometheus'), as Slack reads it.
+        judged = row.status in (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE) and (
+            row.findings or row.error
+        )
+        gap = data_gap(row.findings, row.error) if judged else None
         return cls(
             **data,
             findings=findings_out(row.findings),
             hypotheses=hypotheses,
             margin=margin,
             onset_order=onset_order(row.findings),
+            data_gap=gap.text if gap else None,
         )
 
 
@@ -108,7 +129,18 @@ class IncidentSummary(
         Hit,
         rename=SUMMARY_NAMES,
         fields={
-            "investigation_status": Field(description="status of the newest investigation"),
+            "investigation_status": Field(
+                description="status of the newest investigation: queued, running, done, inconclusive or failed"
+            ),
+            "inconclusive_reason": Field(
+                default=None,
+                description="when the newest investigation is inconclusive: why it read no evidence "
+                "(no_prometheus, prometheus_unreachable, no_data)",
+            ),
+            "top_category": Field(
+                description="top-ranked root cause of the latest done investigation; null while none ranked one "
+                "(an inconclusive investigation never does)"
+            ),
             "confirmed_category": Field(default=None, description="root cause an engineer confirmed"),
             "breached": Field(default_factory=list, description="breached finding ids of the latest finished run"),
             "score": Field(default=None, description="full-text relevance (only when `q` is given)"),
@@ -287,6 +319,10 @@ class AccuracyFigures(BaseModel):
 
 
 class AccuracyOut(BaseModel):
+    undiagnosed: int = Field(
+        description="confirmed incidents left out of the figures: no investigation of theirs ranked a cause "
+        "(each one inconclusive, failed or not run yet)"
+    )
     overall: AccuracyFigures
     by_analyst: dict[str, AccuracyFigures]
     by_category: dict[str, AccuracyFigures]
@@ -323,12 +359,14 @@ class ErrorOut(BaseModel):
 
 
 class ReadinessOut(BaseModel):
-    """`/readyz`: each dependency's state; 200 when all are ok, else 503."""
+    """`/readyz`: each dependency's state. 503 (not ready) when the database or the broker is
+    unreachable; else 200, `degraded` while Prometheus is unset or unreachable (alerts are taken and
+    kept, but every investigation ends inconclusive, with no cause), `ready` when it answers."""
 
-    status: Literal["ready", "not ready"]
+    status: Literal["ready", "degraded", "not ready"]
     checks: dict[str, str] = Field(
         description='"database" and "broker": "ok" or "unavailable" (why is logged); "queue": embedded (in-process) '
-        "or celery"
+        'or celery; "prometheus": "ok", "not configured" (RCA_PROMETHEUS_URL unset) or "unavailable" (why is logged)'
     )
 
 

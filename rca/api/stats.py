@@ -21,7 +21,8 @@ router = APIRouter(
     response_model=AccuracyOut,
     summary="AC@1 and AC@3 over confirmed incidents",
     description="Per analyst (rules, LLM) and per confirmed category; an incident counts once, with its "
-    "newest feedback and its latest finished investigation.",
+    "newest feedback and its latest done investigation. One that no investigation diagnosed (inconclusive: "
+    "no evidence could be read) is left out and counted in `undiagnosed`.",
 )
 def accuracy(session: DatabaseSession) -> AccuracyOut:
     return AccuracyOut.model_validate(feedback_store.accuracy(session))

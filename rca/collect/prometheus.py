@@ -19,6 +19,7 @@ from urllib3.util.retry import Retry
 
 from rca import metrics
 from rca.collect.aliases import resolve_aliases
+from rca.collect.health import short_error
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
 from rca.domain.answer import answer_line
 
@@ -271,15 +272,3 @@ def counted_errors() -> Iterator[None]:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a 200 whose JSON is no Prometheus answer
         metrics.PROMETHEUS_QUERY_ERRORS.labels(reason="bad_response").inc()
         raise MalformedAnswer(f"not a Prometheus answer ({type(exc).__name__}: {exc})") from None
-
-
-def short_error(exc: BaseException) -> str:
-    """Why a query (or anything else) failed, in one short line: requests' own messages carry the
-    whole URL-encoded query, and an answer that is not JSON is quoted, not pasted."""
-    if isinstance(exc, requests.ConnectionError):
-        return "connection refused or unreachable"
-    if isinstance(exc, requests.Timeout):
-        return "timed out"
-    if isinstance(exc, requests.JSONDecodeError):
-        return f"the answer is not JSON: {answer_line(exc.doc)}"
-    return answer_line(str(exc), limit=300)

@@ -12,7 +12,7 @@ from typing import Any
 
 from rca.domain.analyst import AnalystRecord
 from rca.domain.evidence import Dated, Finding, Hypothesis
-from rca.domain.status import FindingStatus
+from rca.domain.status import FindingStatus, InconclusiveReason
 
 
 @dataclass
@@ -30,6 +30,9 @@ class InvestigationResult:
     # What Slack's message shows, as a hash (`change_key` below): a new investigation with
     # the same key changes nothing worth a post.
     change_key: str
+    # Set when no evidence could be read (rca.domain.coverage): stored as `inconclusive`, with no
+    # hypotheses, instead of `done`.
+    inconclusive: InconclusiveReason | None = None
 
 
 TOP_CATEGORIES = 3  # how many ranked causes count as "the ranking" for the change key

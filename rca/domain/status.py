@@ -16,8 +16,17 @@ class AlertStatus(StrEnum):
 class InvestigationStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
-    DONE = "done"
+    DONE = "done"  # a diagnosis: ranked causes from measured evidence
+    INCONCLUSIVE = "inconclusive"  # finished blind: no evidence could be read, so no cause is ranked
     FAILED = "failed"
+
+
+class InconclusiveReason(StrEnum):
+    """Why an investigation could read no evidence (`rca.domain.coverage` decides)."""
+
+    NO_PROMETHEUS = "no_prometheus"  # RCA_PROMETHEUS_URL is not set
+    PROMETHEUS_UNREACHABLE = "prometheus_unreachable"  # it did not answer, or not as Prometheus
+    NO_DATA = "no_data"  # it answered, but no signal of the target could be measured
 
 
 class DeliveryStatus(StrEnum):

@@ -10,8 +10,9 @@ every untrusted string in a `mrkdwn` text (sections, context, the message's `tex
 `escape.mrkdwn`; a `plain_text` one (the header) is shown as written, so it is never escaped (an
 escaped `<` would show as `&lt;`), only kept on one line.
 
-A degraded result says so: when nothing was measured (Prometheus down or unconfigured) the message
-leads with that and shows no cause, never "no signal breached"; signals without data are named;
+A degraded result says so: an inconclusive investigation (nothing measured: Prometheus unconfigured,
+down, or without series for the target) leads with "Could not investigate: …why…" and shows no cause
+and no breached signals, never "no signal breached"; signals without data are named;
 and the line saying who wrote the answer names the rules when the model's answer was not used,
 and why.
 """
@@ -82,9 +83,7 @@ def _breached_line(f: BreachedLine) -> str:
     )
 
 
-def _breached_sections(breached: list[BreachedLine], blind: bool = False) -> list[Block]:
-    if blind:
-        return [_section("*Breached signals*\nNone could be judged: no signal was measured.")]
+def _breached_sections(breached: list[BreachedLine]) -> list[Block]:
     if not breached:
         return [_section("*Breached signals*\nNo signal breached its threshold.")]
     sections, text = [], "*Breached signals* (baseline → current)"
@@ -137,7 +136,7 @@ def _written_by(message: IncidentMessage) -> str:
 
 
 def _cost(message: IncidentMessage) -> str:
-    parts = [_written_by(message)]
+    parts = [] if _blind(message) else [_written_by(message)]  # blind: nobody wrote an answer
     parts.append(f"{message.seconds:.1f} s" if message.seconds is not None else "time n/a")
     parts.append(f"{message.tokens:,} tokens" if message.tokens is not None else "no LLM tokens")
     if message.cost_usd is not None:
@@ -172,8 +171,8 @@ def fallback_text(message: IncidentMessage) -> str:
     """The plain `text` Slack shows in notifications and where blocks cannot be drawn."""
     top = message.hypotheses[0] if message.hypotheses else None
     cause = f": likely {top.category} ({top.confidence:.0%})" if top else ""
-    if _blind(message):
-        cause = ": no metrics were read, not a healthy verdict"
+    if message.data_gap is not None and message.data_gap.headline:
+        cause = f": {message.data_gap.headline}"
     if message.failure:
         cause = ": the investigation failed"
     state = "resolved" if message.status == AlertStatus.RESOLVED else "firing"
@@ -199,12 +198,13 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
         head.append(_section(f":warning: *{cut(mrkdwn(single_line(gap.text)), MAX_GAP)}*"))
     summary = f"\n{cut(mrkdwn(single_line(message.summary)), MAX_SUMMARY)}" if message.summary else ""
     body = [_section(" · ".join(status) + summary)]
-    if message.hypotheses and not _blind(message):  # a ranking of nothing is not a judgement
-        body.append(_section("*Most likely causes*"))
-        body += [_hypothesis(i, h) for i, h in enumerate(message.hypotheses[:SHOWN_HYPOTHESES], start=1)]
-    if (last := _last_time(message)) is not None:
-        body.append(last)
-    body += _breached_sections(message.breached, blind=_blind(message))
+    if not _blind(message):  # a ranking of nothing is not a judgement, nor an empty list of breaches
+        if message.hypotheses:
+            body.append(_section("*Most likely causes*"))
+            body += [_hypothesis(i, h) for i, h in enumerate(message.hypotheses[:SHOWN_HYPOTHESES], start=1)]
+        if (last := _last_time(message)) is not None:
+            body.append(last)
+        body += _breached_sections(message.breached)
     if gap is not None and not gap.blind:
         body.append(_context(f":grey_question: {cut(mrkdwn(single_line(gap.text)), MAX_GAP)}"))
     tail = [_context(_cost(message))]

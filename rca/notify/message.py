@@ -131,10 +131,9 @@ def from_incident(
 
 
 def _data_gap(investigation: Investigation) -> DataGap | None:
-    statuses = {f.key: f.status for f in investigation.findings}
-    if not statuses and not investigation.error:
+    if not investigation.findings and not investigation.error:
         return None  # nothing was judged at all: not an investigation of the pipeline
-    return data_gap(statuses, investigation.error)
+    return data_gap(investigation.findings, investigation.error)
 
 
 def _tokens(investigation: Investigation) -> int | None:

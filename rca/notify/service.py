@@ -103,7 +103,8 @@ def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliver
 
 
 def _latest_finished(session: Session, incident_id: int) -> Investigation | None:
-    """The latest done investigation; without one, the latest failed (the message says it failed)."""
+    """The latest done investigation; without one, the latest inconclusive or failed (the message
+    says it could not investigate, or failed): a newer blind run does not hide a diagnosis."""
     return session.scalar(
         select(Investigation)
         .where(Investigation.incident_id == incident_id, Investigation.status.in_(FINISHED))
@@ -335,7 +336,7 @@ def count_slack_call(action: str, result: SendResult) -> None:
 
 
 def finished_incident(settings: Settings, investigation_id: int) -> int | None:
-    """The incident of a finished investigation, done or failed (None otherwise, and for a
+    """The incident of a finished investigation, done, inconclusive or failed (None otherwise, and for a
     backtest's incident, never posted): what to notify about."""
     with session_scope(settings.effective_database_url) as session:
         row = session.execute(

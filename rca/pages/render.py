@@ -11,6 +11,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rca.domain.coverage import could_not_investigate
 from rca.domain.values import format_value
 from rca.pages import session as web_session
 
@@ -51,6 +52,7 @@ environment = Environment(
 environment.filters["utc"] = _utc
 environment.filters["percent"] = _percent
 environment.filters["value"] = format_value
+environment.filters["could_not_investigate"] = could_not_investigate  # an inconclusive reason, in words
 
 
 def site_url(request: Request, path: str) -> str:

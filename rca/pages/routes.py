@@ -183,9 +183,14 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
         if row is None:
             return None
         incident = incident_api.incident_out(row)
-        # The evidence of the latest finished investigation stays while a newer one runs.
-        done = [i for i in incident.investigations if i.status == InvestigationStatus.DONE]
-        inv = done[-1] if done else incident.investigation
+        # The evidence of the latest done investigation stays while a newer one runs, or when a newer
+        # one could not read the evidence; without one, the latest inconclusive says why.
+        shown = [
+            [i for i in incident.investigations if i.status == status]
+            for status in (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE)
+        ]
+        found = shown[0] or shown[1]
+        inv = found[-1] if found else incident.investigation
         series = evidence_store.load(session, inv.id) if inv else {}
         similar = (
             similar_store.find(session, target, limit=5)
@@ -197,9 +202,13 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
             early_warnings.transitions(session, incident_id) if incident.origin in early_warning.SCANNED else []
         )
     findings = {f.id: f for f in inv.findings} if inv else {}
+    latest = incident.investigation
     return {
         "incident": incident,
         "inv": inv,
+        # A newer run that could not read the evidence, above the diagnosis it does not replace.
+        "blind_since": latest if latest and inv and latest.id != inv.id and latest.inconclusive_reason else None,
+        "hint": views.inconclusive_hint(inv.inconclusive_reason) if inv else None,
         "evidence": views.evidence(settings, inv, series) if inv else None,
         "findings": findings,
         "warning": views.warning_view(incident, transitions, findings),

@@ -12,7 +12,9 @@ from urllib.parse import quote, urlencode, urlsplit
 from rca.api.schemas import AlertOut, FeedbackOut, FindingOut, IncidentOut, InvestigationOut
 from rca.config import Settings
 from rca.domain import early_warning
+from rca.domain.coverage import could_not_investigate
 from rca.domain.series import EvidenceSeries
+from rca.domain.status import InconclusiveReason
 from rca.scan.slo_rules import slo_words
 from rca.signals.slo import TTFT_SIGNAL
 from rca.store.models import ScanTransition
@@ -74,8 +76,13 @@ def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: li
         if inv.started_at:
             events.append(Event(inv.started_at, f"investigation {inv.id} started", f"attempt {inv.attempts}"))
         if inv.finished_at:
-            top = inv.hypotheses[0].category if inv.hypotheses else "no cause"
-            events.append(Event(inv.finished_at, f"investigation {inv.id} {inv.status}", f"{top} by {inv.analyst}"))
+            if inv.inconclusive_reason:
+                outcome = could_not_investigate(inv.inconclusive_reason)
+            elif inv.hypotheses:
+                outcome = f"{inv.hypotheses[0].category} by {inv.analyst}"
+            else:
+                outcome = inv.error or "no cause"
+            events.append(Event(inv.finished_at, f"investigation {inv.id} {inv.status}", outcome))
     for attempt in incident.slack.attempts if incident.slack else []:
         code = f" (HTTP {attempt.http_status})" if attempt.http_status else ""
         events.append(Event(attempt.at, f"Slack {attempt.action} ({attempt.event})", f"{attempt.outcome}{code}"))
@@ -263,6 +270,10 @@ class Evidence:
     traces: list[TraceRow]
     graphs: dict[str, str | None]
 
+    @property
+    def breached(self) -> bool:
+        return bool(self.charts or self.breached_without_series)
+
 
 def evidence(settings: Settings, inv: InvestigationOut, series: dict[str, EvidenceSeries]) -> Evidence:
     signals = [f for f in inv.findings if f.kind != "trace"]
@@ -274,3 +285,18 @@ def evidence(settings: Settings, inv: InvestigationOut, series: dict[str, Eviden
         traces=trace_rows(settings, inv.findings),
         graphs={f.id: prometheus_graph(settings, f.query, inv) for f in inv.findings},
     )
+
+
+# What to do about an inconclusive investigation, by its reason.
+INCONCLUSIVE_HINTS: dict[str, str] = {
+    InconclusiveReason.NO_PROMETHEUS: "Set RCA_PROMETHEUS_URL to the Prometheus that scrapes the fleet; the "
+    "service warns at start, and /readyz reports the check, while it is unset.",
+    InconclusiveReason.PROMETHEUS_UNREACHABLE: "Check that Prometheus is up and reachable from the service at "
+    "RCA_PROMETHEUS_URL; /readyz reports the check.",
+    InconclusiveReason.NO_DATA: "Check that this Prometheus scrapes the target, and that the alert's labels "
+    "(instance, pod, host) name it as the series do.",
+}
+
+
+def inconclusive_hint(reason: str | None) -> str | None:
+    return INCONCLUSIVE_HINTS.get(reason) if reason else None

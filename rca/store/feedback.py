@@ -1,8 +1,10 @@
 """Engineers' verdicts on incidents, and the service's accuracy over the confirmed ones.
 
 AC@k is the share of confirmed incidents whose confirmed category is among the first k
-hypotheses of the latest finished investigation, grouped by that investigation's analyst
-(`Investigation.analyst`: "rules" today, an LLM analyst later) and by confirmed category.
+hypotheses of the latest done investigation, grouped by that investigation's analyst
+(`Investigation.analyst`: "rules" or "llm") and by confirmed category. An incident no
+investigation diagnosed (each one inconclusive, failed or not run yet) ranked nothing to judge: it
+is left out of the figures and counted apart.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
@@ -97,7 +99,11 @@ def accuracy(session: Session) -> dict[str, Any]:
             continue  # the query already leaves these out
         for tally in (overall, by_analyst[analyst], by_category[confirmed]):
             tally.add(confirmed, list(ranked))
+    undiagnosed = session.scalar(
+        select(func.count()).where(IncidentDigest.confirmed_category.is_not(None), IncidentDigest.analyst.is_(None))
+    )
     return {
+        "undiagnosed": undiagnosed or 0,
         "overall": overall.as_dict(),
         "by_analyst": {name: t.as_dict() for name, t in sorted(by_analyst.items())},
         "by_category": {name: t.as_dict() for name, t in sorted(by_category.items())},

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, and_, case, func, literal, null, select, text, tuple_
 from sqlalchemy.orm import Session, selectinload
@@ -65,6 +65,7 @@ class Hit:
     score: float | None = None
     # Who opened it: a webhook, the fleet scan ("early_warning") or its replay ("backtest").
     origin: str = "alertmanager"
+    inconclusive_reason: str | None = None  # of the newest investigation, when it read no evidence
 
 
 def _conditions(
@@ -237,14 +238,17 @@ def hits(session: Session, incident_ids: list[int], scores: Mapping[int, float |
     if not incident_ids:
         return []
     d, i = IncidentDigest, Incident
-    newest_run = (
-        select(Investigation.status)
-        .where(Investigation.incident_id == d.incident_id)
-        .order_by(Investigation.id.desc())
-        .limit(1)
-        .scalar_subquery()
-        .label("investigation_status")
-    )
+
+    def newest_run(column: Any, label: str) -> Any:
+        return (
+            select(column)
+            .where(Investigation.incident_id == d.incident_id)
+            .order_by(Investigation.id.desc())
+            .limit(1)
+            .scalar_subquery()
+            .label(label)
+        )
+
     # Each column is labelled as the `Hit` field it fills.
     rows = session.execute(
         select(
@@ -256,12 +260,13 @@ def hits(session: Session, incident_ids: list[int], scores: Mapping[int, float |
             i.updated_at,
             i.resolved_at,
             i.notification_count,
-            newest_run,
+            newest_run(Investigation.status, "investigation_status"),
             d.top_category,
             d.top_confidence,
             d.confirmed_category,
             d.breached,
             i.origin,
+            newest_run(Investigation.inconclusive_reason, "inconclusive_reason"),
         )
         .join(i, i.id == d.incident_id)
         .where(d.incident_id.in_(incident_ids))

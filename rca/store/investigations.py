@@ -23,7 +23,7 @@ from rca.store.models import Alert, Investigation
 from rca.store.models import Finding as FindingRow
 from rca.store.models import Hypothesis as HypothesisRow
 
-FINISHED = (InvestigationStatus.DONE, InvestigationStatus.FAILED)
+FINISHED = (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE, InvestigationStatus.FAILED)
 STRANDED_BATCH = 500
 CRASHED = "its worker stopped without finishing it each time (a crash, the time limit, or its retries used up)"
 
@@ -83,7 +83,8 @@ NOT_STORED = {"score"}  # the rules' internal score of a hypothesis
 def save_result(
     session: Session, investigation_id: int, result: InvestigationResult, *, owe_slack: bool = False
 ) -> None:
-    """Replace the investigation's findings and hypotheses with this result, and close it. With
+    """Replace the investigation's findings and hypotheses with this result, and close it: `done`,
+    or `inconclusive` with its reason and no hypotheses when the result read no evidence. With
     `owe_slack` (Slack is configured), the incident's Slack notice is owed in the same transaction
     (rca/store/notices.py), so that no lost enqueue can drop it."""
     inv = session.get(Investigation, investigation_id, with_for_update=True)
@@ -92,8 +93,13 @@ def save_result(
     session.execute(delete(FindingRow).where(FindingRow.investigation_id == investigation_id))
     session.execute(delete(HypothesisRow).where(HypothesisRow.investigation_id == investigation_id))
     session.add_all(FindingRow(investigation_id=investigation_id, **asdict(f)) for f in result.findings)
-    session.add_all(HypothesisRow(investigation_id=investigation_id, **_stored(asdict(h))) for h in result.hypotheses)
-    inv.status = InvestigationStatus.DONE
+    blind = result.inconclusive is not None
+    if not blind:  # a blind result never stores a cause, whatever its hypotheses say
+        session.add_all(
+            HypothesisRow(investigation_id=investigation_id, **_stored(asdict(h))) for h in result.hypotheses
+        )
+    inv.status = InvestigationStatus.INCONCLUSIVE if blind else InvestigationStatus.DONE
+    inv.inconclusive_reason = result.inconclusive
     inv.finished_at, inv.lease_until = utcnow(), None
     inv.collect_seconds = round(result.collect_seconds, 4)
     inv.total_seconds = round(result.total_seconds, 4)
@@ -101,6 +107,8 @@ def save_result(
     if result.analyst is not None:
         for name, value in asdict(result.analyst).items():
             setattr(inv, RECORD_COLUMNS.get(name, name), value)
+    if blind:
+        inv.analyst = None  # nobody wrote a cause
     inv.window_start, inv.window_end, inv.step_seconds = result.window_start, result.window_end, result.step_seconds
     inv.target, inv.error, inv.change_key = result.target, result.error, result.change_key
     if owe_slack:

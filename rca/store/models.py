@@ -165,8 +165,11 @@ class Investigation(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     incident_id: Mapped[int] = mapped_column(ForeignKey("incidents.id", ondelete="CASCADE"), index=True)
-    status: Mapped[str] = mapped_column(StorableString(16), index=True)  # queued | running | done | failed
-    reason: Mapped[str] = mapped_column(StorableString(32))
+    # queued | running | done | inconclusive (no evidence could be read, no cause ranked) | failed
+    status: Mapped[str] = mapped_column(StorableString(16), index=True)
+    reason: Mapped[str] = mapped_column(StorableString(32))  # why it was queued
+    # Why an inconclusive one read nothing: no_prometheus | prometheus_unreachable | no_data (rca.domain.coverage).
+    inconclusive_reason: Mapped[str | None] = mapped_column(StorableString(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

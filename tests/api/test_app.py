@@ -25,7 +25,12 @@ def test_readyz_names_the_dependency_that_is_down_but_not_its_error(
     assert reply.status_code == 503
     assert reply.json() == {
         "status": "not ready",
-        "checks": {"database": "unavailable", "broker": "unavailable", "queue": "celery"},
+        "checks": {
+            "database": "unavailable",
+            "broker": "unavailable",
+            "queue": "celery",
+            "prometheus": "not configured",
+        },
     }
     assert "127.0.0.1" not in reply.text and ":1" not in reply.text
     # The operator still learns why, from the log.

@@ -246,28 +246,73 @@ def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investi
         assert "gpu-node-1" in finding["query"]
         assert finding["source"]
 
+    # Partial evidence: a diagnosis that names what it could not check (the pod's signals, the traces).
+    missing = sorted(POD_ONLY_IDS | {TRACES_KEY})
+    assert inv["inconclusive_reason"] is None
+    assert inv["data_gap"].startswith(f"{len(missing)} of {len(FINDING_IDS)} signals had no data and were not checked")
+    assert all(key in inv["data_gap"] for key in missing[:5])
+
     hypotheses = inv["hypotheses"]
-    assert hypotheses, "an investigation always ranks at least one cause"
+    assert hypotheses, "a done investigation always ranks at least one cause"
     assert [h["rank"] for h in hypotheses] == list(range(1, len(hypotheses) + 1))
     cited = {key for h in hypotheses for key in h["evidence"] + h["contradicting"]}
     assert cited <= SIGNAL_IDS
-    assert listed["investigation_status"] == "done"
+    assert (listed["investigation_status"], listed["inconclusive_reason"]) == ("done", None)
     assert listed["top_category"] == hypotheses[0]["category"]
     assert listed["top_confidence"] == pytest.approx(hypotheses[0]["confidence"])
 
 
-def test_investigation_without_prometheus_finishes_with_findings_marked_unavailable(
-    db_url: str, tmp_path: Path
-) -> None:
+def test_without_prometheus_the_investigation_is_inconclusive_and_shows_no_cause(db_url: str, tmp_path: Path) -> None:
+    """Issue 32.1: a blind investigation ended `done` with `no_clear_cause` 20 %; now it has its own
+    outcome, with its reason, and no cause anywhere: the incident, the list, the accuracy figures."""
     with TestClient(create_app(make_settings(db_url, tmp_path))) as client:
-        incident = wait_for_investigation(client, open_incident(client, "noprom", make_alert("fp-a")))
+        incident_id = open_incident(client, "noprom", make_alert("fp-a"))
+        incident = wait_for_investigation(client, incident_id)
+        listed = search(client)["items"]
+        feedback = {"category": "kv_memory_pressure", "note": "it was the KV cache"}
+        assert client.post(f"/api/v1/incidents/{incident_id}/feedback", json=feedback, headers=API_AUTH).is_success
+        accuracy = client.get("/api/v1/stats/accuracy", headers=API_AUTH).json()
+        by_cause = search(client, category="no_clear_cause")["items"]
 
     inv = incident["investigation"]
-    assert inv["status"] == "done"
+    assert (inv["status"], inv["inconclusive_reason"]) == ("inconclusive", "no_prometheus")
+    assert inv["hypotheses"] == [] and inv["margin"] is None and inv["analyst"] is None
+    assert inv["data_gap"].startswith("Could not investigate: no Prometheus configured (set RCA_PROMETHEUS_URL)")
     assert "RCA_PROMETHEUS_URL" in inv["error"]
-    assert {f["id"] for f in inv["findings"]} == FINDING_IDS
+    assert {f["id"] for f in inv["findings"]} == FINDING_IDS  # what it tried to read stays, each saying why not
     assert all(f["status"] == "unavailable" and f["detail"].startswith("data unavailable") for f in inv["findings"])
-    assert inv["hypotheses"]
+    [item] = listed
+    assert (item["investigation_status"], item["inconclusive_reason"]) == ("inconclusive", "no_prometheus")
+    assert item["top_category"] is None and item["top_confidence"] is None and item["breached"] == []
+    assert by_cause == []
+    assert accuracy["undiagnosed"] == 1 and accuracy["overall"]["confirmed"] == 0 and accuracy["by_analyst"] == {}
+
+
+def test_an_unreachable_or_empty_prometheus_makes_inconclusive_investigations_saying_why(
+    pg_db: str, tmp_path: Path
+) -> None:
+    """The other two blind reasons: Prometheus does not answer (a closed port), or it answers with no
+    series for the target (a real Prometheus that scrapes nothing of it)."""
+    from tests.e2e import promstack
+
+    unreachable = f"http://127.0.0.1:{promstack.free_port()}"
+    proc, empty = promstack.start_prometheus(tmp_path, promstack.free_port(), None)
+    try:
+        found = {}
+        for name, url in (("unreachable", unreachable), ("empty", empty)):
+            with TestClient(create_app(make_settings(pg_db, tmp_path, prometheus_url=url))) as client:
+                found[name] = wait_for_investigation(client, open_incident(client, name, make_alert(f"fp-{name}")))
+    finally:
+        proc.stop()
+    down, nothing = (found[name]["investigation"] for name in ("unreachable", "empty"))
+    assert (down["status"], down["inconclusive_reason"]) == ("inconclusive", "prometheus_unreachable")
+    assert down["data_gap"].startswith(
+        f"Could not investigate: Prometheus unreachable, so no metrics were read (Prometheus at {unreachable}"
+    )
+    assert (nothing["status"], nothing["inconclusive_reason"]) == ("inconclusive", "no_data")
+    assert nothing["error"] is None and nothing["data_gap"].startswith("Could not investigate: no data for this target")
+    assert any("series match this target" in f["detail"] for f in nothing["findings"])
+    assert down["hypotheses"] == nothing["hypotheses"] == []
 
 
 # --------------------------------------------------------------------------- health
@@ -280,11 +325,48 @@ def test_healthz_answers_without_credentials_or_dependencies(tmp_path: Path) -> 
     assert reply.status_code == 200 and reply.json() == {"status": "ok"}
 
 
-def test_readyz_is_ready_with_real_postgres_and_redis(pg_db: str, redis_url: str, tmp_path: Path) -> None:
-    with TestClient(create_app(make_settings(pg_db, tmp_path, broker_url=redis_url))) as client:
-        reply = client.get("/readyz")
+def test_readyz_is_ready_with_real_postgres_redis_and_prometheus(pg_db: str, redis_url: str, tmp_path: Path) -> None:
+    from tests.e2e import promstack
+
+    proc, prometheus_url = promstack.start_prometheus(tmp_path, promstack.free_port(), None)
+    try:
+        settings = make_settings(pg_db, tmp_path, broker_url=redis_url, prometheus_url=prometheus_url)
+        with TestClient(create_app(settings)) as client:
+            reply = client.get("/readyz")
+            assert_documented(client, reply, "GET", "/readyz")
+    finally:
+        proc.stop()
     assert reply.status_code == 200, reply.text
-    assert reply.json() == {"status": "ready", "checks": {"database": "ok", "broker": "ok", "queue": "celery"}}
+    checks = {"database": "ok", "broker": "ok", "queue": "celery", "prometheus": "ok"}
+    assert reply.json() == {"status": "ready", "checks": checks}
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_readyz_is_degraded_not_down_without_a_prometheus_that_answers(
+    pg_db: str, tmp_path: Path, configured: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32.1: /readyz said ready while every investigation was blind. Alerts are still taken
+    and kept, so it stays 200 (in rotation), but says degraded and which check, never the URL."""
+    from tests.e2e import promstack
+
+    url = f"http://127.0.0.1:{promstack.free_port()}" if configured else None
+    settings = make_settings(pg_db, tmp_path, prometheus_url=url)
+    with TestClient(create_app(settings, dispatcher=RecordingDispatcher())) as client:
+        reply = client.get("/readyz")
+        assert_documented(client, reply, "GET", "/readyz")
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {
+        "status": "degraded",
+        "checks": {
+            "database": "ok",
+            "broker": "ok",
+            "queue": "embedded (in-process)",
+            "prometheus": "unavailable" if configured else "not configured",
+        },
+    }
+    if configured:  # the operator learns why from the log, not from this unauthenticated answer
+        assert "127.0.0.1" not in reply.text
+        assert any(url in r.getMessage() and "unreachable" in r.getMessage() for r in caplog.records)
 
 
 def test_readyz_is_not_ready_when_the_broker_is_down(pg_db: str, tmp_path: Path) -> None:

@@ -73,7 +73,11 @@ def test_openapi_declares_the_webhooks_bearer_and_basic_auth_and_readyz_503(inta
     assert readyz["200"]["content"]["application/json"]["schema"] == ready_schema
     assert readyz["503"]["content"]["application/json"]["schema"] == ready_schema
     readiness = spec["components"]["schemas"]["ReadinessOut"]
-    assert readiness["properties"]["status"]["enum"] == ["ready", "not ready"]
+    assert readiness["properties"]["status"]["enum"] == ["ready", "degraded", "not ready"]
+    assert "prometheus" in readiness["properties"]["checks"]["description"]
+    investigation = spec["components"]["schemas"]["InvestigationOut"]["properties"]
+    assert "inconclusive" in investigation["status"]["description"]
+    assert {"inconclusive_reason", "data_gap"} <= set(investigation)
     assert set(readiness["required"]) == {"status", "checks"}
 
 

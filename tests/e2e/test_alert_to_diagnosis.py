@@ -87,7 +87,9 @@ def _wait_for_investigations(stack: promstack.ServiceStack, timeout: float = 150
         done = {
             h
             for h, incs in by_host.items()
-            if all(i["investigation"] and i["investigation"]["status"] in ("done", "failed") for i in incs)
+            if all(
+                i["investigation"] and i["investigation"]["status"] in ("done", "inconclusive", "failed") for i in incs
+            )
             and {CASES.get(h, (None, None))[1]} <= {i["alertname"] for i in incs}
             and (h not in SLO_REQUIRED or SLO_ALERT in {i["alertname"] for i in incs})
         }

@@ -187,7 +187,7 @@ def statuses(stack: Stack, accepted: list[Accepted]) -> list[str]:
 
 
 def wait_finished(stack: Stack, accepted: list[Accepted], timeout: float = 40) -> None:
-    finished = {InvestigationStatus.DONE, InvestigationStatus.FAILED}
+    finished = {InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE, InvestigationStatus.FAILED}
 
     def done() -> bool:
         found = statuses(stack, accepted)

@@ -87,7 +87,9 @@ def audit(db_url: str, slack: FakeSlack, burst: Burst) -> Audit:
     with get_engine(db_url).connect() as conn:
         stored = set(conn.execute(text("SELECT id FROM incidents")).scalars())
         finished = Counter(
-            conn.execute(text("SELECT incident_id FROM investigations WHERE status IN ('done', 'failed')")).scalars()
+            conn.execute(
+                text("SELECT incident_id FROM investigations WHERE status IN ('done', 'inconclusive', 'failed')")
+            ).scalars()
         )
         failed = set(conn.execute(text("SELECT incident_id FROM investigations WHERE status = 'failed'")).scalars())
         half = {name: sorted(conn.execute(text(query)).scalars()) for name, query in HALF_STORED.items()}

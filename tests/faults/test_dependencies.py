@@ -4,9 +4,10 @@ down, slow, answering garbage, an HTML error page, JSON of the wrong shape or te
 Slack answering 429 with Retry-After, 500, and hanging.
 
 Whatever fails, for every alert accepted: one investigation, run once and finished `done` with
-its findings and hypotheses stored whole; the result says what was missing (rca/domain/coverage.py)
-and who really wrote it (the rules' ranking whenever the LLM failed); and one Slack message per
-incident, or, while Slack fails for good, a delivery recorded as failed with every attempt."""
+its findings and hypotheses stored whole, or, when Prometheus could not be read, `inconclusive`
+with its findings and no cause; the result says what was missing (rca/domain/coverage.py) and who
+really wrote it (the rules' ranking whenever the LLM failed); and one Slack message per incident,
+or, while Slack fails for good, a delivery recorded as failed with every attempt."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rca.domain.coverage import data_gap
+from rca.domain.coverage import data_gap, judged
 from tests.fakes.slack import Failure
 from tests.faults.deps_proxy import Fault
 from tests.faults.deps_stack import (
@@ -68,15 +69,16 @@ def heal(stack: Stack) -> None:
     stack.slack.reset()  # answers at once, nothing scripted left over
 
 
-def investigated_once(stack: Stack, accepted: Accepted) -> dict:
-    """The incident, checked: one investigation, run once, done, stored whole."""
+def investigated_once(stack: Stack, accepted: Accepted, status: str = "done") -> dict:
+    """The incident, checked: one investigation, run once, finished with `status`, stored whole
+    (an inconclusive one with its findings and no cause)."""
     found = incident(stack, accepted.incident_id)
     [investigation] = found["investigations"]
     assert investigation["id"] == accepted.investigation_id
-    assert (investigation["status"], investigation["attempts"]) == ("done", 1), investigation.get("error")
-    assert investigation["finished_at"] and investigation["findings"] and investigation["hypotheses"]
+    assert (investigation["status"], investigation["attempts"]) == (status, 1), investigation.get("error")
+    assert investigation["finished_at"] and investigation["findings"]
     ranks = [h["rank"] for h in investigation["hypotheses"]]
-    assert ranks == list(range(1, len(ranks) + 1))
+    assert ranks == list(range(1, len(ranks) + 1)) and bool(ranks) == (status == "done")
     return found
 
 
@@ -95,7 +97,8 @@ def posted_once(stack: Stack, accepted: Accepted) -> str:
 
 def gap_of(investigation: dict) -> str | None:
     """What the investigation could not see, as every output words it; None when it saw everything."""
-    gap = data_gap({f["id"]: f["status"] for f in investigation["findings"]}, investigation["error"])
+    gap = data_gap([judged(f) for f in investigation["findings"]], investigation["error"])
+    assert (gap.text if gap else None) == investigation["data_gap"]  # the API says it in the same words
     return gap.text if gap else None
 
 
@@ -104,11 +107,11 @@ def missing(investigation: dict) -> set[str]:
     return {f["id"] for f in investigation["findings"] if f["status"] == "unavailable"}
 
 
-def run(stack: Stack, label: str) -> list[dict]:
+def run(stack: Stack, label: str, status: str = "done") -> list[dict]:
     """Post ALERTS new alert groups and wait for their investigations."""
     accepted = post_alerts(stack, label, ALERTS)
     wait_finished(stack, accepted)
-    return [dict(investigated_once(stack, a), accepted=a) for a in accepted]
+    return [dict(investigated_once(stack, a, status), accepted=a) for a in accepted]
 
 
 def test_healthy_dependencies_give_the_llm_answer_with_metrics_and_traces(deps: Stack, healthy: list[dict]) -> None:
@@ -125,8 +128,8 @@ def test_healthy_dependencies_give_the_llm_answer_with_metrics_and_traces(deps: 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_prometheus_fault(deps: Stack, fault: Fault) -> None:
     deps.prometheus.set(fault)
-    before = deps.prometheus.requests
-    results = run(deps, f"prometheus-{fault}")
+    before, asked = deps.prometheus.requests, deps.llm.requests
+    results = run(deps, f"prometheus-{fault}", "done" if fault == Fault.NUL else "inconclusive")
     assert (deps.prometheus.requests > before) != (fault == Fault.DOWN)  # the fault was met
     for found in results:
         investigation = found["investigation"]
@@ -136,9 +139,13 @@ def test_prometheus_fault(deps: Stack, fault: Fault) -> None:
             assert any(f["series_labels"] for f in investigation["findings"])  # stored, cleaned
             continue
         assert investigation["error"] and "Prometheus" in investigation["error"]
+        assert investigation["inconclusive_reason"] == "prometheus_unreachable" and investigation["analyst"] is None
         gap = gap_of(investigation)
-        assert gap is not None and gap.startswith("Prometheus unreachable"), gap
-        assert "Prometheus unreachable" in text and "not a healthy verdict" in text
+        assert gap is not None and gap.startswith("Could not investigate: Prometheus unreachable"), gap
+        assert "Could not investigate: Prometheus unreachable" in text and "not a healthy verdict" in text
+        assert "Most likely causes" not in text
+    if fault != Fault.NUL:
+        assert deps.llm.requests == asked, "the LLM was asked to explain nothing"
 
 
 @pytest.mark.parametrize("fault", FAULTS)

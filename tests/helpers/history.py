@@ -1,5 +1,5 @@
 """Helpers for the history tests: finish an investigation through the real write path
-(`claim` + `save_result`), with chosen findings and ranked causes."""
+(`claim` + `save_result`), with chosen findings and ranked causes, or blind."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 
 from rca.collect.prometheus import Collection, Window
+from rca.collect.target import Target
 from rca.config import TargetConfig
+from rca.domain.coverage import NO_PROMETHEUS
 from rca.domain.evidence import Finding, Hypothesis
+from rca.domain.status import FindingStatus
 from rca.pipeline import Analysis, target_of
 from rca.store import digests, investigations
 from rca.store.db import session_scope
@@ -39,6 +42,41 @@ def finding(key: str, onset_minute: int | None = None, breached: bool = True, ti
     )
 
 
+def _claim_latest(url: str, incident_id: int) -> tuple[int, Target]:
+    """The incident's newest investigation, claimed, and the target it looks at."""
+    with session_scope(url) as session:
+        inv_id = session.scalar(
+            select(Investigation.id)
+            .where(Investigation.incident_id == incident_id)
+            .order_by(Investigation.id.desc())
+            .limit(1)
+        )
+        claim = investigations.claim(session, inv_id)
+        assert claim is not None
+        return inv_id, target_of(claim, TargetConfig())
+
+
+def finish_blind(url: str, incident_id: int, prometheus_error: str | None = NO_PROMETHEUS) -> int:
+    """Run the incident's queued investigation to its end with nothing measured, as the pipeline
+    does without a Prometheus (the default), with an unreachable one, or (None) one without
+    series for the target; returns its id."""
+    inv_id, target = _claim_latest(url, incident_id)
+    missing = finding("queue_median", breached=False)
+    missing.status, missing.value, missing.baseline = FindingStatus.UNAVAILABLE, None, None
+    missing.detail = f"data unavailable: {prometheus_error or 'no serving series match this target'}"
+    window = Window(start=T0 - timedelta(hours=3), end=T0 + timedelta(minutes=30), step_seconds=15)
+    analysis = Analysis(
+        target=target,
+        collection=Collection(window=window, selectors={}, results=[], prometheus_error=prometheus_error),
+        findings=[missing],
+        hypotheses=[],
+        collect_seconds=0.1,
+    )
+    with session_scope(url) as session:
+        investigations.save_result(session, inv_id, analysis.result(total_seconds=0.2))
+    return inv_id
+
+
 def finish_investigation(
     url: str,
     incident_id: int,
@@ -49,16 +87,7 @@ def finish_investigation(
 ) -> int:
     """Run the incident's queued investigation to `done` with these results; returns its id.
     `breached` is in onset order (the first moved first)."""
-    with session_scope(url) as session:
-        inv_id = session.scalar(
-            select(Investigation.id)
-            .where(Investigation.incident_id == incident_id)
-            .order_by(Investigation.id.desc())
-            .limit(1)
-        )
-        claim = investigations.claim(session, inv_id)
-        assert claim is not None
-        target = target_of(claim, TargetConfig())
+    inv_id, target = _claim_latest(url, incident_id)
     findings = [finding(key, onset_minute=n) for n, key in enumerate(breached)] + [
         finding("gpu_utilization_ok", breached=False)
     ]

@@ -76,12 +76,13 @@ class LiveServer:
 
 
 def wait_for_investigation(client: TestClient, incident_id: int, timeout: float = 30) -> dict[str, Any]:
-    """Poll the API until the incident's latest investigation is done or failed."""
+    """Poll the API until the incident's latest investigation is finished: done, inconclusive or failed."""
+    finished_statuses = (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE, InvestigationStatus.FAILED)
 
     def finished() -> dict[str, Any] | None:
         reply = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH)
         assert reply.status_code == 200, reply.text
         inv = reply.json()["investigation"]
-        return reply.json() if inv and inv["status"] in (InvestigationStatus.DONE, InvestigationStatus.FAILED) else None
+        return reply.json() if inv and inv["status"] in finished_statuses else None
 
     return wait_for(finished, timeout, f"the investigation of incident {incident_id}")

@@ -13,7 +13,7 @@ from rca.collect.prometheus import Collection, Window
 from rca.collect.target import Target
 from rca.config import ConfigError, SlackFileConfig, load_settings
 from rca.diagnosis.ranking import rank
-from rca.domain.coverage import NO_PROMETHEUS, data_gap
+from rca.domain.coverage import NO_PROMETHEUS, Judged, data_gap, judged
 from rca.domain.evidence import Finding as DomainFinding
 from rca.domain.evidence import Hypothesis as DomainHypothesis
 from rca.domain.status import FindingStatus
@@ -155,34 +155,54 @@ def test_a_rules_fallback_says_the_rules_wrote_it_and_why_the_models_answer_was_
     assert "Written by *rules* · " in "\n".join(all_texts(render(message(analyst="rules"))))
 
 
-def test_nothing_measured_is_said_first_and_never_reads_as_healthy() -> None:
-    """Issue 16.8: with Prometheus down the message said "No signal breached its threshold"."""
+def signals(kind: str = "signal", **statuses: str) -> list[Judged]:
+    """Findings as the coverage rule reads them: key, kind and status."""
+    return [judged({"id": key, "kind": kind, "status": status}) for key, status in statuses.items()]
+
+
+def test_nothing_measured_says_it_could_not_investigate_first_and_shows_no_cause() -> None:
+    """Issue 16.8: with Prometheus down the message said "No signal breached its threshold"; issue
+    32.1: it says it could not investigate, and shows neither causes nor an empty list of breaches."""
     down = "Prometheus at http://prometheus:9090 is unavailable: connection refused"
-    gap = data_gap({"queue_median": "unavailable", "kv_cache_usage": "not_measurable"}, down)
+    gap = data_gap(signals(queue_median="unavailable", kv_cache_usage="not_measurable"), down)
     payload = render(message(breached=[], data_gap=gap))
     texts = texts_of(payload, "mrkdwn")
     joined = "\n".join(texts)
     assert payload["blocks"][1]["text"]["text"] == (
-        f":warning: *Prometheus unreachable: no metrics were read ({down}); this is not a healthy verdict*"
+        f":warning: *Could not investigate: Prometheus unreachable, so no metrics were read ({down}); "
+        "this is not a healthy verdict*"
     )
-    assert "No signal breached" not in joined and "None could be judged: no signal was measured." in joined
+    assert "No signal breached" not in joined and "Breached signals" not in joined
     assert "Most likely causes" not in joined and "72%" not in joined, "a ranking of nothing is no judgement"
-    assert (
-        texts[0] == "[firing] LLMRequestQueueMedianHigh on gpu-node-1:8000: no metrics were read, not a healthy verdict"
+    assert "Written by" not in joined, "nobody wrote an answer"
+    assert texts[0] == (
+        "[firing] LLMRequestQueueMedianHigh on gpu-node-1:8000: could not investigate: Prometheus unreachable"
     )
-    unconfigured = render(message(breached=[], data_gap=data_gap({"queue_median": "unavailable"}, NO_PROMETHEUS)))
-    assert "No Prometheus configured: no metrics were read; this is not a healthy verdict" in str(unconfigured)
+    unconfigured = render(message(breached=[], data_gap=data_gap(signals(queue_median="unavailable"), NO_PROMETHEUS)))
+    assert "Could not investigate: no Prometheus configured (set RCA_PROMETHEUS_URL)" in str(unconfigured)
+    assert unconfigured["text"].endswith(": could not investigate: no Prometheus configured")
     assert block_kit_problems(payload) == []
 
 
+def test_no_series_for_the_target_is_blind_even_with_traces_read() -> None:
+    """Traces attribute latency within a cause the metrics point at; alone they judge nothing."""
+    gap = data_gap(signals(queue_median="unavailable", cpu_bound_ratio="not_measurable") + signals("trace", t="ok"))
+    assert gap is not None and gap.blind and gap.headline == "could not investigate: no data for this target"
+    assert gap.text.startswith("Could not investigate: no data for this target, none of its 2 signals")
+    assert data_gap(signals(queue_median="ok") + signals("trace", t="unavailable")) is not None  # the trace is missing
+    partial = data_gap(signals(queue_median="ok", t2="unavailable"))
+    assert partial is not None and not partial.blind and partial.headline is None
+
+
 def test_signals_without_data_are_named_as_not_checked() -> None:
-    statuses = {"queue_median": "breached", "numa_miss_rate": "unavailable", "cpu_bound_ratio": "unavailable"}
-    statuses |= {"sm_clock": "not_measurable", "kv_cache_usage": "ok"}
+    statuses = signals(queue_median="breached", numa_miss_rate="unavailable", cpu_bound_ratio="unavailable")
+    statuses += signals(sm_clock="not_measurable", kv_cache_usage="ok")
     payload = render(message(data_gap=data_gap(statuses)))
     joined = "\n".join(all_texts(payload))
     assert "2 of 5 signals had no data and were not checked: cpu_bound_ratio, numa_miss_rate" in joined
     assert "Most likely causes" in joined and "not a healthy verdict" not in joined
-    assert data_gap({"queue_median": "ok", "sm_clock": "not_measurable"}) is None
+    assert "Could not investigate" not in joined and "could not investigate" not in payload["text"]
+    assert data_gap(signals(queue_median="ok", sm_clock="not_measurable")) is None
 
 
 def test_oversized_content_is_cut_with_a_note_and_stays_within_block_kit_limits() -> None:

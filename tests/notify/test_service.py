@@ -365,11 +365,11 @@ def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_conf
     assert "Last time" not in alone  # nothing before it looks alike
 
 
-def test_a_degraded_investigation_is_posted_as_degraded_with_the_rules_named_as_its_author(
+def test_a_blind_investigation_is_posted_as_could_not_investigate_with_no_cause_and_no_author(
     pg_db: str, tmp_path: Path, slack: FakeSlack
 ) -> None:
-    """Issue 16.8, end to end: Prometheus down and the LLM failing. The post must not read as a
-    healthy verdict written by the model."""
+    """Issues 16.8 and 32.1, end to end: Prometheus down and the LLM failing. The post must not read as a
+    healthy verdict, nor as a cause written by anyone: it says it could not investigate, and why."""
     prometheus_url = f"http://127.0.0.1:{free_port()}"
     overloaded = error(503, "The engine is currently overloaded, please try again later", "server_error")
     with FakeLLM(lambda request: overloaded) as llm:
@@ -386,15 +386,17 @@ def test_a_degraded_investigation_is_posted_as_degraded_with_the_rules_named_as_
             reply = post_webhook(client, make_payload("degraded", alerts=[make_alert("fp-d")]))
             inv = wait_for_investigation(client, reply.json()["incident_id"])["investigation"]
             wait_for(lambda: slack.posts(), 15, "the Slack post")
-    assert inv["status"] == "done" and inv["analyst"] == "rules" and inv["llm_model"] == "fake-model"
-    posted = json.dumps(slack.posts()[0].payload, ensure_ascii=False)
-    assert f"Prometheus unreachable: no metrics were read (Prometheus at {prometheus_url} is unavailable" in posted
-    assert "this is not a healthy verdict" in posted and "No signal breached its threshold" not in posted
-    assert "Written by model" not in posted
+    assert (inv["status"], inv["inconclusive_reason"]) == ("inconclusive", "prometheus_unreachable")
+    assert inv["analyst"] is None and inv["hypotheses"] == [] and llm.requests == []  # nothing to explain
+    payload = slack.posts()[0].payload
+    posted = json.dumps(payload, ensure_ascii=False)
     assert (
-        "Written by the *rules fallback*: the answer of model `fake-model` was not used (LLM unavailable: HTTP 503"
-        in posted
-    )
+        f"Could not investigate: Prometheus unreachable, so no metrics were read (Prometheus at {prometheus_url} "
+        "is unavailable"
+    ) in posted
+    assert payload["text"].endswith(": could not investigate: Prometheus unreachable")
+    assert "this is not a healthy verdict" in posted and "No signal breached its threshold" not in posted
+    assert "Most likely causes" not in posted and "Breached signals" not in posted and "Written by" not in posted
 
 
 def test_a_delivery_settles_the_notices_owed_whatever_it_had_to_send(

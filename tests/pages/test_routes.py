@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from rca.pages.site import create_site
 from rca.store import tokens
 from rca.store.db import session_scope
+from tests.helpers.history import finish_blind, finish_investigation
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, API_TOKEN, RecordingDispatcher, make_settings
 from tests.pages.site import SCRIPT, csrf_of, open_incident, sign_in, site
@@ -110,6 +111,58 @@ def test_the_evidence_stays_while_a_newer_investigation_is_queued(client: TestCl
     assert latest["status"] == "queued" and latest["hypotheses"] == []
     page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
     assert 'data-category="kv_memory_pressure"' in page and "investigation 1 done" in page
+
+
+def _row(html: str, incident_id: int) -> str:
+    """The list's row of one incident."""
+    found = re.search(rf'<tr data-incident="{incident_id}">(.*?)</tr>', html, re.S)
+    assert found, html
+    return found.group(1)
+
+
+def test_a_blind_investigation_says_why_it_could_not_investigate_and_shows_no_cause(
+    client: TestClient, pg_db: str
+) -> None:
+    """Issue 32.1: the page showed an empty "Breached findings" section, rows of "data unavailable"
+    and, in the list, no_clear_cause 20 % with a green bar."""
+    reply = post_webhook(client, make_payload(group_key="blind", alerts=[make_alert("fp-blind")]))
+    incident_id = reply.json()["incident_id"]
+    finish_blind(pg_db, incident_id)
+    page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    assert 'id="inconclusive"' in page and "Could not investigate: no Prometheus configured" in page
+    assert "Set RCA_PROMETHEUS_URL" in page  # what to do about it
+    assert 'id="causes"' not in page and 'id="evidence"' not in page and 'id="healthy"' not in page
+    assert "<meter" not in page and "data-category" not in page  # no ranked cause, no confidence
+    assert "1 signal not measured" in page  # what it tried to read, folded away
+    assert "investigation 1 inconclusive</b> · could not investigate: no Prometheus configured" in page  # the timeline
+    row = _row(client.get("/", headers=API_AUTH).text, incident_id)
+    assert "could not investigate: no Prometheus configured" in row and "investigation inconclusive" in row
+    assert "<meter" not in row
+    feedback = {"category": "kv_memory_pressure"}
+    assert client.post(f"/api/v1/incidents/{incident_id}/feedback", json=feedback, headers=API_AUTH).is_success
+    stats = client.get("/stats", headers=API_AUTH).text  # confirmed, but nothing was ranked to judge
+    assert '<span id="undiagnosed">1</span> confirmed incident that no investigation diagnosed' in stats
+    assert "<tr><td>all</td><td>0</td>" in stats
+
+
+def test_a_newer_blind_run_keeps_the_diagnosis_on_the_page_and_says_so(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    second = make_payload(group_key="pages", alerts=[make_alert("fp-pages"), make_alert("fp-pages-2")])
+    assert post_webhook(client, second).status_code == 200
+    blind = finish_blind(pg_db, incident_id, "Prometheus at http://p:9090 is unavailable: timed out")
+    page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    assert 'data-category="kv_memory_pressure"' in page and "investigation 1 done" in page
+    assert f"Investigation {blind}, newer, could not investigate: Prometheus unreachable" in page
+    row = _row(client.get("/", headers=API_AUTH).text, incident_id)
+    assert "kv_memory_pressure" in row and "investigation inconclusive" in row  # the diagnosis stays
+
+
+def test_a_diagnosis_without_breaches_says_so_instead_of_an_empty_section(client: TestClient, pg_db: str) -> None:
+    reply = post_webhook(client, make_payload(group_key="calm", alerts=[make_alert("fp-calm")]))
+    incident_id = reply.json()["incident_id"]
+    finish_investigation(pg_db, incident_id, [], ["no_clear_cause"])
+    page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    assert "No signal breached its threshold." in page and "Shaded: the baseline period" not in page
 
 
 def test_the_list_pages_by_the_apis_cursor(client: TestClient) -> None:

@@ -4,6 +4,7 @@ on the way in instead of failing the write."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -11,6 +12,7 @@ from sqlalchemy import select
 from rca.domain.analyst import AnalystRecord
 from rca.domain.evidence import Finding, Hypothesis
 from rca.domain.result import InvestigationResult
+from rca.domain.status import InconclusiveReason
 from rca.store import investigations
 from rca.store.db import session_scope
 from rca.store.models import Investigation
@@ -125,3 +127,19 @@ def test_a_claim_from_before_leases_is_swept_by_its_age(db_url: str) -> None:
         inv.started_at = datetime.now(UTC) - timedelta(minutes=6)
     with session_scope(db_url) as session:
         assert investigations.stranded(session, timedelta(seconds=60)).requeued == [investigation_id]
+
+
+def test_an_inconclusive_result_is_finished_with_its_reason_and_stores_no_cause(db_url: str) -> None:
+    """Whatever hypotheses a blind result carries, none is stored, and nobody is named as their
+    author; it is finished: a redelivered message claims nothing, and a late failure changes nothing."""
+    inv_id = queued_investigation(db_url)
+    blind = replace(dirty_result(), inconclusive=InconclusiveReason.NO_DATA)  # with an LLM's record, even
+    with session_scope(db_url) as session:
+        assert investigations.claim(session, inv_id) is not None
+        investigations.save_result(session, inv_id, blind)
+    with session_scope(db_url) as session:
+        inv = session.get(Investigation, inv_id)
+        assert inv is not None and (inv.status, inv.inconclusive_reason) == ("inconclusive", "no_data")
+        assert inv.hypotheses == [] and inv.analyst is None and len(inv.findings) == 1
+        assert investigations.claim(session, inv_id) is None
+        assert investigations.mark_failed(session, inv_id, "late") is False

@@ -13,9 +13,10 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import MetaData, create_engine, insert, inspect, pool, select
+from sqlalchemy import Connection, MetaData, create_engine, insert, inspect, pool, select
 from sqlalchemy.exc import IntegrityError
 
+from rca.domain.coverage import NO_PROMETHEUS
 from rca.store.db import alembic_config, migrate
 from rca.store.fts import include_name
 from rca.store.models import Base, Incident
@@ -250,3 +251,132 @@ def test_rca_migrate_command_brings_a_fresh_database_to_head(fresh_url: str, tmp
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "database migrated to head"
     assert inspect_db(fresh_url) == (APP_TABLES | {"alembic_version"}, head())
+
+
+def test_blind_investigations_stored_as_done_before_0016_become_inconclusive_without_causes(fresh_url: str) -> None:
+    """Before 0016 an investigation that measured nothing was `done` with `no_clear_cause` and a
+    confidence. The migration reclassifies it by the coverage rule (no metric finding measured),
+    drops its causes, and gives its incident's digest the latest diagnosis still standing, or none:
+    what the list shows and the accuracy figures count. The downgrade keeps it finished."""
+    config = alembic_config(fresh_url)
+    command.upgrade(config, "0015")
+    now = datetime.now(UTC)
+    engine = create_engine(fresh_url, poolclass=pool.NullPool)
+    try:
+        before = MetaData()
+        before.reflect(engine, only=["incidents", "investigations", "findings", "hypotheses", "incident_digests"])
+        incidents, investigations, findings, hypotheses, digests = (
+            before.tables[name]
+            for name in ("incidents", "investigations", "findings", "hypotheses", "incident_digests")
+        )
+
+        def incident(conn: Connection, key: str) -> int:
+            row = {"group_key": key, "status": "firing", "title": key, "receiver": "r", "group_labels": {}}
+            row |= {"common_labels": {}, "common_annotations": {}, "notification_count": 1, "slack_owed": 0}
+            incident_id = conn.execute(
+                insert(incidents).values(**row, created_at=now, updated_at=now)
+            ).inserted_primary_key[0]
+            conn.execute(
+                insert(digests).values(
+                    incident_id=incident_id,
+                    created_at=now,
+                    status="firing",
+                    document=key,
+                    labels=[],
+                    breached=[],
+                    onset_order=[],
+                    stack="vllm",
+                    categories=["no_clear_cause"],
+                    top_category="no_clear_cause",
+                    top_confidence=0.2,
+                    analyst="rules",
+                )
+            )
+            return int(incident_id)
+
+        def investigation(
+            conn: Connection, incident_id: int, statuses: dict[str, str], error: str | None = None
+        ) -> int:
+            inv_id = conn.execute(
+                insert(investigations).values(
+                    incident_id=incident_id,
+                    status="done",
+                    reason="new_incident",
+                    attempts=1,
+                    queued_at=now,
+                    error=error,
+                    analyst="rules",
+                    target={"stack": "vllm"},
+                )
+            ).inserted_primary_key[0]
+            for n, (key, status) in enumerate(statuses.items()):
+                conn.execute(
+                    insert(findings).values(
+                        investigation_id=inv_id,
+                        key=key,
+                        kind="trace" if key.startswith("trace") else "signal",
+                        title=key,
+                        status=status,
+                        breached=status == "breached",
+                        comparison=">",
+                        unit="ratio",
+                        onset=now if status == "breached" else None,
+                        detail="",
+                    )
+                )
+                conn.execute(
+                    insert(hypotheses).values(
+                        investigation_id=inv_id,
+                        rank=n + 1,
+                        category="kv_memory_pressure" if n == 0 and status == "breached" else f"cause_{n}",
+                        title="t",
+                        confidence=0.5 - n * 0.1,
+                        evidence=[],
+                        contradicting=[],
+                        next_steps=[],
+                        explanation="",
+                        analyst="rules",
+                    )
+                )
+            return int(inv_id)
+
+        with engine.begin() as conn:
+            unconfigured = incident(conn, "unconfigured")
+            blind = investigation(conn, unconfigured, {"queue_median": "unavailable", "trace_x": "ok"}, NO_PROMETHEUS)
+            down = incident(conn, "down")
+            diagnosed = investigation(conn, down, {"kv_cache_usage": "breached", "queue_median": "ok"})
+            blind_after = investigation(conn, down, {"queue_median": "unavailable"}, "Prometheus at x is unavailable")
+            healthy = incident(conn, "healthy")
+            measured = investigation(conn, healthy, {"queue_median": "ok", "sm_clock": "not_measurable"})
+            empty = investigation(conn, incident(conn, "no series"), {"queue_median": "not_measurable"})
+        command.upgrade(config, "head")
+        after = MetaData()
+        after.reflect(engine, only=["investigations", "hypotheses", "incident_digests"])
+        runs, causes, digest = (after.tables[name] for name in ("investigations", "hypotheses", "incident_digests"))
+        with engine.begin() as conn:
+            outcome = {row.id: (row.status, row.inconclusive_reason, row.analyst) for row in conn.execute(select(runs))}
+            ranked = {row.investigation_id for row in conn.execute(select(causes))}
+            shown = {row.incident_id: row for row in conn.execute(select(digest))}
+        assert outcome == {
+            blind: ("inconclusive", "no_prometheus", None),  # a trace alone judges nothing
+            diagnosed: ("done", None, "rules"),
+            blind_after: ("inconclusive", "prometheus_unreachable", None),
+            measured: ("done", None, "rules"),
+            empty: ("inconclusive", "no_data", None),
+        }
+        assert ranked == {diagnosed, measured}
+        assert (shown[unconfigured].categories, shown[unconfigured].top_category, shown[unconfigured].analyst) == (
+            [],
+            None,
+            None,
+        )
+        assert shown[down].categories == ["kv_memory_pressure", "cause_1"] and shown[down].analyst == "rules"
+        assert (shown[down].breached, shown[down].onset_order) == (["kv_cache_usage"], ["kv_cache_usage"])
+        assert shown[down].top_confidence == pytest.approx(0.5) and shown[down].breached_key is not None
+        assert shown[healthy].top_category == "no_clear_cause"  # untouched: it measured something
+        command.downgrade(config, "0015")
+        assert "inconclusive_reason" not in {column["name"] for column in inspect(engine).get_columns("investigations")}
+        with engine.begin() as conn:
+            assert set(conn.scalars(select(investigations.c.status))) == {"done"}
+    finally:
+        engine.dispose()
