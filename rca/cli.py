@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rca")
 DEMO_ALERT = "demo_alert.json"  # the recorded incident's webhook (tools/record_demo_window.py)
+DEMO_GROUP = "/rca-demo"  # appended to its group key: the demo's one incident
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done (for investigate and demo: a diagnosis was made)
@@ -644,19 +645,29 @@ def _demo_payload(args: argparse.Namespace, alert_start: float) -> dict[str, Any
         except ValueError as exc:
             _fail(f"{args.payload}: not JSON: {exc}")
     payload = json.loads(resources.files("rca.samples").joinpath(DEMO_ALERT).read_text())
-    payload["groupKey"] += f"/demo-{int(time.time())}"  # a fresh incident on every run
+    # One group for every run: a later run folds into the demo's incident (investigated again)
+    # instead of opening another one just like it, which "Similar incidents" would list at 100 %.
+    payload["groupKey"] += DEMO_GROUP
+    # Neither the recorded Alertmanager nor the recorded Prometheus is here: no links to them.
+    payload["externalURL"] = ""
     for alert in payload["alerts"]:
         alert["startsAt"] = datetime.fromtimestamp(alert_start, UTC).isoformat()
+        alert["generatorURL"] = ""
     return payload
 
 
-def _wait_for_investigation(base: str, incident_id: int, auth: dict[str, str], timeout: float) -> dict[str, Any]:
+def _wait_for_investigation(
+    base: str, incident_id: int, auth: dict[str, str], timeout: float, investigation_id: int | None = None
+) -> dict[str, Any]:
+    """The incident once its latest investigation (`investigation_id`, when given) has finished."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while True:
         incident = httpx.get(f"{base}/api/v1/incidents/{incident_id}", headers=auth, timeout=10).json()
         inv = incident["investigation"]
+        if investigation_id is not None and inv and inv["id"] < investigation_id:
+            inv = None  # the one before it
         if inv and inv["status"] in (
             InvestigationStatus.DONE,
             InvestigationStatus.INCONCLUSIVE,
@@ -702,8 +713,11 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
     import uvicorn
 
     from rca.collect.replay import Recording, ReplayServer
+    from rca.intake.service import investigate_again
+    from rca.jobs.dispatch import create_dispatcher
     from rca.pages.site import create_site
     from rca.report import no_data_reason, render, use_colour, written_by
+    from rca.store.db import session_scope
 
     _report_logging()
     recording = Recording.load()
@@ -727,7 +741,9 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
         if args.port:
             _can_listen("127.0.0.1", args.port)
         port = args.port or _free_port()
-        server = uvicorn.Server(uvicorn.Config(create_site(settings), host="127.0.0.1", port=port, log_level="warning"))
+        dispatcher = create_dispatcher(settings)  # the demo's own, to investigate its incident again
+        site = create_site(settings, dispatcher)
+        server = uvicorn.Server(uvicorn.Config(site, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         base = f"http://127.0.0.1:{port}"
@@ -758,9 +774,19 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             if reply.status_code >= 400:
                 _fail(f"the webhook refused the payload: HTTP {reply.status_code}: {answer_line(reply.text)}")
             print(f"POST /api/v1/alertmanager -> {reply.status_code} {reply.text}")
-            incident_id = reply.json()["incident_id"]
+            accepted = reply.json()
+            incident_id, investigation_id = accepted["incident_id"], accepted["investigation_id"]
+            if investigation_id is None:  # it joined the incident an earlier run left open
+                with session_scope(settings.effective_database_url) as session:
+                    investigation_id = investigate_again(session, incident_id, reason="rerun")
+                if investigation_id is not None:
+                    dispatcher.enqueue(investigation_id)
+                    print(
+                        f"Incident {incident_id} is open since an earlier run: "
+                        f"investigating it again (investigation {investigation_id})"
+                    )
             auth = {"Authorization": f"Bearer {api_token}"}
-            incident = _wait_for_investigation(base, incident_id, auth, timeout=60)
+            incident = _wait_for_investigation(base, incident_id, auth, timeout=60, investigation_id=investigation_id)
             inv = incident["investigation"]
             print(
                 f"GET /api/v1/incidents/{incident_id} -> investigation {inv['status']} "
@@ -794,6 +820,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
         finally:
             server.should_exit = True
             thread.join(timeout=10)
+            dispatcher.close()
 
 
 def cmd_gpu_probe(settings: Settings, args: argparse.Namespace) -> None:

@@ -1,7 +1,8 @@
 """Plain-text rendering of a ranked result for the terminal (`rca investigate`, `rca demo`).
 
 Causes come first, each with the findings that support and contradict it; then every finding,
-breached first, with its value, baseline and threshold in its unit and its sentence. When nothing
+breached first, with its value, baseline and threshold in its unit, and what its sentence says
+beyond those numbers (each finding once, not its numbers again). When nothing
 could be measured the report says "no data" and why, never a confidence: a ranking of nothing is
 not a judgement. Colour is for terminals only (the caller decides, see `use_colour`).
 """
@@ -9,6 +10,7 @@ not a judgement. Colour is for terminals only (the caller decides, see `use_colo
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from typing import Any, TextIO
 
@@ -19,6 +21,9 @@ MEASURED = ("breached", "ok")
 _STATUS_ORDER = {"breached": 0, "ok": 1, "not_measurable": 2, "unavailable": 3}
 _MARK = {"breached": "!!", "ok": "ok"}
 _COLOURS = {"red": "31", "green": "32", "bold": "1", "dim": "2", "yellow": "33"}
+# A measured finding's sentence opens with the numbers `measure` prints: "<title> is <value>
+# (baseline <b>, limit <c> <t>)", the limit possibly "n/a (no baseline)" (rca/signals/findings.py).
+_SENTENCE_NUMBERS = re.compile(r"^.*? is [^(]*\(baseline [^()]*, limit (?:[^()]|\([^()]*\))*\)")
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -47,6 +52,14 @@ def measure(finding: dict[str, Any]) -> str:
         f"{format_value(finding['value'], unit)} "
         f"(baseline {format_value(finding['baseline'], unit)}, {_limit(finding)})"
     )
+
+
+def beyond_numbers(finding: dict[str, Any]) -> str:
+    """What a measured finding's sentence says besides the numbers `measure` shows (its onset, a
+    proxy's note), or the whole sentence when it is worded otherwise."""
+    detail = finding["detail"]
+    match = _SENTENCE_NUMBERS.match(detail)
+    return detail[match.end() :].lstrip(",. ") if match else detail
 
 
 def no_data_reason(findings: list[dict[str, Any]], prometheus_error: str | None = None) -> str | None:
@@ -126,8 +139,11 @@ def render(
             continue
         mark = _MARK[f["status"]]
         mark = style(f"[{mark}]", "red" if f["status"] == "breached" else "green")
-        lines.append(f"  {mark} {f['id']:<26} {measure(f)}")
-        lines.append(f"       {f['detail']}")
+        rest = beyond_numbers(f)  # the numbers once, not again in the sentence under them
+        since = rest.startswith("since ")
+        lines.append(f"  {mark} {f['id']:<26} {measure(f)}" + (f" {rest}" if since else ""))
+        if rest and not since:
+            lines.append(f"       {rest}")
     for reason, ids in missing.items():
         lines.append(f"  {style('[--]', 'dim')} {', '.join(ids)}")
         lines.append(f"       {reason}")

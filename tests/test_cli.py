@@ -78,6 +78,7 @@ def test_demo_prints_the_diagnosis_of_the_recorded_incident_with_its_evidence(tm
     assert "next steps:" in top
     findings = out[out.index("Findings:") :]
     assert re.search(r"\[!!\] kv_cache_usage +\d+% \(baseline \d+%, limit > \d+%\)", findings)
+    assert "KV-cache usage is" not in findings, "each finding once: its numbers, not its sentence saying them again"
     assert re.search(r"\[ok\] request_rate +[\d.]+/s \(baseline [\d.]+/s, limit > [\d.]+/s\)", findings)
     assert findings.index("[!!]") < findings.index("[ok]") < findings.index("[--]")
     assert "data unavailable" not in findings.split("[--]")[0], "measured findings first"
@@ -119,6 +120,78 @@ def test_demo_serve_keeps_the_printed_api_calls_working(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         # Its server thread is given 10 s to finish, then the dispatcher its running work: on a busy
         # CI machine, after the whole suite, that took over 20 s (tests/test_cli.py alone: 5 s).
+        assert proc.wait(timeout=60) == 0
+    finally:
+        stop_process(proc)
+
+
+def _serve_demo(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+    """`rca demo --serve` on tmp_path's data directory, and what it printed up to its API's address."""
+    env = subprocess_env(data_dir=str(tmp_path / "rca-data")) | {"PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rca.cli", "demo", "--serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while not any("the whole API:" in line for line in lines):
+        line = proc.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            stop_process(proc)
+            raise AssertionError("".join(lines))
+        lines.append(line)
+    return proc, "".join(lines)
+
+
+def test_a_second_demo_investigates_its_one_incident_again_and_every_link_on_its_page_answers(
+    tmp_path: Path,
+) -> None:
+    first = _rca(["demo"], tmp_path, timeout=90)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "Incident 1: LLMRequestQueueMedianHigh" in first.stdout
+    proc, text = _serve_demo(tmp_path)
+    try:
+        assert "Incident 1 is open since an earlier run: investigating it again (investigation 2)" in text, text
+        assert "Incident 1: LLMRequestQueueMedianHigh" in text and "1. kv_memory_pressure" in text
+        token = re.search(r"Bearer ([\w-]+)'", text).group(1)
+        base = re.search(r"the whole API: (http://127\.0\.0\.1:\d+)/docs", text).group(1)
+        auth = {"Authorization": f"Bearer {token}"}
+        incidents = httpx.get(f"{base}/api/v1/incidents", headers=auth, timeout=10).json()
+        assert [(i["id"], i["status"]) for i in incidents["items"]] == [(1, "firing")], "one demo incident, not two"
+        incident = httpx.get(f"{base}/api/v1/incidents/1", headers=auth, timeout=10).json()
+        assert incident["investigation"]["id"] == 2 and incident["investigation"]["reason"] == "rerun"
+        assert incident["investigation"]["status"] == "done"
+        assert incident["external_url"] is None and [a["generator_url"] for a in incident["alerts"]] == [None]
+        similar = httpx.get(f"{base}/api/v1/incidents/1/similar", headers=auth, timeout=10).json()
+        assert similar["items"] == [], "an earlier run of the demo is not history"
+
+        with httpx.Client(base_url=base, timeout=10) as browser:
+            form = browser.get("/signin").text
+            csrf = re.search(r'name="csrf_token" value="([^"]+)"', form).group(1)
+            signed = browser.post("/signin", data={"token": token, "csrf_token": csrf, "next": "/incidents/1"})
+            page = browser.get("/incidents/1")
+        assert signed.status_code == 303 and page.status_code == 200 and "kv_memory_pressure" in page.text
+        assert ".example" not in page.text
+        links = sorted(set(re.findall(r'href="(https?://[^"]+)"', page.text)))
+        graphs = [link for link in links if "/graph?" in link]
+        assert len(graphs) >= 20, links  # a "Prometheus" link for each measured finding, its chart's too
+        assert all(not link.startswith(base) for link in graphs), "the graph links go to the replay"
+        drawn = 0
+        for link in links:
+            reply = httpx.get(link.replace("&amp;", "&"), timeout=10)
+            assert reply.status_code == 200, (link, reply.status_code, reply.text[:200])
+            drawn += "<polyline" in reply.text
+        kv = next(link for link in graphs if "vllm%3Akv_cache_usage_perc" in link)
+        kv_page = httpx.get(kv.replace("&amp;", "&"), timeout=10).text
+        assert "vllm:kv_cache_usage_perc" in kv_page and "<polyline" in kv_page and "max 0.9" in kv_page
+        # Each draws its recorded series, but the SLO model's query (the recording holds its parts).
+        assert drawn >= len(graphs) - 1, (drawn, len(graphs))
+        proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     finally:
         stop_process(proc)

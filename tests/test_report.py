@@ -114,8 +114,37 @@ def test_each_finding_shows_value_baseline_threshold_in_its_unit_and_its_sentenc
     assert "[!!] kv_cache_usage             98% (baseline 55%, limit > 92%)" in findings
     assert "8.04/s (baseline 8/s, limit > 12/s)" in findings
     assert "0.533 s (baseline 0.5 s, limit > 0.8 s)" in findings
-    for finding in (KV, RATE, TTFT):
+    for finding in (RATE, TTFT):  # worded otherwise: the sentence as it is
         assert finding["detail"] in findings
+
+
+def test_each_finding_is_listed_once_its_numbers_not_repeated_by_its_sentence() -> None:
+    proxy = _measured(
+        "gpu_compute_to_memory",
+        "ok",
+        1.28,
+        1.29,
+        0.772,
+        "",
+        "GPU compute-to-memory ratio (proxy) is 1.28 (baseline 1.29, limit < 0.772). Proxy for Nsight.",
+        comparison="<",
+    )
+    no_baseline = _measured(
+        "queue_time_p95",
+        "breached",
+        2.77,
+        0.088,
+        0.138,
+        "seconds",
+        "Time requests wait in the queue p95 (mean on Triton) is 2.77 s (baseline n/a, limit > n/a (no baseline)), "
+        "beyond its limit for the whole window (no healthy baseline)",
+    )
+    findings = render("host=gpu-node-7", [KV, proxy, no_baseline], [])
+    findings = findings[findings.index("Findings:") :]
+    assert "[!!] kv_cache_usage             98% (baseline 55%, limit > 92%) since 04:12 UTC\n" in findings
+    assert findings.count("98%") == 1 and findings.count("1.28") == 1 and findings.count("2.77") == 1
+    assert findings.endswith("\n       Proxy for Nsight."), "what the sentence adds, on a line of its own"
+    assert "\n       beyond its limit for the whole window (no healthy baseline)" in findings
 
 
 def test_causes_carry_their_supporting_and_contradicting_findings_and_the_top_cause_its_next_steps() -> None:

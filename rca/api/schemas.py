@@ -39,7 +39,10 @@ class InvestigationOut(BaseModel):
         description="queued, running, done (causes ranked from the evidence), inconclusive (no evidence could "
         "be read: no cause is ranked, see `inconclusive_reason` and `data_gap`) or failed (see `error`)"
     )
-    reason: str = Field(description="why it was queued: new_incident, new_alerts (alerts joined) or early_warning")
+    reason: str = Field(
+        description="why it was queued: new_incident, new_alerts (alerts joined), early_warning or rerun "
+        "(`rca demo` run again on its incident)"
+    )
     inconclusive_reason: str | None = Field(
         None,
         description="why an inconclusive investigation read no evidence: no_prometheus (RCA_PROMETHEUS_URL unset), "

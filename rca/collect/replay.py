@@ -8,17 +8,20 @@ answers the same queries, shifted so that the alert started at `anchor`: the who
 
 It never makes data up: a query that is not in the recording gets what Prometheus answers for a
 series that does not exist (an empty result), and a range request only returns recorded points.
+It also answers the `/graph` links the incident pages make (`rca.pages.views.prometheus_graph`):
+a small page with the query and its recorded series over the linked range, or why there are none.
 """
 
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import math
 import re
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -33,6 +36,8 @@ WINDOW_TOLERANCE_SECONDS = 600  # `[Ns]` widths this close to the window's lengt
 _SECONDS_RANGE = re.compile(r"\[(\d+)s\]")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+GRAPH_POINTS = 1_000  # at most this many points per series on a graph page
+GRAPH_WIDTH, GRAPH_HEIGHT = 640, 120
 
 
 def normalise_promql(promql: str, window_seconds: int) -> str:
@@ -217,6 +222,55 @@ class ReplayServer:
                 point[0] += self.anchor
         return 200, {"status": "success", "data": {"resultType": "matrix", "result": result}}
 
+    def graph_page(self, params: dict[str, str]) -> str:
+        """The page a `/graph?g0.expr=...&g0.range_input=3h&g0.end_input=...` link opens (the form
+        Prometheus' own graph page takes; the end is UTC): the query and each recorded series over
+        that range, drawn and summed up, or why there is nothing to draw."""
+        promql = params.get("g0.expr", "").strip()
+        body: list[str] = []
+        if not promql:
+            body.append("<p>No query: a link names it as <code>g0.expr</code>.</p>")
+        else:
+            try:
+                span = parse_step(params.get("g0.range_input") or "1h")
+                end_text = params.get("g0.end_input")
+                end = (
+                    datetime.strptime(end_text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+                    if end_text
+                    else datetime.now(UTC).timestamp()
+                )
+            except ValueError as exc:
+                span, end = 0.0, 0.0
+                body.append(f"<p>Cannot read the link's range: {html.escape(str(exc))}</p>")
+            if span > 0:
+                start = end - span
+                step = max(float(self.recording.meta.get("step_seconds") or 15), span / GRAPH_POINTS)
+                result = self.recording.range_query(promql, start - self.anchor, end - self.anchor, step)
+                body.append(
+                    f"<p>{_utc(start)} to {_utc(end)} UTC, a point every {step:g} s, as recorded "
+                    f"(the alert fired at {_utc(self.anchor)} UTC).</p>"
+                )
+                if result is None:
+                    body.append(
+                        "<p><strong>This query is not in the recording</strong>: the replay holds only the "
+                        "queries the investigation made as they were recorded, and made none such.</p>"
+                    )
+                elif not result:
+                    body.append("<p><strong>No recorded points in this range.</strong></p>")
+                for series in result or []:
+                    body.append(_series_html(series["metric"], [(t + self.anchor, v) for t, v in series["values"]]))
+        meta = self.recording.meta
+        origin = f"recorded from Prometheus {meta.get('prometheus_version', '?')} by {meta.get('recorded_by', '?')}"
+        return (
+            '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Prometheus replay</title>'
+            "<style>body{font:14px sans-serif;margin:2em;max-width:60em}pre{white-space:pre-wrap;"
+            "background:#f4f4f4;padding:.5em}svg{border:1px solid #ccc;background:#fff}</style></head><body>"
+            "<h1>Prometheus replay</h1>"
+            f"<p>The demo's replay of a recorded Prometheus window ({html.escape(origin)}), not a Prometheus: "
+            "it answers only the queries it recorded.</p>"
+            f"<pre>{html.escape(promql)}</pre>{''.join(body)}</body></html>"
+        )
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         replay = self
 
@@ -230,6 +284,8 @@ class ReplayServer:
                     params |= {k: v[-1] for k, v in parse_qs(body).items()}
                 if url.path in ("/-/ready", "/-/healthy"):
                     status, body_bytes, kind = 200, b"Prometheus replay is Ready.\n", "text/plain"
+                elif url.path == "/graph":
+                    status, body_bytes, kind = 200, replay.graph_page(params).encode(), "text/html; charset=utf-8"
                 else:
                     status, answer = replay.answer(url.path, params)
                     body_bytes, kind = json.dumps(answer).encode(), "application/json"
@@ -246,6 +302,36 @@ class ReplayServer:
                 pass
 
         return Handler
+
+
+def _utc(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _series_html(labels: dict[str, str], points: list[tuple[float, str]]) -> str:
+    """One recorded series: its labels, a line of its points and their range in numbers."""
+    name = labels.get("__name__", "")
+    shown = name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__") + "}"
+    finite = [(t, float(v)) for t, v in points if math.isfinite(float(v))]
+    if not finite:
+        return f"<h2><code>{html.escape(shown)}</code></h2><p>{len(points)} points, none finite.</p>"
+    (t0, t1), values = (finite[0][0], finite[-1][0]), [v for _, v in finite]
+    low, high = min(values), max(values)
+
+    def xy(t: float, v: float) -> str:
+        x = (t - t0) / (t1 - t0) * GRAPH_WIDTH if t1 > t0 else 0.0
+        y = GRAPH_HEIGHT - ((v - low) / (high - low) * GRAPH_HEIGHT if high > low else GRAPH_HEIGHT / 2)
+        return f"{x:.1f},{y:.1f}"
+
+    line = " ".join(xy(t, v) for t, v in finite)
+    return (
+        f"<h2><code>{html.escape(shown)}</code></h2>"
+        f'<svg width="{GRAPH_WIDTH}" height="{GRAPH_HEIGHT}" viewBox="0 0 {GRAPH_WIDTH} {GRAPH_HEIGHT}" '
+        f'role="img" aria-label="recorded series"><polyline fill="none" stroke="#c0392b" stroke-width="1.5" '
+        f'points="{line}"/></svg>'
+        f"<p>{len(points)} points from {_utc(points[0][0])} to {_utc(points[-1][0])} UTC; "
+        f"min {low:g}, max {high:g}, last {values[-1]:g}.</p>"
+    )
 
 
 def _bad_data(message: str) -> dict[str, Any]:

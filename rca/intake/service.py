@@ -341,3 +341,20 @@ def _request_investigation(session: Session, incident: Incident, reason: str) ->
     session.add(investigation)
     session.flush()
     return investigation.id
+
+
+def investigate_again(session: Session, incident_id: int, reason: str) -> int | None:
+    """Queue a fresh investigation of an open incident whose notification asked for none (`rca
+    demo` run again on its one incident): the id to enqueue, that of the one already waiting if
+    there is one, or None when the incident is not open."""
+    incident = session.get(Incident, incident_id, with_for_update=True)
+    if incident is None or incident.status != AlertStatus.FIRING:
+        return None
+    queued = _request_investigation(session, incident, reason)
+    if queued is not None:
+        return queued
+    return session.scalar(
+        select(Investigation.id).where(
+            Investigation.incident_id == incident.id, Investigation.status == InvestigationStatus.QUEUED
+        )
+    )

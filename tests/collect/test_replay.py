@@ -110,6 +110,34 @@ def test_range_step_and_bounds_follow_the_request(replay: ReplayServer) -> None:
     assert body["data"]["result"] == []
 
 
+def _graph(replay: ReplayServer, promql: str, end: float, span: str = "1h") -> httpx.Response:
+    """What a page's "Prometheus" link opens (the parameters `rca.pages.views.prometheus_graph` writes)."""
+    end_input = datetime.fromtimestamp(end, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return _get(
+        replay, "/graph", **{"g0.expr": promql, "g0.tab": "0", "g0.range_input": span, "g0.end_input": end_input}
+    )
+
+
+def test_graph_links_open_a_page_of_the_recorded_series(replay: ReplayServer) -> None:
+    reply = _graph(replay, RANGE_Q, end=ANCHOR + 1800)
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/html")
+    page = reply.text
+    assert "max(vllm:kv_cache_usage_perc{instance=&quot;h:8000&quot;})" in page, "the query, escaped"
+    assert '{instance="h:8000"}' not in page and "{instance=&quot;h:8000&quot;}" in page
+    assert page.count("<polyline") == 1
+    start = datetime.fromtimestamp(ANCHOR - 60, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    assert f"8 points from {start}" in page, "the recorded points, shifted to the alert; the gap stays a gap"
+    assert "min 0.5, max 0.99, last 0.99" in page
+    # Outside the recording, or a query it never held: said so, nothing drawn.
+    empty = _graph(replay, RANGE_Q, end=ANCHOR + 90_000).text
+    assert "No recorded points in this range" in empty and "<polyline" not in empty
+    unknown = _graph(replay, "up", end=ANCHOR + 1800).text
+    assert "not in the recording" in unknown and "<polyline" not in unknown
+    assert replay.misses == [], "a page is not a query the investigation made"
+    bad = _get(replay, "/graph", **{"g0.expr": "up", "g0.end_input": "<script>"})
+    assert bad.status_code == 200 and "<script>" not in bad.text and "Cannot read the link's range" in bad.text
+
+
 def test_unknown_queries_get_what_prometheus_says_of_a_missing_series(replay: ReplayServer) -> None:
     unknown = 'max(vllm:kv_cache_usage_perc{instance="other:8000"})'
     matrix = _get(replay, "/api/v1/query_range", query=unknown, start=ANCHOR - 60, end=ANCHOR, step=15).json()

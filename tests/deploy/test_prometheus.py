@@ -5,6 +5,7 @@ the series, matchers and windows of the profile's primary query for each stack."
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -185,6 +186,14 @@ def test_scrape_config_passes_promtool_with_both_jobs(tmp_path: Path) -> None:
     assert set(jobs) == {"rca-api", "rca-worker"}
     assert jobs["rca-api"]["authorization"]["credentials_file"]
     assert jobs["rca-worker"]["static_configs"][0]["targets"][0].endswith(":9808")
+
+
+def test_the_check_command_in_scrape_yml_passes_as_written() -> None:
+    """Its header's own promtool line, run where the file is, on a machine without its token file."""
+    lines = (PROM / "scrape.yml").read_text().splitlines()
+    [command] = [line.lstrip("# ") for line in lines if line.lstrip("# ").startswith("promtool ")]
+    assert not Path("/etc/prometheus/secrets/rca-api-token").exists(), "the check would not show what it shows"
+    run([tool("promtool"), *shlex.split(command)[1:]], cwd=PROM)
 
 
 def test_service_alerts_match_label_values_the_service_exposes() -> None:

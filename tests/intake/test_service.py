@@ -15,7 +15,7 @@ from sqlalchemy import delete, select
 
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
-from rca.intake.service import IntakeResult, Notice, record_notification, record_notifications
+from rca.intake.service import IntakeResult, Notice, investigate_again, record_notification, record_notifications
 from rca.scan.fleet import ServingTarget
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, record
@@ -191,3 +191,28 @@ def test_a_batch_in_one_transaction_ends_where_one_at_a_time_does(
     warning = [name for name in batched_names.values() if name[0].startswith("early_warning")]
     assert len(warning) == 1
     assert sum(1 for row in batched["alerts"] if row[0] == warning[0]) == 3  # its own and both SLA alerts
+
+
+def test_an_open_incident_is_investigated_again_once_and_a_closed_one_not(
+    db_url: str, fresh: Callable[[], None]
+) -> None:
+    """`rca demo` run again: its notification joins the open incident and asks for nothing."""
+    before_the_batch(db_url, earlier())
+    with session_scope(db_url) as session:
+        ran, closed = (
+            session.scalar(select(Incident.id).where(Incident.group_key == group(name)).order_by(Incident.id.desc()))
+            for name in ("ran", "closed")
+        )
+        again = investigate_again(session, ran, reason="rerun")
+        assert again is not None
+        assert investigate_again(session, ran, reason="rerun") == again, "the one waiting, not another"
+        assert investigate_again(session, closed, reason="rerun") is None
+        assert investigate_again(session, 10_000_000, reason="rerun") is None
+    with session_scope(db_url) as session:
+        runs = session.execute(
+            select(Investigation.id, Investigation.status, Investigation.reason)
+            .where(Investigation.incident_id == ran)
+            .order_by(Investigation.id)
+        ).all()
+    assert [tuple(row)[1:] for row in runs] == [("done", "new_incident"), ("queued", "rerun")]
+    assert runs[-1][0] == again
