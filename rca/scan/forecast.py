@@ -27,6 +27,7 @@ CURRENT_SECONDS = 120  # "now" is the median of the last two minutes: one noisy 
 MIN_TREND_POINTS = 6
 TREND_CONFIDENCE = 0.90  # a trend counts when this confidence interval of its slope excludes zero
 RELATIVE_MARGIN = 0.05  # a departure is at least 5 % of the baseline, however flat the history
+COUNT_UNIT = "requests"  # a signal in this unit counts whole requests (the queue's median)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class SignalForecast:
     breached: bool  # beyond the threshold now
     departed: bool  # beyond its own normal range, in the direction of the threshold
     moving_since: float | None  # unix time it left its normal range, when departed
-    spread: float | None = None  # how far from its baseline its own normal range reaches; None without history
+    normal_edge: float | None = None  # how far its normal life reaches towards the threshold (`NormalRange.edge`)
 
     @property
     def degrading(self) -> bool:
@@ -81,7 +82,7 @@ class SignalForecast:
             "breached": self.breached,
             "departed": self.departed,
             "moving_since": self.moving_since,
-            "spread": self.spread,
+            "normal_edge": self.normal_edge,
         }
         if self.limit.slo_source is not None:
             figures["slo_source"] = self.limit.slo_source
@@ -108,14 +109,33 @@ def trends(windows: Sequence[Samples], now: float, trend_seconds: float) -> list
     return found
 
 
-def normal_range(normal: list[float], baseline: float | None) -> tuple[float, float] | None:
-    """(centre, spread) of the target's normal level; None without history to tell."""
+@dataclass(frozen=True)
+class NormalRange:
+    """A target's normal level of one signal."""
+
+    centre: float  # the same hour yesterday when known, else the history's median
+    spread: float  # the history's noise: a departure is further than this from the centre
+    own: float  # the history's median: where this hour has been
+
+    def edge(self, sign: float) -> float:
+        """How far its normal life reaches towards the threshold (`sign` +1 above, -1 below):
+        the noise beyond the centre, or beyond this hour's own level where that is further (a
+        busy host's queue at 3 yesterday and 5 all this hour has lived at both)."""
+        return sign * (max(sign * self.centre, sign * self.own) + self.spread)
+
+
+def normal_range(normal: list[float], baseline: float | None, resolution: float = 0.0) -> NormalRange | None:
+    """The target's normal level from its history and `baseline` (yesterday's); None without
+    history to tell. `resolution` is the least step its values move by: the median of a count
+    of requests steps by whole requests, so one step is within its noise however flat the
+    history (a median that sat at 4 all hour and reads 5 now has not left its normal)."""
     if len(normal) < MIN_NORMAL_SAMPLES:
         return None
     own = statistics.median(normal)
     centre = baseline if baseline is not None else own
     mad = statistics.median(abs(v - own) for v in normal)  # the noise of the history, around its own level
-    return centre, max(DEPARTURE_SIGMAS * MAD_TO_SIGMA * mad, RELATIVE_MARGIN * abs(centre), 1e-9)
+    spread = max(DEPARTURE_SIGMAS * MAD_TO_SIGMA * mad, RELATIVE_MARGIN * abs(centre), resolution, 1e-9)
+    return NormalRange(centre, spread, own)
 
 
 def forecast_signal(
@@ -180,13 +200,11 @@ def _forecast(
         if heading and trend.slope != 0:
             cross_in = max(0.0, (limit.threshold - current) / trend.slope * 60)
     normal_samples = [v for _, v in samples[: bisect_left(samples, now - trend_seconds, key=sample_time)]]
-    normal = normal_range(normal_samples, yesterday)
-    spread = None
+    normal = normal_range(normal_samples, yesterday, 1.0 if limit.unit == COUNT_UNIT else 0.0)
     if normal is None:
         baseline, departed = yesterday, True  # nothing says this level is normal for it
     else:
-        baseline, spread = normal
-        departed = sign * (current - baseline) > spread
+        baseline, departed = normal.centre, sign * (current - normal.centre) > normal.spread
     moving_since = None
     if departed:
         moving_since = departure(samples, now, normal_samples, limit.comparison) if normal else now
@@ -200,7 +218,7 @@ def _forecast(
         breached=breached,
         departed=departed,
         moving_since=moving_since,
-        spread=spread,
+        normal_edge=normal.edge(sign) if normal else None,
     )
 
 

@@ -262,11 +262,11 @@ def headrooms(
         found[instance] = Headroom(
             utilisation=now_level,
             trend_seconds=trend_seconds,
-            baseline=normal[0] if normal else None,
+            baseline=normal.centre if normal else None,
             short=trend,
             long=long,
             horizon_seconds=horizon_seconds,
-            departed=normal is None or now_level - normal[0] > normal[1],
+            departed=normal is None or now_level - normal.centre > normal.spread,
             kv_used=_latest(series.get(used_id, {}).get(instance), now),
             running=_latest(series.get(running_id, {}).get(instance), now),
             waiting=_latest(series.get(waiting_id, {}).get(instance), now),

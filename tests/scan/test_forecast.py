@@ -86,3 +86,22 @@ def test_violation_depths_pair_ttft_above_the_slo_with_the_depth_at_that_time() 
     depth = [(0.0, 1.0), (30.0, 6.0), (60.0, 8.0)]
     ttft = [(0.0, 0.5), (30.0, 2.5), (60.0, 3.0)]
     assert violation_depths(depth, ttft, slo_seconds=2.0, step_seconds=30) == [6.0, 8.0]
+
+
+def test_a_level_held_all_this_hour_is_where_its_normal_reaches_even_off_yesterdays() -> None:
+    """At 5 all this hour and 1 yesterday: departed from yesterday (the forecast says so), but its
+    normal life now reaches past the 4.7 threshold (the states hold it until TTFT feels it)."""
+    forecast = forecast_signal(QUEUE, series(lambda t: 5.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=1.0)
+    assert forecast is not None and forecast.degrading
+    assert forecast.normal_edge is not None and 5.5 < forecast.normal_edge < 6.5  # 5, and a request of resolution
+    quiet = forecast_signal(QUEUE, series(lambda t: 1.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=1.0)
+    assert quiet is not None and quiet.normal_edge is not None and quiet.normal_edge < 2.5
+
+
+def test_a_count_one_request_off_its_normal_has_not_left_it() -> None:
+    """The queue's median moves in whole requests: from its hour at 4 to 5 is within its resolution."""
+    at_five = [(t, 4.0 if t < NOW - TREND else 5.0) for t, _ in series(lambda t: 0.0)]
+    forecast = forecast_signal(QUEUE, at_five, "test", NOW, TREND)
+    assert forecast is not None and forecast.breached and not forecast.departed
+    at_six = [(t, 4.0 if t < NOW - TREND else 6.0) for t, _ in series(lambda t: 0.0)]
+    assert (moved := forecast_signal(QUEUE, at_six, "test", NOW, TREND)) is not None and moved.departed
