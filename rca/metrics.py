@@ -49,8 +49,8 @@ WEBHOOK_OUTCOMES = {
     422: "invalid",
     503: "database_unavailable",
 }
-PROMETHEUS_ERROR_REASONS = ("timeout", "connection", "http_status", "bad_response")
-TRACE_ERROR_REASONS = (*PROMETHEUS_ERROR_REASONS, "too_large")
+PROMETHEUS_ERROR_REASONS = ("timeout", "refused", "dns", "tls", "connection", "http_status", "bad_response")
+TRACE_ERROR_REASONS = ("timeout", "connection", "http_status", "bad_response", "too_large")
 TRACE_BACKENDS = ("jaeger", "tempo")
 LLM_OUTCOMES = ("ok", "format_rejected", "http_status", "timeout", "connection", "bad_response")
 SLACK_OUTCOMES = {"post": "posted", "update": "updated", "reply": "replied"}

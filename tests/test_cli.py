@@ -316,8 +316,8 @@ def test_backtest_against_an_unreachable_prometheus_fails_in_one_line(tmp_path: 
     done = _rca(["backtest", "--since", "10m"], tmp_path, prometheus_url=url)
     line = _one_line(done, EXIT_FAILED)
     assert (
-        line
-        == f"error: Prometheus at {url} is unavailable: connection refused or unreachable (check RCA_PROMETHEUS_URL)"
+        line == f"error: Prometheus at {url} is unavailable: connection refused (nothing listening)"
+        " (check RCA_PROMETHEUS_URL)"
     )
     assert done.stdout == ""
 
@@ -583,7 +583,7 @@ def test_the_services_log_says_a_prometheus_outage_in_short_lines(tmp_path: Path
         stop_process(server)
     lines = log.read_text().splitlines()
     assert any(
-        "WARNING rca.jobs.scan: scan failed: ConnectionError: connection refused or unreachable" in line
+        "WARNING rca.jobs.scan: scan failed: ConnectionError: connection refused (nothing listening)" in line
         for line in lines
     ), lines
     retries = [line for line in lines if "urllib3.connectionpool" in line]
@@ -630,7 +630,7 @@ def test_serve_and_worker_warn_once_at_start_when_prometheus_is_unset_or_unreach
     closed = f"http://127.0.0.1:{_closed_port()}"
     expected = {
         None: "RCA_PROMETHEUS_URL: not set; investigations read no metrics and end inconclusive",
-        closed: f"RCA_PROMETHEUS_URL: Prometheus at {closed} is unreachable (connection refused or unreachable); "
+        closed: f"RCA_PROMETHEUS_URL: Prometheus at {closed} is unreachable (connection refused (nothing listening)); "
         "investigations end inconclusive, with no cause, until it answers",
         prometheus.url: None,
     }

@@ -319,7 +319,7 @@ def test_failed_prometheus_queries_are_counted_by_reason(client: TestClient, tmp
     with Refusing() as refusing:
         collect_with(refusing.url, tmp_path)
     after = scrape(client)
-    assert moved(before, after, "rca_prometheus_query_errors_total", reason="connection") >= 1
+    assert moved(before, after, "rca_prometheus_query_errors_total", reason="refused") >= 1
     assert moved(before, after, "rca_prometheus_query_errors_total", reason="http_status") >= 1
     assert moved(before, after, "rca_prometheus_query_errors_total", reason="timeout") == 0
 

@@ -19,7 +19,7 @@ from urllib3.util.retry import Retry
 
 from rca import metrics
 from rca.collect.aliases import resolve_aliases
-from rca.collect.health import short_error
+from rca.collect.health import failure_kind, short_error
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
 from rca.domain.answer import answer_line
 
@@ -250,10 +250,12 @@ QUERY_ERRORS = (requests.RequestException, PrometheusApiClientException)
 
 
 def error_reason(exc: BaseException) -> str:
-    """The `reason` label of a failed query; every answer but a 200, a 5xx retried out included,
-    arrives as `RefusedAnswer`."""
-    if isinstance(exc, requests.Timeout):
-        return "timeout"
+    """The `reason` label of a failed query: what a request that got no answer ran into
+    (`failure_kind`), else what was wrong with the answer; every answer but a 200, a 5xx retried
+    out included, arrives as `RefusedAnswer`."""
+    kind = failure_kind(exc)
+    if kind is not None:
+        return kind
     if isinstance(exc, requests.JSONDecodeError):
         return "bad_response"
     if isinstance(exc, PrometheusApiClientException):
