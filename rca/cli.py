@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import logging
 import math
@@ -11,6 +12,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,7 +21,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from pydantic import SecretStr, ValidationError
 
@@ -216,7 +218,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     uvicorn.run("rca.cli:serve_app", factory=True, workers=workers, host=host, port=port, log_level=level)
 
 
-def _multiprocess_metrics(settings: Settings, name: str = "worker-metrics") -> None:
+def _multiprocess_metrics(settings: Settings, name: str) -> None:
     """Point prometheus-client's multiprocess mode at an emptied `RCA_DATA_DIR/<name>`, so that
     the children's counters reach the metrics port (the worker's, or any server process's). It must happen before
     prometheus-client is imported: it picks its value store at import time."""
@@ -232,22 +234,60 @@ def _multiprocess_metrics(settings: Settings, name: str = "worker-metrics") -> N
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory.resolve())
 
 
-def _serve_worker_metrics(settings: Settings) -> None:
-    """The worker's own metrics on RCA_WORKER_METRICS_HOST:RCA_WORKER_METRICS_PORT (0: not served)."""
-    if settings.worker_metrics_port == 0:
-        return
+_HELD_SLOTS: list[TextIO] = []  # the metrics slot's lock file, held open while the worker lives
+
+
+def _metrics_slot(settings: Settings) -> tuple[int, str]:
+    """This worker's metrics port and multiprocess directory: the first of RCA_WORKER_METRICS_PORTS
+    ports from RCA_WORKER_METRICS_PORT that no other worker of this host holds (a lock file in
+    RCA_DATA_DIR, held while it lives) and nothing else listens on. Several workers on one host
+    then serve on 9808, 9809, … and each empties only its own directory (the first keeps the
+    plain `worker-metrics`)."""
+    first, host = settings.worker_metrics_port, settings.worker_metrics_host
+    ports = range(first, min(first + settings.worker_metrics_ports, 65536))
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"RCA_DATA_DIR: cannot create {settings.data_dir}: {exc.strerror or exc}")
+    busy = []
+    for port in ports:
+        lock = (settings.data_dir / f"worker-metrics-{port}.lock").open("w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            busy.append(f"{port} (another rca worker)")
+            continue
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the metrics server binds
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                lock.close()
+                busy.append(f"{port} ({exc.strerror or exc})")
+                continue
+        _HELD_SLOTS.append(lock)
+        return port, "worker-metrics" if port == first else f"worker-metrics-{port}"
+    _fail(
+        f"RCA_WORKER_METRICS_PORT: no free port on {host} among {first}-{ports[-1]}: {', '.join(busy)}"
+        " (raise RCA_WORKER_METRICS_PORTS, or 0 turns the metrics port off)"
+    )
+
+
+def _serve_worker_metrics(settings: Settings, port: int) -> None:
+    """The worker's own metrics on RCA_WORKER_METRICS_HOST:`port`."""
     from prometheus_client import start_http_server
 
     from rca.metrics import scrape_registry
 
     try:
-        start_http_server(settings.worker_metrics_port, settings.worker_metrics_host, registry=scrape_registry())
+        start_http_server(port, settings.worker_metrics_host, registry=scrape_registry())
     except OSError as exc:
         _fail(
-            f"RCA_WORKER_METRICS_PORT: cannot listen on {settings.worker_metrics_host}:"
-            f"{settings.worker_metrics_port}: {exc.strerror or exc} (0 turns the metrics port off)"
+            f"RCA_WORKER_METRICS_PORT: cannot listen on {settings.worker_metrics_host}:{port}:"
+            f" {exc.strerror or exc} (0 turns the metrics port off)"
         )
-    log.info("worker metrics on http://%s:%s/metrics", settings.worker_metrics_host, settings.worker_metrics_port)
+    log.info("worker metrics on http://%s:%s/metrics", settings.worker_metrics_host, port)
 
 
 def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
@@ -263,10 +303,13 @@ def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     if not queues:
         _fail("--queues: name at least one queue")
+    metrics_port = None
     if settings.worker_metrics_port:
-        _multiprocess_metrics(settings)
+        metrics_port, directory = _metrics_slot(settings)
+        _multiprocess_metrics(settings, directory)
     _prepare_database(settings)
-    _serve_worker_metrics(settings)
+    if metrics_port is not None:
+        _serve_worker_metrics(settings, metrics_port)
     _warn_if_blind(settings)  # after what stops the start, so that a refusal stays one line
     me = str(os.getpid())
     children: dict[str, list[str]] = {}

@@ -447,16 +447,73 @@ def test_worker_metrics_settings_are_checked(tmp_path: Path, pg_url: str, redis_
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        port = taken.getsockname()[1]
         env = subprocess_env(
             broker_url=redis_url,
             database_url=pg_url,
             data_dir=str(tmp_path / "rca-data"),
-            worker_metrics_port=str(taken.getsockname()[1]),
+            worker_metrics_port=str(port),
+            worker_metrics_ports="1",
             log_level="WARNING",
         )
         result = subprocess.run(
             [str(VENV_BIN / "rca"), "worker"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
     assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("error: RCA_WORKER_METRICS_PORT: cannot listen on 127.0.0.1:"), result.stderr
+    assert result.stderr.startswith(
+        f"error: RCA_WORKER_METRICS_PORT: no free port on 127.0.0.1 among {port}-{port}:"
+        f" {port} (Address already in use)"
+    ), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _free_pair() -> int:
+    """A port whose next one is free too."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two free consecutive ports on 127.0.0.1")
+
+
+def test_workers_sharing_a_host_take_the_next_metrics_port_and_keep_their_own_counts(
+    pg_db: str, redis_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
+    """Two `rca worker` on one host, same RCA_DATA_DIR and settings, beside a port held by
+    something else: the first takes the port after it, the second the one after that, each with
+    its own multiprocess directory (the second empties none of the first's)."""
+    home = tmp_path / "worker"
+    home.mkdir()
+    foreign = _free_pair()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", foreign))
+        held.listen()
+        second = foreign + 2
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", second))  # free too, or the test's premise fails here
+        env = subprocess_env(
+            broker_url=redis_url,
+            database_url=pg_db,
+            prometheus_url=prometheus.url,
+            data_dir=str(home / "rca-data"),
+            worker_metrics_port=str(foreign),
+        )
+        app = create_celery_app(make_settings(pg_db, home, broker_url=redis_url))
+        with (
+            running_worker(home, env, app, redis_url, "rca-one", log_name="one.log") as one,
+            running_worker(home, env, app, redis_url, "rca-two", log_name="two.log") as two,
+        ):
+            served = {}
+            for port in (foreign + 1, second):
+                served[port] = parse(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+                assert value(served[port], "rca_build_info", version="0.1.0") == 1, one.output() + two.output()
+            assert {d.name for d in (home / "rca-data").iterdir() if d.is_dir()} == {
+                f"worker-metrics-{foreign + 1}",
+                f"worker-metrics-{second}",
+            }
+            # the second's start emptied only its own: the first's counters are still on disk
+            assert list((home / "rca-data" / f"worker-metrics-{foreign + 1}").glob("*.db"))

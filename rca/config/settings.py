@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     # `rca worker` serves its metrics (every prefork child's summed, docs/metrics.md) here; port 0 = off.
     worker_metrics_host: str = Field(default="127.0.0.1", min_length=1)
     worker_metrics_port: int = Field(default=9808, ge=0, le=65535)
+    # How many ports from it the workers of one host share: each takes the first one no other holds.
+    worker_metrics_ports: int = Field(default=8, ge=1, le=1024)
     lookback_minutes: int = Field(default=180, ge=10, le=7 * 24 * 60)
     max_points_per_series: int = Field(default=1100, ge=100, le=11000)
     min_step_seconds: int = Field(default=15, ge=1)
