@@ -22,6 +22,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 
 from rca import metrics
 from rca.config import Settings, get_settings
+from rca.jobs.backlog import held_investigations
 from rca.jobs.investigate import investigate
 from rca.jobs.policy import MAX_RETRIES, TRANSIENT, retry_delay
 from rca.jobs.sweep import SWEPT, owed_notices, sweep
@@ -98,11 +99,12 @@ def retry_transient(task: Task, exc: Exception) -> Exception:
 
 
 def run_sweep(app: Celery, settings: Settings) -> int:
-    """Re-enqueue investigations whose enqueue was lost (broker down at intake) or whose worker died
-    (their lease lapsed), ahead of the new ones, and the Slack notices owed that no task delivered
-    (rca.store.notices), those of investigations given up first."""
+    """Re-enqueue investigations whose enqueue was lost (broker down at intake; never one the
+    broker still holds, however long its backlog) or whose worker died (their lease lapsed), ahead
+    of the new ones, and the Slack notices owed that no task delivered (rca.store.notices), those
+    of investigations given up first."""
     older_than = timedelta(seconds=settings.sweep_after_seconds)
-    found = sweep(settings, older_than)
+    found = sweep(settings, older_than, held_investigations(app, INVESTIGATE, INVESTIGATIONS_QUEUE) or ())
     for investigation_id in found.requeued:
         app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE, priority=PRIORITY_SWEPT)
     owed = found.gave_up + owed_notices(settings, older_than)

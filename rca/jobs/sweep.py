@@ -5,6 +5,7 @@ out RCA_INVESTIGATION_MAX_ATTEMPTS times is closed as failed instead (rca.store.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import timedelta
 
 from rca import metrics
@@ -18,12 +19,13 @@ log = logging.getLogger(__name__)
 SWEPT = "sweep"  # the event of a Slack delivery the sweeper queued, as `slack_attempts.event` records it
 
 
-def sweep(settings: Settings, older_than: timedelta) -> investigations.Stranded:
-    """Claim stranded investigations: those to re-enqueue, and the incidents of those given up
-    (their Slack notice, saying the investigation failed, is owed; the runner queues it)."""
+def sweep(settings: Settings, older_than: timedelta, held: Collection[int] = ()) -> investigations.Stranded:
+    """Claim stranded investigations: those to re-enqueue (never one the broker still `held`,
+    rca.jobs.backlog), and the incidents of those given up (their Slack notice, saying the
+    investigation failed, is owed; the runner queues it)."""
     with session_scope(settings.effective_database_url) as session:
         found = investigations.stranded(
-            session, older_than, settings.investigation_max_attempts, owe_slack=settings.slack_enabled
+            session, older_than, settings.investigation_max_attempts, owe_slack=settings.slack_enabled, held=held
         )
     metrics.SWEEPER_REENQUEUED.inc(len(found.requeued))
     for incident_id in found.gave_up:

@@ -8,6 +8,7 @@ it forever, and owes Slack the notice that says so."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -168,16 +169,26 @@ class Stranded:
     gave_up: list[int] = field(default_factory=list)  # incident ids; their Slack notice is owed
 
 
-def stranded(session: Session, older_than: timedelta, max_attempts: int = 3, *, owe_slack: bool = False) -> Stranded:
+def stranded(
+    session: Session,
+    older_than: timedelta,
+    max_attempts: int = 3,
+    *,
+    owe_slack: bool = False,
+    held: Collection[int] = (),
+) -> Stranded:
     """Claim investigations still queued after `older_than` (their enqueue was lost, e.g. because
-    the broker was down when the webhook arrived), and running ones whose lease lapsed (the worker
-    running it died: its heartbeat stopped). A claim from before leases is judged by its age.
+    the broker was down when the webhook arrived) unless the broker still `held` them (waiting
+    behind a backlog, or with a worker: late, not lost), and running ones whose lease lapsed (the
+    worker running it died: its heartbeat stopped). A claim from before leases is judged by its age.
 
     Those already handed out `max_attempts` times are not re-queued: they are closed as failed,
     saying why (the last error, or that their worker stopped each time), and owe their notice."""
     now = utcnow()
     cutoff = now - older_than
     queued = (Investigation.status == InvestigationStatus.QUEUED) & (Investigation.queued_at < cutoff)
+    if held:
+        queued = queued & Investigation.id.not_in(list(held))
     lapsed = Investigation.lease_until < now
     unleased_and_old = Investigation.lease_until.is_(None) & (Investigation.started_at < cutoff - older_than * 4)
     running = (Investigation.status == InvestigationStatus.RUNNING) & (lapsed | unleased_and_old)
