@@ -215,7 +215,15 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
         return
     # Each worker process counts its own requests; /metrics, answered by any of them, sums them all.
     _multiprocess_metrics(settings, "serve-metrics")
-    uvicorn.run("rca.cli:serve_app", factory=True, workers=workers, host=host, port=port, log_level=level)
+    uvicorn.run(
+        "rca.cli:serve_app",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level=level,
+        timeout_worker_healthcheck=settings.serve_worker_healthcheck_seconds,
+    )
 
 
 def _multiprocess_metrics(settings: Settings, name: str) -> None:

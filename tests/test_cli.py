@@ -657,6 +657,63 @@ def test_serve_and_worker_warn_once_at_start_when_prometheus_is_unset_or_unreach
             assert len(warned) == 1 and warned[0].startswith(warning), warned
 
 
+@pytest.mark.parametrize(
+    ("healthcheck", "killed"), [("5", True), (None, False)], ids=["uvicorn-5s-kills-it", "default-keeps-it"]
+)
+def test_a_server_process_starved_while_it_starts_is_not_killed(
+    tmp_path: Path, pg_db: str, redis_url: str, healthcheck: str | None, killed: bool
+) -> None:
+    """`rca serve --workers 2` on a host too loaded to schedule its children: each is stopped
+    (SIGSTOP) as soon as it exists, for longer than uvicorn's 5 s health check, then let go. With
+    that 5 s (what `rca serve` used), the supervisor kills and replaces them: the failure seen on
+    loaded hosts; with the default RCA_SERVE_WORKER_HEALTHCHECK_SECONDS they start and serve."""
+    from tests.e2e.promstack import free_port
+    from tests.helpers.processes import child_pids, wait_until_serving
+
+    port = free_port()
+    settings = {
+        "database_url": pg_db,
+        "broker_url": redis_url,
+        "data_dir": str(tmp_path / "data"),
+        "webhook_allow_unauthenticated": "true",
+        "api_allow_unauthenticated": "true",
+    }
+    if healthcheck:
+        settings["serve_worker_healthcheck_seconds"] = healthcheck
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rca.cli", "serve", "--port", str(port), "--workers", "2"],
+            cwd=tmp_path,
+            env=subprocess_env(**settings),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        stopped: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(stopped) < 2 and time.monotonic() < deadline and server.poll() is None:
+            for pid in set(child_pids(server.pid)) - stopped:
+                if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text():
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.add(pid)
+            time.sleep(0.01)
+        assert len(stopped) == 2, log.read_text()
+        time.sleep(8)
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        wait_until_serving(f"http://127.0.0.1:{port}", server)
+        serving = {pid for pid in child_pids(server.pid) if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()}
+    finally:
+        stop_process(server)
+    output = log.read_text()
+    if killed:  # the supervisor pings one child at a time: the first is killed, then the second may answer
+        assert serving != stopped and "Child process" in output and "died" in output, output
+    else:
+        assert serving == stopped and "died" not in output, output
+
+
 def test_serve_with_two_workers_stores_every_notification_and_counts_them_all_in_metrics(
     tmp_path: Path, pg_db: str, redis_url: str
 ) -> None:

@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     config_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    # `rca serve --workers N`: how long a server process may not answer its supervisor's ping
+    # before it is killed and replaced. uvicorn's own 5 s kills children that a loaded host has
+    # not scheduled in time, starting ones included (issue 35); a hung one is replaced this late.
+    serve_worker_healthcheck_seconds: int = Field(default=60, ge=1, le=3600)
     # `rca worker` serves its metrics (every prefork child's summed, docs/metrics.md) here; port 0 = off.
     worker_metrics_host: str = Field(default="127.0.0.1", min_length=1)
     worker_metrics_port: int = Field(default=9808, ge=0, le=65535)
