@@ -7,24 +7,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from rca.pages.site import create_site
-from tests.helpers.demo_incident import demo_payload, replayed_window
-from tests.helpers.service import API_AUTH, API_TOKEN, WEBHOOK_AUTH, LiveServer, make_settings
-from tests.helpers.waiting import wait_for
+from tests.helpers.service import API_TOKEN
 from tests.pages.browser import chromium, full_page_screenshot
+from tests.pages.site import INJECTED
 
-INJECTED = '<script>window.__injected = 1</script><img src=x onerror="window.__injected = 2">'
 VIEWER_ZONE = "Asia/Kolkata"  # UTC+05:30 all year: the page must show its times, and UTC beside them
 SHOWN_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \((\d\d:\d\d:\d\d) UTC\)")
 SCREENSHOTS = ("incident-list.png", "incident-page.png")
@@ -37,31 +32,6 @@ let painted = 0;
 for (let i = 3; i < pixels.length; i += 4) if (pixels[i] > 0) painted++;
 return painted;
 """
-
-
-@pytest.fixture
-def investigated(pg_db: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """`rca serve`'s app on a live port, and the demo incident it investigated (as the API shows
-    it). The recorded Prometheus is gone by the time the pages are read: they draw what was kept."""
-    with ExitStack() as prometheus:
-        prometheus_url, alert_start = prometheus.enter_context(replayed_window())
-        app = create_site(make_settings(pg_db, tmp_path, prometheus_url=prometheus_url))
-        with LiveServer(app) as server:
-            # An earlier incident with the same evidence, then the one the test reads.
-            for group, description in (("browser-earlier", "the same fault, earlier"), ("browser", INJECTED)):
-                payload = demo_payload(alert_start, group, description=description)
-                reply = httpx.post(f"{server.url}/api/v1/alertmanager", json=payload, headers=WEBHOOK_AUTH)
-                assert reply.status_code == 200, reply.text
-                incident_url = f"{server.url}/api/v1/incidents/{reply.json()['incident_id']}"
-
-                def finished() -> dict[str, Any] | None:
-                    incident = httpx.get(incident_url, headers=API_AUTH).json()  # noqa: B023 - called at once
-                    done = incident["investigation"] and incident["investigation"]["status"] == "done"
-                    return incident if done else None
-
-                incident = wait_for(finished, 60, f"the investigation of {group}")
-            prometheus.close()
-            yield server.url, incident
 
 
 @pytest.fixture
