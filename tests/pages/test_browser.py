@@ -20,8 +20,7 @@ from tests.helpers.service import API_TOKEN
 from tests.pages.browser import chromium, full_page_screenshot
 from tests.pages.site import INJECTED
 
-VIEWER_ZONE = "Asia/Kolkata"  # UTC+05:30 all year: the page must show its times, and UTC beside them
-SHOWN_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \((\d\d:\d\d:\d\d) UTC\)")
+VIEWER_ZONE = "Asia/Kolkata"  # UTC+05:30 all year: the page must show its times in it, UTC on hover
 SCREENSHOTS = ("incident-list.png", "incident-page.png")
 
 # Paints a chart's canvas leaves: how many pixels are not blank.
@@ -81,12 +80,30 @@ def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
     assert [c.get_attribute("data-category") for c in causes] == [h["category"] for h in inv["hypotheses"]]
     timeline = browser.find_element(By.ID, "timeline").text
     assert "alert fired" in timeline and f"investigation {inv['id']} done" in timeline
-    shown = SHOWN_TIME.findall(timeline)
-    assert shown, "times in the viewer's zone with UTC beside them"
-    for local, utc in shown:
+    # Every time in the viewer's zone, 24-hour, its UTC on hover; UTC named once on the page.
+    times = browser.find_elements(By.CSS_SELECTOR, "#timeline time")
+    assert times, "the timeline's times"
+    for time in times:
+        local, utc = time.text, time.get_attribute("title")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", local) and utc.endswith(" UTC"), (local, utc)
         moved = datetime.strptime(local, "%Y-%m-%d %H:%M:%S") - timedelta(hours=5, minutes=30)
-        assert f"{moved:%H:%M:%S}" == utc, (local, utc)
-    assert "(UTC+05:30), UTC in brackets" in browser.find_element(By.TAG_NAME, "footer").text
+        assert f"{moved:%Y-%m-%d %H:%M:%S} UTC" == utc, (local, utc)
+    footer = browser.find_element(By.TAG_NAME, "footer").text
+    assert re.fullmatch(r"Times in your zone, Asia/(Kolkata|Calcutta) \(\+05:30\); hover one for UTC", footer), footer
+    page_text = browser.find_element(By.TAG_NAME, "body").text
+    assert re.findall(r"\bUTC\b", page_text) == ["UTC"], "UTC is named once, not beside each time"
+    assert not re.search(r"\d(am|pm)\b|\b(AM|PM)\b", page_text)
+    # A finding's "since 11:29 UTC" is shown in the viewer's zone too.
+    clocks = browser.find_elements(By.CSS_SELECTOR, "time[data-clock]")
+    assert clocks, "a finding's onset in its text"
+    for clock in clocks:
+        utc = datetime.strptime(clock.get_attribute("title"), "%Y-%m-%d %H:%M:%S UTC")
+        assert clock.text == f"{utc + timedelta(hours=5, minutes=30):%H:%M}", clock.text
+    # The charts' time axes are 24-hour in the viewer's zone: HH:MM, the date (MM-DD) where it changes.
+    for figure in figures:
+        ticks = figure.get_attribute("data-x-ticks").split(" | ")
+        assert len(ticks) >= 3 and all(re.fullmatch(r"\d\d:\d\d(\n\d\d-\d\d)?", t) for t in ticks), ticks
+        assert "\n" in ticks[0], "the first tick carries the date"
 
     # The earlier incident with the same evidence is listed as similar.
     assert f"#{incident['id'] - 1} " in browser.find_element(By.ID, "similar").text
