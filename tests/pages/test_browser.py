@@ -93,6 +93,10 @@ def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
     page_text = browser.find_element(By.TAG_NAME, "body").text
     assert re.findall(r"\bUTC\b", page_text) == ["UTC"], "UTC is named once, not beside each time"
     assert not re.search(r"\d(am|pm)\b|\b(AM|PM)\b", page_text)
+    # A vLLM host's findings are named for vLLM (no "mean on Triton"), and nothing cites "the article".
+    assert "vllm" in incident["investigation"]["target"]["stack"]
+    assert "Triton" not in page_text and "article" not in page_text.lower()
+    assert "Time requests wait in the queue p95" in page_text
     # A finding's "since 11:29 UTC" is shown in the viewer's zone too.
     clocks = browser.find_elements(By.CSS_SELECTOR, "time[data-clock]")
     assert clocks, "a finding's onset in its text"
