@@ -79,6 +79,7 @@ environment = Environment(
     lstrip_blocks=True,
 )
 environment.filters["utc"] = _utc
+environment.filters["fromtimestamp"] = lambda ts: datetime.fromtimestamp(ts, UTC)
 environment.filters["clock"] = clock_times  # "since 11:29 UTC" in a finding's text
 environment.filters["percent"] = _percent
 environment.filters["value"] = format_value

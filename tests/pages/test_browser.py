@@ -5,6 +5,7 @@ an alert annotation's <script> shown as text, never run."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -74,6 +76,35 @@ def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
         assert figure.get_attribute("data-drawn") == "2", "series and threshold"
         canvas = figure.find_element(By.TAG_NAME, "canvas")
         assert browser.execute_script(PAINTED, canvas) > 2000, f"{figure.get_attribute('data-key')}: blank chart"
+
+    # The charts open on the incident (the first onset less a margin, to the end), the whole kept
+    # window a click away; no legend of placeholders, the values under the cursor on hover.
+    button = browser.find_element(By.ID, "chart-range")
+    begin, end = json.loads(button.get_attribute("data-focus"))
+    assert button.text == "Show the whole 3 h"
+    assert not browser.find_elements(By.CSS_SELECTOR, ".u-legend")
+    specs = {}
+    for figure in figures:
+        spec = json.loads(figure.find_element(By.CSS_SELECTOR, "script.chart-data").get_attribute("textContent"))
+        specs[spec["key"]] = spec
+        last = spec["start"] + spec["step"] * (len(spec["values"]) - 1)
+        assert spec["start"] < begin < spec["onset"] and end == last, (spec["start"], begin, spec["onset"], end)
+        assert float(figure.get_attribute("data-x-min")) == pytest.approx(begin)
+        assert float(figure.get_attribute("data-x-max")) == pytest.approx(end)
+        assert figure.find_element(By.CSS_SELECTOR, ".readout").text == ""
+        ActionChains(browser).move_to_element(figure.find_element(By.CSS_SELECTOR, ".u-over")).perform()
+        wait.until(lambda d, f=figure: f.find_element(By.CSS_SELECTOR, ".readout").text)
+        shown = figure.find_element(By.CSS_SELECTOR, ".readout").text
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d · \S+.* · threshold [<>] .+", shown), shown
+    ActionChains(browser).move_to_element(browser.find_element(By.TAG_NAME, "h1")).perform()
+    button.click()
+    for figure in figures:
+        assert float(figure.get_attribute("data-x-min")) == pytest.approx(
+            specs[figure.get_attribute("data-key")]["start"]
+        )
+    assert button.get_attribute("aria-pressed") == "true" and button.text == "Show the incident only"
+    button.click()
+    assert all(float(f.get_attribute("data-x-min")) == pytest.approx(begin) for f in figures)
 
     # The ranked causes with their findings, and the timeline.
     causes = browser.find_elements(By.CSS_SELECTOR, "li.cause")

@@ -113,6 +113,8 @@ def test_the_pages_fit_a_phone_and_a_desktop_in_light_and_dark(
                         wait.until(
                             lambda d: len(d.find_elements(By.CSS_SELECTOR, "figure.chart[data-drawn]")) == len(breached)
                         )
+                        figure = driver.find_element(By.CSS_SELECTOR, "figure.chart")
+                        figure.screenshot(str(tmp_path / f"chart-{width}-{scheme}.png"))
                     dark = driver.execute_script("return matchMedia('(prefers-color-scheme: dark)').matches")
                     assert dark == (scheme == "dark"), f"{scheme} was not emulated"
                     found = driver.execute_script(PROBLEMS, WORDS, VISIBLE)
