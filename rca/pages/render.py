@@ -47,6 +47,17 @@ def _utc(value: datetime | None) -> str:
     return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}" if value else "-"
 
 
+def tokens(text: str | None) -> Markup:
+    """`text`, escaped, with each word that holds a hyphen (a host, a label) kept whole on its line
+    ("gpu-node-7:8000", never "gpu-node-" then "7:8000"), unless it is wider than the line itself."""
+    if not text:
+        return Markup("")
+    return Markup("").join(
+        Markup('<span class="token">{}</span>').format(part) if "-" in part else escape(part)
+        for part in re.split(r"(\s+)", text)
+    )
+
+
 def clock_times(text: str | None, near: datetime | None) -> Markup:
     """`text`, escaped, with each "HH:MM UTC" in it a <time> the script shows in the viewer's zone:
     the instant with that clock time nearest `near` (the text's own date is not written)."""
@@ -78,6 +89,7 @@ environment = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+environment.filters["tokens"] = tokens
 environment.filters["utc"] = _utc
 environment.filters["fromtimestamp"] = lambda ts: datetime.fromtimestamp(ts, UTC)
 environment.filters["clock"] = clock_times  # "since 11:29 UTC" in a finding's text

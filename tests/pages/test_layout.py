@@ -14,6 +14,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.helpers.service import API_TOKEN
 from tests.pages.browser import chromium
+from tests.pages.test_incident_story import warn
 
 WIDTHS = (1400, 390)
 SCHEMES = ("light", "dark")
@@ -66,8 +67,9 @@ return problems;
 """
 
 # Where a word must never break, and what must lie within the viewport, per page.
-WORDS = (
-    "th, h1, h2, h3, h4, table.incidents td.title-cell a, table.incidents td.top-cause, .for-against li a, figcaption b"
+WORDS = ", ".join(
+    ("time", "th", "h1", "h2", "h3", "h4", "table.incidents td.title-cell a", "table.incidents td.top-cause")
+    + (".for-against li a", "figcaption b")
 )
 VISIBLE = "table.incidents td.title-cell, table.incidents td.top-cause, .for-against > div, figure.chart, .cause"
 
@@ -92,9 +94,10 @@ def _screenshot(driver: WebDriver, path: Path, width: int) -> None:
 
 
 def test_the_pages_fit_a_phone_and_a_desktop_in_light_and_dark(
-    investigated: tuple[str, dict[str, Any]], tmp_path: Path
+    investigated: tuple[str, dict[str, Any]], pg_db: str, tmp_path: Path
 ) -> None:
     base, incident = investigated
+    warning = warn(pg_db)  # an early warning too: the table of signals that moved, in its header
     breached = [f for f in incident["investigation"]["findings"] if f["breached"] and f["kind"] != "trace"]
     driver = chromium(tmp_path / "chromium-profile")
     problems: list[str] = []
@@ -107,7 +110,13 @@ def test_the_pages_fit_a_phone_and_a_desktop_in_light_and_dark(
         for width in WIDTHS:
             for scheme in SCHEMES:
                 _emulate(driver, width, scheme)
-                for name, path in (("list", "/"), ("incident", f"/incidents/{incident['id']}"), ("stats", "/stats")):
+                pages = {
+                    "list": "/",
+                    "incident": f"/incidents/{incident['id']}",
+                    "warning": f"/incidents/{warning}",
+                    "stats": "/stats",
+                }
+                for name, path in pages.items():
                     driver.get(f"{base}{path}")
                     if name == "incident":
                         wait.until(

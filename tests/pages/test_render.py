@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from rca.pages.render import _utc, clock_times
+from rca.pages.render import _utc, clock_times, tokens
 
 
 def test_a_time_is_written_24_hour_without_repeating_utc_beside_it() -> None:
@@ -23,3 +23,12 @@ def test_a_clock_time_in_text_becomes_the_nearest_instant_and_the_rest_is_escape
     )
     assert str(clock_times("since 11:29 UTC", None)) == "since 11:29 UTC"
     assert str(clock_times(None, near)) == ""
+
+
+def test_a_hyphenated_word_of_a_title_is_kept_whole_and_the_title_escaped() -> None:
+    shown = tokens("<b>High queue</b> instance=gpu-node-7:8000 on llama-3-8b")
+    assert str(shown) == (
+        '&lt;b&gt;High queue&lt;/b&gt; <span class="token">instance=gpu-node-7:8000</span> on '
+        '<span class="token">llama-3-8b</span>'
+    )
+    assert str(tokens(None)) == ""
