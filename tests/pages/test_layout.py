@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.helpers.service import API_TOKEN
-from tests.pages.browser import chromium
+from tests.pages.browser import chromium, emulate, screenshot_at
 from tests.pages.test_incident_story import warn
 
 WIDTHS = (1400, 390)
@@ -74,25 +73,6 @@ WORDS = ", ".join(
 VISIBLE = "table.incidents td.title-cell, table.incidents td.top-cause, .for-against > div, figure.chart, .cause"
 
 
-def _emulate(driver: WebDriver, width: int, scheme: str) -> None:
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 700},
-    )
-    driver.execute_cdp_cmd(
-        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]}
-    )
-
-
-def _screenshot(driver: WebDriver, path: Path, width: int) -> None:
-    height = min(5000, int(driver.execute_script("return document.documentElement.scrollHeight")))
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": max(height, 600), "deviceScaleFactor": 1, "mobile": width < 700},
-    )
-    driver.save_screenshot(str(path))
-
-
 def test_the_pages_fit_a_phone_and_a_desktop_in_light_and_dark(
     investigated: tuple[str, dict[str, Any]], pg_db: str, tmp_path: Path
 ) -> None:
@@ -109,7 +89,7 @@ def test_the_pages_fit_a_phone_and_a_desktop_in_light_and_dark(
         wait.until(lambda d: d.find_elements(By.ID, "incidents"))
         for width in WIDTHS:
             for scheme in SCHEMES:
-                _emulate(driver, width, scheme)
+                emulate(driver, width, scheme=scheme)
                 pages = {
                     "list": "/",
                     "incident": f"/incidents/{incident['id']}",
@@ -128,8 +108,8 @@ def test_the_pages_fit_a_phone_and_a_desktop_in_light_and_dark(
                     assert dark == (scheme == "dark"), f"{scheme} was not emulated"
                     found = driver.execute_script(PROBLEMS, WORDS, VISIBLE)
                     problems += [f"{name} at {width} px, {scheme}: {problem}" for problem in found]
-                    _screenshot(driver, tmp_path / f"{name}-{width}-{scheme}.png", width)
-                    _emulate(driver, width, scheme)
+                    screenshot_at(driver, tmp_path / f"{name}-{width}-{scheme}.png", width)
+                    emulate(driver, width, scheme=scheme)
     finally:
         driver.quit()
     print(f"screenshots in {tmp_path}")
