@@ -136,7 +136,7 @@ def test_each_finding_is_listed_once_its_numbers_not_repeated_by_its_sentence() 
         0.088,
         0.138,
         "seconds",
-        "Time requests wait in the queue p95 (mean on Triton) is 2.77 s (baseline n/a, limit > n/a (no baseline)), "
+        "Time requests wait in the queue p95 is 2.77 s (baseline n/a, limit > n/a (no baseline)), "
         "beyond its limit for the whole window (no healthy baseline)",
     )
     findings = render("host=gpu-node-7", [KV, proxy, no_baseline], [])

@@ -49,6 +49,11 @@ class QueryAlternative(BaseModel):
         description="this query's own limit, where it measures the signal on another scale (throttled seconds "
         "instead of throttled periods); unset = the signal's threshold",
     )
+    title: str | None = Field(
+        default=None,
+        description="the finding's title when this query measures it, where that differs from the signal's (a mean "
+        "where the others give a p95): a finding names what its own stack measured, never another stack's variant",
+    )
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> QueryAlternative:
@@ -89,7 +94,7 @@ class SeriesSpec(BaseModel):
 class SignalSpec(SeriesSpec):
     """A series to pull and the rule that says whether it is abnormal.
 
-    Either `threshold` (absolute, like the article's 0.82 / 0.61 / 4.7) or `change` (relative to
+    Either `threshold` (absolute, like the KV cache's 0.82 or the median queue's 4.7) or `change` (relative to
     the pre-onset baseline, for series whose healthy level differs per fleet) decides a breach.
     """
 
@@ -109,12 +114,17 @@ class SignalSpec(SeriesSpec):
         return self
 
     def measured_by(self, source: str | None) -> SignalSpec:
-        """The signal as the alternative named `source` measures it: with that query's own
-        threshold where it has one (an operator's threshold override applies to the signal's)."""
+        """The signal as the alternative named `source` measures it: with that query's own title
+        and threshold where it has them (an operator's threshold override applies to the signal's)."""
         alternative = next((q for q in self.queries if q.source == source), None)
-        if alternative is None or alternative.threshold is None:
+        if alternative is None:
             return self
-        return self.model_copy(update={"threshold": alternative.threshold})
+        update: dict[str, Any] = {}
+        if alternative.threshold is not None:
+            update["threshold"] = alternative.threshold
+        if alternative.title is not None:
+            update["title"] = alternative.title
+        return self.model_copy(update=update) if update else self
 
 
 class HeadroomSpec(SeriesSpec):

@@ -3,13 +3,15 @@ the templates use, and the headers every page carries."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup, escape
 
 from rca.domain.coverage import could_not_investigate
 from rca.domain.values import format_value
@@ -34,8 +36,46 @@ HEADERS = {
 }
 
 
+# A clock time the service writes into its text ("since 11:29 UTC"): the page shows it in the
+# viewer's zone like every other time, and says "UTC" once, in the footer.
+CLOCK = re.compile(r"\b([01]\d|2[0-3]):([0-5]\d) UTC\b")
+
+
 def _utc(value: datetime | None) -> str:
-    return f"{value:%Y-%m-%d %H:%M:%S} UTC" if value else "-"
+    """A time as the server writes it (UTC, 24-hour; the footer says UTC once, the script shows the
+    viewer's zone)."""
+    return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}" if value else "-"
+
+
+def tokens(text: str | None) -> Markup:
+    """`text`, escaped, with each word that holds a hyphen (a host, a label) kept whole on its line
+    ("gpu-node-7:8000", never "gpu-node-" then "7:8000"), unless it is wider than the line itself."""
+    if not text:
+        return Markup("")
+    return Markup("").join(
+        Markup('<span class="token">{}</span>').format(part) if "-" in part else escape(part)
+        for part in re.split(r"(\s+)", text)
+    )
+
+
+def clock_times(text: str | None, near: datetime | None) -> Markup:
+    """`text`, escaped, with each "HH:MM UTC" in it a <time> the script shows in the viewer's zone:
+    the instant with that clock time nearest `near` (the text's own date is not written)."""
+    if not text:
+        return Markup("")
+    if near is None:
+        return escape(text)
+    near = near.astimezone(UTC)
+    parts: list[Markup] = []
+    last = 0
+    for match in CLOCK.finditer(text):
+        parts.append(escape(text[last : match.start()]))
+        day = near.replace(hour=int(match[1]), minute=int(match[2]), second=0, microsecond=0)
+        at = min((day + timedelta(days=d) for d in (-1, 0, 1)), key=lambda t: abs(t - near))
+        parts.append(Markup('<time datetime="{}" data-clock>{}</time>').format(at.isoformat(), f"{at:%H:%M}"))
+        last = match.end()
+    parts.append(escape(text[last:]))
+    return Markup("").join(parts)
 
 
 def _percent(value: float | None) -> str:
@@ -49,7 +89,10 @@ environment = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+environment.filters["tokens"] = tokens
 environment.filters["utc"] = _utc
+environment.filters["fromtimestamp"] = lambda ts: datetime.fromtimestamp(ts, UTC)
+environment.filters["clock"] = clock_times  # "since 11:29 UTC" in a finding's text
 environment.filters["percent"] = _percent
 environment.filters["value"] = format_value
 environment.filters["could_not_investigate"] = could_not_investigate  # an inconclusive reason, in words

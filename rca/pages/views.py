@@ -260,15 +260,43 @@ def trace_rows(settings: Settings, findings: list[FindingOut]) -> list[TraceRow]
     return rows
 
 
+# The charts open on the incident: from this long before the first onset (or a quarter of the time
+# since, if longer) to the end of the kept series; the whole kept window is a click away.
+FOCUS_MARGIN_SECONDS = 15 * 60
+
+
+def focus(charts: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """The x range the charts open on (unix seconds): the first onset less a margin, to the end of
+    the series; None where that is the whole window anyway (or no chart has an onset)."""
+    onsets = [c["onset"] for c in charts if c["onset"] is not None]
+    if not onsets:
+        return None
+    start = min(c["start"] for c in charts)
+    end = max(c["start"] + c["step"] * (len(c["values"]) - 1) for c in charts)
+    onset = min(onsets)
+    begin = onset - max(FOCUS_MARGIN_SECONDS, (end - onset) / 4)
+    return (begin, end) if start < begin < end else None
+
+
+def span(charts: list[dict[str, Any]]) -> str:
+    """How much the charts keep, in words ("3 h", "90 min")."""
+    if not charts:
+        return ""
+    seconds = max(c["step"] * (len(c["values"]) - 1) for c in charts)
+    return f"{seconds / 3600:.0f} h" if seconds >= 2 * 3600 else f"{seconds / 60:.0f} min"
+
+
 @dataclass
 class Evidence:
-    """The latest investigation's findings as the page groups them."""
+    """The latest investigation's findings as the page groups them, and the range the charts open on."""
 
     charts: list[dict[str, Any]]
     breached_without_series: list[FindingOut]
     healthy: list[FindingOut]
     traces: list[TraceRow]
     graphs: dict[str, str | None]
+    focus: tuple[float, float] | None = None
+    span: str = ""
 
     @property
     def breached(self) -> bool:
@@ -278,8 +306,11 @@ class Evidence:
 def evidence(settings: Settings, inv: InvestigationOut, series: dict[str, EvidenceSeries]) -> Evidence:
     signals = [f for f in inv.findings if f.kind != "trace"]
     breached = [f for f in signals if f.breached]
+    charts = [chart(f, series[f.id]) for f in breached if f.id in series]
     return Evidence(
-        charts=[chart(f, series[f.id]) for f in breached if f.id in series],
+        charts=charts,
+        focus=focus(charts),
+        span=span(charts),
         breached_without_series=[f for f in breached if f.id not in series],
         healthy=[f for f in signals if not f.breached],
         traces=trace_rows(settings, inv.findings),

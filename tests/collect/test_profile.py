@@ -80,6 +80,20 @@ def test_bundled_profile_uses_the_domain_thresholds(profile: Profile) -> None:
     assert proxy.proxy_note and "proxy" in proxy.proxy_note.lower()
 
 
+def test_what_a_user_reads_of_the_profile_names_no_other_stack_and_no_unseen_source(profile: Profile) -> None:
+    """Titles, notes and query names reach the pages, the CLI and Slack: a signal's title holds for
+    every stack (a stack's own variant is its query's `title`), and nothing cites "the article",
+    a source the user has never seen."""
+    stacks = [stack.title.split(" ")[0] for stack in profile.stacks.values()] + ["Triton", "TGI", "vLLM", "SGLang"]
+    for spec in [*profile.signals, *profile.headroom]:
+        assert not any(f"on {name}" in spec.title for name in stacks), spec.title
+        texts = [spec.title, getattr(spec, "proxy_note", None) or ""]
+        texts += [q.source for q in spec.queries] + [q.title or "" for q in spec.queries]
+        assert not any("article" in text.lower() for text in texts), spec.id
+    proxy = next(s for s in profile.signals if s.id == "gpu_compute_to_memory")
+    assert proxy.proxy_note and "12 instructions per byte" in proxy.proxy_note
+
+
 def test_signal_ids_are_unique(profile: Profile) -> None:
     ids = [s.id for s in profile.signals]
     assert len(ids) == len(set(ids))

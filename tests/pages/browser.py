@@ -48,3 +48,20 @@ def full_page_screenshot(driver: webdriver.Chrome, path: Path, max_height: int =
     driver.set_window_size(1400, max(height, 600))
     driver.save_screenshot(str(path))
     driver.set_window_size(1400, 1000)
+
+
+def emulate(driver: webdriver.Chrome, width: int, height: int = 900, scheme: str | None = None) -> None:
+    """A viewport `width` px wide (a phone's below 700: mobile, as the viewport meta sees it), and
+    the viewer's light or dark preference."""
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 700}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    if scheme:
+        feature = {"name": "prefers-color-scheme", "value": scheme}
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [feature]})
+
+
+def screenshot_at(driver: webdriver.Chrome, path: Path, width: int, max_height: int = 5000) -> None:
+    """The whole page at `width` px down to `max_height` pixels; the viewport is left that tall."""
+    height = min(max_height, int(driver.execute_script("return document.documentElement.scrollHeight")))
+    emulate(driver, width, max(height, 600))
+    driver.save_screenshot(str(path))

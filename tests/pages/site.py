@@ -15,6 +15,7 @@ from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_TOKEN, RecordingDispatcher, make_settings
 
 SCRIPT = "<script>window.__injected = 1</script>"
+INJECTED = '<script>window.__injected = 1</script><img src=x onerror="window.__injected = 2">'
 
 
 def site(url: str, tmp_path: Path, **settings: Any) -> TestClient:

@@ -101,7 +101,7 @@ def test_an_early_warning_is_marked_filtered_and_tells_when_the_sla_alert_joined
 
     # The header: why the scan warned, what moved, the forecast, and the SLA alert that joined.
     page = client.get(f"/incidents/{warning_id}", headers=API_AUTH).text
-    header = page.split('id="early-warning"')[1].split("</div>")[0]
+    header = page.split('id="early-warning"')[1].split('<p class="links">')[0]
     assert "queue_median beyond threshold for 3 scans" in header
     assert "<b>SLA alert LLMTTFTSLOBreach</b> fired 9 min after the early warning" in header
     assert "Early warning, before the TTFT SLO breaks: Median waiting requests 6.2" in header  # the scan's summary

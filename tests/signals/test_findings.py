@@ -323,6 +323,23 @@ def test_proxy_note_is_part_of_the_detail() -> None:
     assert proxy.proxy_note in finding.detail
 
 
+def test_a_finding_is_named_for_what_its_own_stack_measured() -> None:
+    """The queue-time signal is a p95 where an engine exports the histogram, a mean on Triton:
+    a finding on a vLLM host says p95 and nothing of Triton; one on Triton says mean."""
+    queue_time = next(s for s in load_profile().signals if s.id == "queue_time_p95")
+    by_stack = {q.source: (q.stacks or [])[0] for q in queue_time.queries}
+    titles = {}
+    for source, stack in by_stack.items():
+        result = SeriesResult(spec=queue_time, promql="x", source=source, series=[({}, series(step(0.1, 2.0, 20)))])
+        finding = judge(result, END, ALERT)
+        assert finding.detail.startswith(f"{finding.title} is "), finding.detail
+        titles.setdefault(stack, set()).add(finding.title)
+    assert titles["vllm_v1"] == titles["sglang"] == titles["tgi"] == {"Time requests wait in the queue p95"}
+    assert titles["triton"] == {"Mean time requests wait in the queue"}
+    unmeasured = judge(SeriesResult(spec=queue_time, promql="x", error="no data from: any"), END, ALERT)
+    assert unmeasured.title == "Time requests wait in the queue p95"
+
+
 def test_detail_names_value_baseline_limit_and_onset() -> None:
     finding = judged(spec(">", threshold=0.82, unit="ratio"), series(step(0.5, 0.9, 30)))
     assert "90%" in finding.detail and "50%" in finding.detail and "> 82%" in finding.detail
