@@ -16,7 +16,7 @@ from rca.api.app import create_app
 from rca.config import get_settings
 from rca.store.db import migrate
 from tests.fakes.prometheus import StubPrometheus
-from tests.helpers.brokers import claim_redis_db
+from tests.helpers.brokers import own_redis_db
 from tests.helpers.databases import create_database, drop_database, truncate
 from tests.helpers.service import RecordingDispatcher, make_settings
 
@@ -71,12 +71,8 @@ def db_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A Redis database of our own for the Celery broker, flushed at the end of the session."""
-    url, client = claim_redis_db()
-    try:
+    with own_redis_db() as url:
         yield url
-    finally:
-        client.flushdb()
-        client.close()
 
 
 @pytest.fixture

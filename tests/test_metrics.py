@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from celery import Celery
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
@@ -393,6 +394,21 @@ def test_slack_posts_and_failures_are_counted(client: TestClient, db_url: str, t
 # --------------------------------------------------------------------------- the Celery worker
 
 
+def worker_env(
+    home: Path, pg_db: str, redis_url: str, prometheus: StubPrometheus, metrics_port: int
+) -> tuple[dict[str, str], Celery]:
+    """The environment of an `rca worker` in `home` serving its metrics from `metrics_port`, and a
+    Celery client of its broker."""
+    env = subprocess_env(
+        broker_url=redis_url,
+        database_url=pg_db,
+        prometheus_url=prometheus.url,
+        data_dir=str(home / "rca-data"),
+        worker_metrics_port=str(metrics_port),
+    )
+    return env, create_celery_app(make_settings(pg_db, home, broker_url=redis_url))
+
+
 def test_the_worker_port_serves_what_its_pool_children_counted(
     pg_db: str, redis_url: str, tmp_path: Path, prometheus: StubPrometheus
 ) -> None:
@@ -403,14 +419,7 @@ def test_the_worker_port_serves_what_its_pool_children_counted(
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"left by an earlier run")  # not a valid mmap file: the worker must clear it
     port = free_port()
-    env = subprocess_env(
-        broker_url=redis_url,
-        database_url=pg_db,
-        prometheus_url=prometheus.url,
-        data_dir=str(home / "rca-data"),
-        worker_metrics_port=str(port),
-    )
-    app = create_celery_app(make_settings(pg_db, home, broker_url=redis_url))
+    env, app = worker_env(home, pg_db, redis_url, prometheus, port)
     settings = make_settings(pg_db, tmp_path, broker_url=redis_url, prometheus_url=prometheus.url)
     with running_worker(home, env, app, redis_url, "rca-metrics") as worker, TestClient(create_app(settings)) as api:
         assert not stale.exists()
@@ -495,14 +504,7 @@ def test_workers_sharing_a_host_take_the_next_metrics_port_and_keep_their_own_co
         second = foreign + 2
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", second))  # free too, or the test's premise fails here
-        env = subprocess_env(
-            broker_url=redis_url,
-            database_url=pg_db,
-            prometheus_url=prometheus.url,
-            data_dir=str(home / "rca-data"),
-            worker_metrics_port=str(foreign),
-        )
-        app = create_celery_app(make_settings(pg_db, home, broker_url=redis_url))
+        env, app = worker_env(home, pg_db, redis_url, prometheus, foreign)
         with (
             running_worker(home, env, app, redis_url, "rca-one", log_name="one.log") as one,
             running_worker(home, env, app, redis_url, "rca-two", log_name="two.log") as two,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import pytest
@@ -45,3 +47,14 @@ def claim_redis_db(pinned_offset: int = 0) -> tuple[str, redis.Redis]:
     pytest.fail(
         f"no empty Redis database to use at {REDIS_URL} (tried {candidates}); set TEST_REDIS_URL", pytrace=False
     )
+
+
+@contextmanager
+def own_redis_db() -> Iterator[str]:
+    """A Redis database claimed for the caller (`claim_redis_db`), flushed and let go afterwards."""
+    url, client = claim_redis_db()
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()

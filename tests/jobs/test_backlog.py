@@ -19,7 +19,7 @@ from rca.jobs.celery_app import create_app as create_celery_app
 from rca.jobs.dispatch import CeleryDispatcher
 from rca.store.db import get_engine
 from rca.store.models import Investigation
-from tests.helpers.brokers import claim_redis_db
+from tests.helpers.brokers import own_redis_db
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import make_settings
 
@@ -29,12 +29,8 @@ BACKLOG = 5
 @pytest.fixture
 def own_broker() -> Iterator[str]:
     """A Redis database of this test's own: no worker of another test consumes it."""
-    url, client = claim_redis_db()
-    try:
+    with own_redis_db() as url:
         yield url
-    finally:
-        client.flushdb()
-        client.close()
 
 
 def test_a_backlog_in_the_broker_is_late_not_lost_and_lost_messages_are_handed_out_again(
