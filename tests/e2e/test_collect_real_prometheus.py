@@ -90,7 +90,7 @@ def _analyse(url: str | None, labels: dict[str, str], settings: Settings | None 
     return {
         "analysis": analysis,
         "findings": {f.key: f for f in analysis.findings},
-        "top": analysis.hypotheses[0].category,
+        "top": analysis.hypotheses[0].category if analysis.hypotheses else None,
     }
 
 
@@ -129,8 +129,8 @@ def test_unknown_target_yields_unavailable_findings_not_a_crash(prometheus: str)
     result = _analyse(prometheus, {"instance": "no-such-host:8000"})
     assert {f.status for f in result["findings"].values()} == {"unavailable"}
     assert "no serving series match this target" in result["findings"]["queue_median"].detail
-    assert result["top"] == "no_clear_cause"
-    assert result["analysis"].hypotheses[0].confidence < 0.5
+    gap = result["analysis"].gap  # blind: inconclusive, never a cause with a confidence
+    assert gap is not None and gap.reason == "no_data" and result["analysis"].hypotheses == []
 
 
 def test_prometheus_down_yields_unavailable_findings_quickly() -> None:
@@ -142,7 +142,8 @@ def test_prometheus_down_yields_unavailable_findings_quickly() -> None:
     assert time.monotonic() - started < 10
     assert result["analysis"].collection.prometheus_error
     assert all("unavailable" in f.detail for f in result["findings"].values())
-    assert result["top"] == "no_clear_cause"
+    gap = result["analysis"].gap
+    assert gap is not None and gap.reason == "prometheus_unreachable" and result["analysis"].hypotheses == []
 
 
 def test_step_keeps_every_series_under_the_point_limit(prometheus: str) -> None:
