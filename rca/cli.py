@@ -829,8 +829,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             incident_id, investigation_id = accepted["incident_id"], accepted["investigation_id"]
             if investigation_id is None:  # it joined the incident an earlier run left open
                 with session_scope(settings.effective_database_url) as session:
-                    investigation_id = investigate_again(session, incident_id, reason="rerun")
-                if investigation_id is not None:
+                    # A running one may be a killed earlier run's, under a lease that outlives the wait.
+                    again = investigate_again(session, incident_id, reason="rerun", unless=[InvestigationStatus.QUEUED])
+                if again is not None:  # a new one, or one an earlier run left queued: this process runs it
+                    investigation_id = again.investigation_id
                     dispatcher.enqueue(investigation_id)
                     print(
                         f"Incident {incident_id} is open since an earlier run: "
