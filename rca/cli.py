@@ -41,7 +41,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done (for investigate and demo: a diagnosis was made)
   {EXIT_FAILED}  the command failed while running (the demo's investigation failed; backtest:
-     Prometheus unreachable, or not a Prometheus)
+     Prometheus unreachable, or not a Prometheus; investigate-again: no such incident)
   {EXIT_USAGE}  usage or configuration error (bad option, bad RCA_* setting, database unreachable or
      not migrated, port in use)
   {EXIT_NO_DATA}  no data: nothing could be measured (no or unreachable Prometheus, no series for
@@ -922,6 +922,40 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
         print(f"token {name!r} revoked")
 
 
+def cmd_investigate_again(settings: Settings, args: argparse.Namespace) -> None:
+    """Queue a new investigation of a stored incident now, as `POST /api/v1/incidents/{id}/investigations`
+    does: on RCA_BROKER_URL's queue, or, without a broker, for the running `rca serve` to sweep."""
+    from rca.intake.service import investigate_again
+    from rca.jobs.dispatch import CeleryDispatcher
+    from rca.store.db import session_scope
+
+    if not 1 <= args.incident_id <= 2**31 - 1:
+        _fail(f"INCIDENT_ID: {args.incident_id} is not an incident id (1 to {2**31 - 1})")
+    by = args.by.strip()
+    if not by or len(by) > 128:
+        _fail("--by: give 1 to 128 characters")
+    _prepare_database(settings)
+    with session_scope(settings.effective_database_url) as session:
+        requested = investigate_again(session, args.incident_id, requested_by=by)
+    if requested is None:
+        _fail(f"no incident {args.incident_id}", code=EXIT_FAILED)
+    which = f"investigation {requested.investigation_id} of incident {args.incident_id}"
+    if not requested.created:
+        print(f"{which} is already {requested.status}; no other queued")
+        return
+    if settings.embedded_queue:
+        soon = settings.sweep_after_seconds + settings.sweep_interval_seconds
+        print(f"{which} queued; the running `rca serve` starts it within about {soon:.0f} s (its sweep)")
+        return
+    dispatcher = CeleryDispatcher(settings)
+    try:
+        enqueued = dispatcher.enqueue(requested.investigation_id)
+    finally:
+        dispatcher.close()
+    where = "sent to RCA_BROKER_URL" if enqueued else "the broker refused it; the sweeper enqueues it"
+    print(f"{which} queued ({where})")
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Shows each option's default (unless it is unset or the help already says it), and keeps
     the epilog's line breaks."""
@@ -1097,6 +1131,18 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--interval", type=float, default=5.0, help="seconds between NVML samples")
     gpu.add_argument("--once", action="store_true", help="print one sample as Prometheus text and exit")
     gpu.set_defaults(func=cmd_gpu_probe)
+
+    again = command(
+        "investigate-again",
+        "queue a new investigation of a stored incident now",
+        "Investigate a stored incident again now, firing or resolved (after fixing RCA_PROMETHEUS_URL, "
+        "say), beside its earlier investigations: on RCA_BROKER_URL's queue, or, without a broker, for "
+        "the running `rca serve` to start. One already queued or running is named instead. Exits 1 "
+        "when there is no such incident.",
+    )
+    again.add_argument("incident_id", type=int, metavar="INCIDENT_ID", help="the incident's id, as the API shows it")
+    again.add_argument("--by", default="cli", help="who asks, recorded as the investigation's requested_by")
+    again.set_defaults(func=cmd_investigate_again)
 
     token = command(
         "token",
