@@ -1158,7 +1158,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--name", required=True, help="who or what uses it; recorded as the author of feedback")
     create.add_argument(
-        "--scope", choices=["read", "write"], default="read", help="read: search and statistics; write: also feedback"
+        "--scope",
+        choices=["read", "write"],
+        default="read",
+        help="read: search and statistics; write: also feedback and investigating again",
     )
     revoke = token_sub.add_parser(
         "revoke",
