@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from rca.collect.target import host_from_label
@@ -385,6 +385,10 @@ def investigate_again(
     earlier ones; unless one is queued or running already (`unless`), which answers instead. None
     when there is no such incident. The incident's row is locked first, so that two requests at
     once queue one."""
+    if session.get_bind().dialect.name == "sqlite":
+        # No row locks, and the driver begins a transaction only at a write: write first (a no-op),
+        # so that requests at once take the database's one write lock in turn, each seeing the last's.
+        session.execute(update(Incident).where(Incident.id == incident_id).values(id=Incident.id))
     incident = session.get(Incident, incident_id, with_for_update=True)
     if incident is None:
         return None

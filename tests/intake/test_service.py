@@ -5,6 +5,7 @@ notification. On PostgreSQL and on the embedded SQLite store."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -249,3 +250,33 @@ def test_an_incident_is_investigated_again_once_firing_or_resolved_and_an_active
         (ran, "queued", "rerun", None),
         (closed, "queued", "requested", "carol"),
     ]
+
+
+def test_requests_at_once_queue_one_investigation(db_url: str) -> None:
+    """A double click, two engineers at once: eight threads ask for the same incident together; one
+    investigation is queued and every other request gets it (PostgreSQL locks the incident's row;
+    SQLite, which has no row locks, serializes them on its write lock)."""
+    payload = make_payload(group("race"), alerts=[make_alert("fp-race")])
+    with session_scope(db_url) as session:
+        stored = record_notification(session, WebhookPayload.model_validate(payload), payload)
+        assert stored.investigation_id is not None
+        session.get_one(Investigation, stored.investigation_id).status = "done"
+    barrier = threading.Barrier(8)
+    answers: list[Requested | None] = []
+
+    def ask() -> None:
+        barrier.wait()
+        with session_scope(db_url) as session:
+            answers.append(investigate_again(session, stored.incident_id, requested_by="someone"))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(answers) == 8, "a request failed"
+    assert sum(1 for a in answers if a is not None and a.created) == 1
+    assert len({a.investigation_id for a in answers if a is not None}) == 1
+    with session_scope(db_url) as session:
+        ids = session.scalars(select(Investigation.id).where(Investigation.incident_id == stored.incident_id)).all()
+    assert len(ids) == 2
