@@ -41,7 +41,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done (for investigate and demo: a diagnosis was made)
   {EXIT_FAILED}  the command failed while running (the demo's investigation failed; backtest:
-     Prometheus unreachable, or not a Prometheus; investigate-again: no such incident)
+     Prometheus unreachable, or not a Prometheus; investigate-again: no such
+     incident)
   {EXIT_USAGE}  usage or configuration error (bad option, bad RCA_* setting, database unreachable or
      not migrated, port in use)
   {EXIT_NO_DATA}  no data: nothing could be measured (no or unreachable Prometheus, no series for
@@ -1084,6 +1085,20 @@ def build_parser() -> argparse.ArgumentParser:
     inv.add_argument("--json", action="store_true", help="machine-readable output")
     inv.set_defaults(func=cmd_investigate)
 
+    again = command(
+        "investigate-again",
+        "queue a new investigation of a stored incident now",
+        "Investigate a stored incident again now, firing or resolved (after fixing RCA_PROMETHEUS_URL, "
+        "say), beside its earlier investigations: on RCA_BROKER_URL's queue, or, without a broker, for "
+        "the running `rca serve` to start. One already queued or running is named instead. Exits 1 "
+        "when there is no such incident.",
+    )
+    again.add_argument("incident_id", type=int, metavar="INCIDENT_ID", help="the incident's id, as the API shows it")
+    again.add_argument(
+        "--by", default="cli", metavar="NAME", help="who asks, recorded as the investigation's requested_by"
+    )
+    again.set_defaults(func=cmd_investigate_again)
+
     backtest = command(
         "backtest",
         "replay the early-warning scan over Prometheus history",
@@ -1131,18 +1146,6 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--interval", type=float, default=5.0, help="seconds between NVML samples")
     gpu.add_argument("--once", action="store_true", help="print one sample as Prometheus text and exit")
     gpu.set_defaults(func=cmd_gpu_probe)
-
-    again = command(
-        "investigate-again",
-        "queue a new investigation of a stored incident now",
-        "Investigate a stored incident again now, firing or resolved (after fixing RCA_PROMETHEUS_URL, "
-        "say), beside its earlier investigations: on RCA_BROKER_URL's queue, or, without a broker, for "
-        "the running `rca serve` to start. One already queued or running is named instead. Exits 1 "
-        "when there is no such incident.",
-    )
-    again.add_argument("incident_id", type=int, metavar="INCIDENT_ID", help="the incident's id, as the API shows it")
-    again.add_argument("--by", default="cli", help="who asks, recorded as the investigation's requested_by")
-    again.set_defaults(func=cmd_investigate_again)
 
     token = command(
         "token",

@@ -272,8 +272,8 @@ class InvestigationRequestedOut(BaseModel):
     created: bool = Field(description="true: queued now (202); false: one queued or running already answered (200)")
     requested_by: str | None = Field(description="who asked for it, when it is one someone asked for")
     enqueued: bool = Field(
-        description="whether a new one reached the queue; false with created: the sweeper enqueues it within "
-        "RCA_SWEEP_INTERVAL_SECONDS"
+        description="whether a new one reached the queue; false with created: the broker refused it, and the "
+        "sweeper enqueues it once it has waited RCA_SWEEP_AFTER_SECONDS"
     )
 
 
