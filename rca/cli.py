@@ -41,7 +41,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_DATA = 0, 1, 2, 3
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}  done (for investigate and demo: a diagnosis was made)
   {EXIT_FAILED}  the command failed while running (the demo's investigation failed; backtest:
-     Prometheus unreachable, or not a Prometheus)
+     Prometheus unreachable, or not a Prometheus; investigate-again: no such
+     incident)
   {EXIT_USAGE}  usage or configuration error (bad option, bad RCA_* setting, database unreachable or
      not migrated, port in use)
   {EXIT_NO_DATA}  no data: nothing could be measured (no or unreachable Prometheus, no series for
@@ -829,8 +830,10 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> None:
             incident_id, investigation_id = accepted["incident_id"], accepted["investigation_id"]
             if investigation_id is None:  # it joined the incident an earlier run left open
                 with session_scope(settings.effective_database_url) as session:
-                    investigation_id = investigate_again(session, incident_id, reason="rerun")
-                if investigation_id is not None:
+                    # A running one may be a killed earlier run's, under a lease that outlives the wait.
+                    again = investigate_again(session, incident_id, reason="rerun", unless=[InvestigationStatus.QUEUED])
+                if again is not None:  # a new one, or one an earlier run left queued: this process runs it
+                    investigation_id = again.investigation_id
                     dispatcher.enqueue(investigation_id)
                     print(
                         f"Incident {incident_id} is open since an earlier run: "
@@ -918,6 +921,40 @@ def cmd_token(settings: Settings, args: argparse.Namespace) -> None:
         if not revoked:
             _fail(f"no live token named {name!r}")
         print(f"token {name!r} revoked")
+
+
+def cmd_investigate_again(settings: Settings, args: argparse.Namespace) -> None:
+    """Queue a new investigation of a stored incident now, as `POST /api/v1/incidents/{id}/investigations`
+    does: on RCA_BROKER_URL's queue, or, without a broker, for the running `rca serve` to sweep."""
+    from rca.intake.service import investigate_again
+    from rca.jobs.dispatch import CeleryDispatcher
+    from rca.store.db import session_scope
+
+    if not 1 <= args.incident_id <= 2**31 - 1:
+        _fail(f"INCIDENT_ID: {args.incident_id} is not an incident id (1 to {2**31 - 1})")
+    by = args.by.strip()
+    if not by or len(by) > 128:
+        _fail("--by: give 1 to 128 characters")
+    _prepare_database(settings)
+    with session_scope(settings.effective_database_url) as session:
+        requested = investigate_again(session, args.incident_id, requested_by=by)
+    if requested is None:
+        _fail(f"no incident {args.incident_id}", code=EXIT_FAILED)
+    which = f"investigation {requested.investigation_id} of incident {args.incident_id}"
+    if not requested.created:
+        print(f"{which} is already {requested.status}; no other queued")
+        return
+    if settings.embedded_queue:
+        soon = settings.sweep_after_seconds + settings.sweep_interval_seconds
+        print(f"{which} queued; the running `rca serve` starts it within about {soon:.0f} s (its sweep)")
+        return
+    dispatcher = CeleryDispatcher(settings)
+    try:
+        enqueued = dispatcher.enqueue(requested.investigation_id)
+    finally:
+        dispatcher.close()
+    where = "sent to RCA_BROKER_URL" if enqueued else "the broker refused it; the sweeper enqueues it"
+    print(f"{which} queued ({where})")
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -1048,6 +1085,20 @@ def build_parser() -> argparse.ArgumentParser:
     inv.add_argument("--json", action="store_true", help="machine-readable output")
     inv.set_defaults(func=cmd_investigate)
 
+    again = command(
+        "investigate-again",
+        "queue a new investigation of a stored incident now",
+        "Investigate a stored incident again now, firing or resolved (after fixing RCA_PROMETHEUS_URL, "
+        "say), beside its earlier investigations: on RCA_BROKER_URL's queue, or, without a broker, for "
+        "the running `rca serve` to start. One already queued or running is named instead. Exits 1 "
+        "when there is no such incident.",
+    )
+    again.add_argument("incident_id", type=int, metavar="INCIDENT_ID", help="the incident's id, as the API shows it")
+    again.add_argument(
+        "--by", default="cli", metavar="NAME", help="who asks, recorded as the investigation's requested_by"
+    )
+    again.set_defaults(func=cmd_investigate_again)
+
     backtest = command(
         "backtest",
         "replay the early-warning scan over Prometheus history",
@@ -1110,7 +1161,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--name", required=True, help="who or what uses it; recorded as the author of feedback")
     create.add_argument(
-        "--scope", choices=["read", "write"], default="read", help="read: search and statistics; write: also feedback"
+        "--scope",
+        choices=["read", "write"],
+        default="read",
+        help="read: search and statistics; write: also feedback and investigating again",
     )
     revoke = token_sub.add_parser(
         "revoke",

@@ -405,6 +405,7 @@ def test_every_command_has_a_description_and_every_option_help_with_its_default(
         "backtest",
         "demo",
         "gpu-probe",
+        "investigate-again",
         "token",
         "token create",
         "token revoke",
@@ -493,6 +494,7 @@ AUTH = {"webhook_token": "t", "api_tokens": "a"}
         (["migrate"], {}),
         (["token", "create", "--name", "ci"], {}),
         (["token", "revoke", "--name", "ci"], {}),
+        (["investigate-again", "1"], {}),
         (["demo"], {}),
     ],
 )
@@ -758,3 +760,92 @@ def test_serve_with_two_workers_stores_every_notification_and_counts_them_all_in
     answered = re.findall(r'^rca_webhook_requests_total\{code="200",outcome="stored"\} (\S+)$', scraped, re.M)
     assert [float(value) for value in answered] == [sent], scraped
     assert count_rows(pg_db)["notifications"] == sent
+
+
+# --------------------------------------------------------------------------- investigate-again
+
+
+def _stored_incident(url: str, group: str, status: str = "done") -> tuple[int, int]:
+    """An incident stored as the webhook stores it, its investigation set to `status`: their ids."""
+    from rca.intake.schema import WebhookPayload
+    from rca.intake.service import record_notification
+    from rca.store.db import session_scope
+    from rca.store.models import Investigation
+    from tests.helpers.payloads import make_alert, make_payload
+
+    payload = make_payload(group, alerts=[make_alert(f"fp-{group}")])
+    with session_scope(url) as session:
+        result = record_notification(session, WebhookPayload.model_validate(payload), payload)
+        assert result.investigation_id is not None
+        session.get_one(Investigation, result.investigation_id).status = status
+    return result.incident_id, result.investigation_id
+
+
+def _investigations(url: str, incident_id: int) -> list[tuple[int, str, str, str | None]]:
+    from sqlalchemy import select
+
+    from rca.store.db import session_scope
+    from rca.store.models import Investigation
+
+    with session_scope(url) as session:
+        rows = session.execute(
+            select(Investigation.id, Investigation.status, Investigation.reason, Investigation.requested_by)
+            .where(Investigation.incident_id == incident_id)
+            .order_by(Investigation.id)
+        ).all()
+    return [(row.id, row.status, row.reason, row.requested_by) for row in rows]
+
+
+def test_investigate_again_queues_one_for_the_serving_process_and_names_the_one_waiting(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Issue 32.2 from the command line, on each backend and without a broker: queued in the
+    database for `rca serve`'s sweep to start; asked again, the waiting one is named, not another."""
+    incident_id, first = _stored_incident(db_url, "cli-again")
+    done = _rca(["investigate-again", str(incident_id), "--by", "alice"], tmp_path, database_url=db_url)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    [(_, _, _, _), (new, status, reason, by)] = _investigations(db_url, incident_id)
+    assert (status, reason, by) == ("queued", "requested", "alice")
+    assert done.stdout == (
+        f"investigation {new} of incident {incident_id} queued; the running `rca serve` starts it within about 75 s"
+        " (its sweep)\n"
+    )
+    repeated = _rca(["investigate-again", str(incident_id)], tmp_path, database_url=db_url)
+    assert repeated.returncode == 0 and repeated.stderr == ""
+    assert repeated.stdout == f"investigation {new} of incident {incident_id} is already queued; no other queued\n"
+    assert [row[0] for row in _investigations(db_url, incident_id)] == [first, new]
+
+
+def test_investigate_again_sends_a_new_one_to_the_broker(pg_db: str, redis_url: str, tmp_path: Path) -> None:
+    from rca.jobs.backlog import held_investigations
+    from rca.jobs.celery_app import INVESTIGATE, INVESTIGATIONS_QUEUE, create_app
+    from tests.helpers.service import make_settings
+
+    incident_id, _ = _stored_incident(pg_db, "cli-broker")
+    done = _rca(["investigate-again", str(incident_id)], tmp_path, database_url=pg_db, broker_url=redis_url)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    new = _investigations(pg_db, incident_id)[-1]
+    assert new[1:] == ("queued", "requested", "cli")
+    assert done.stdout == f"investigation {new[0]} of incident {incident_id} queued (sent to RCA_BROKER_URL)\n"
+    app = create_app(make_settings(pg_db, tmp_path, broker_url=redis_url))
+    try:
+        held = held_investigations(app, INVESTIGATE, INVESTIGATIONS_QUEUE)
+    finally:
+        app.close()
+    assert held is not None and new[0] in held
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["999999"], EXIT_FAILED, "error: no incident 999999"),
+        (["0"], EXIT_USAGE, "error: INCIDENT_ID: 0 is not an incident id (1 to 2147483647)"),
+        (["seven"], EXIT_USAGE, "error: rca investigate-again: argument INCIDENT_ID: invalid int value: 'seven'"),
+        (["1", "--by", " "], EXIT_USAGE, "error: --by: give 1 to 128 characters"),
+    ],
+)
+def test_investigate_again_errors_are_one_line_with_their_exit_code(
+    pg_db: str, tmp_path: Path, args: list[str], code: int, said: str
+) -> None:
+    line = _one_line(_rca(["investigate-again", *args], tmp_path, database_url=pg_db), code)
+    assert line.startswith(said), line

@@ -1,11 +1,12 @@
-"""Incident history API: search (`GET /api/v1/incidents`), one incident, similar incidents and feedback."""
+"""Incident history API: search (`GET /api/v1/incidents`), one incident, similar incidents, feedback
+and investigating an incident again."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
 from pydantic import AwareDatetime
 
 from rca.api.auth import Principal, require_api_token, require_read, require_write
@@ -26,19 +27,24 @@ from rca.api.schemas import (
     IncidentPage,
     IncidentSummary,
     InvestigationOut,
+    InvestigationRequestedOut,
     SimilarIncident,
     SimilarPage,
     SlackDeliveryOut,
     Verdict,
 )
 from rca.api.storable import require_storable_query
+from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
 from rca.domain.clock import in_utc
+from rca.intake.service import investigate_again
+from rca.jobs.dispatch import Dispatcher
 from rca.store import evidence as evidence_store
 from rca.store import feedback as feedback_store
 from rca.store import fts
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
+from rca.store.db import session_scope
 from rca.store.models import Feedback, Incident
 
 router = APIRouter(
@@ -335,3 +341,57 @@ def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[Fee
     if session.get(Incident, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     return [feedback_out(row) for row in feedback_store.history(session, incident_id)]
+
+
+def request_investigation(
+    settings: Settings, dispatcher: Dispatcher, incident_id: int, requested_by: str
+) -> InvestigationRequestedOut | None:
+    """Queue an investigation of the incident now, in a transaction of its own, and hand a new one to
+    the dispatcher once it is committed (as intake does); None when there is no such incident. A
+    failed enqueue leaves it queued for the sweeper."""
+    with session_scope(settings.effective_database_url) as session:
+        requested = investigate_again(session, incident_id, requested_by=requested_by)
+    if requested is None:
+        return None
+    enqueued = requested.created and dispatcher.enqueue(requested.investigation_id)
+    return InvestigationRequestedOut(
+        incident_id=incident_id,
+        investigation_id=requested.investigation_id,
+        status=requested.status,
+        created=requested.created,
+        requested_by=requested.requested_by,
+        enqueued=enqueued,
+    )
+
+
+@router.post(
+    "/{incident_id}/investigations",
+    response_model=InvestigationRequestedOut,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Investigate the incident again, now",
+    dependencies=[Depends(require_write)],
+    description="Needs a token with the write scope. Queues a new investigation of the incident, firing or "
+    "resolved (reason `requested`, `requested_by` the token's name), beside the earlier ones; it becomes "
+    "the incident's `investigation` (`GET /api/v1/incidents/{id}` shows it run to its end). "
+    "202: queued now. 200: one was already queued or running, and it answers instead of another "
+    "piling up (`created` false); the request is safe to repeat.",
+    responses={
+        200: {"model": InvestigationRequestedOut, "description": "one already queued or running answers"},
+        202: {"description": "a new investigation is queued"},
+        404: {"model": ErrorOut, "description": "no such incident"},
+    },
+)
+def post_investigation(
+    request: Request,
+    response: Response,
+    incident_id: IncidentId,
+    principal: Annotated[Principal, Depends(require_api_token)],
+) -> InvestigationRequestedOut:
+    answer = request_investigation(
+        request.app.state.settings, request.app.state.dispatcher, incident_id, principal.name
+    )
+    if answer is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
+    if not answer.created:
+        response.status_code = status.HTTP_200_OK
+    return answer

@@ -40,8 +40,12 @@ class InvestigationOut(BaseModel):
         "be read: no cause is ranked, see `inconclusive_reason` and `data_gap`) or failed (see `error`)"
     )
     reason: str = Field(
-        description="why it was queued: new_incident, new_alerts (alerts joined), early_warning or rerun "
-        "(`rca demo` run again on its incident)"
+        description="why it was queued: new_incident, new_alerts (alerts joined), early_warning, requested "
+        "(asked for: `POST /api/v1/incidents/{id}/investigations`, the page's button, `rca investigate-again`) "
+        "or rerun (`rca demo` run again on its incident)"
+    )
+    requested_by: str | None = Field(
+        None, description="who asked for a `requested` one: the API token's name, or `cli` for `rca investigate-again`"
     )
     inconclusive_reason: str | None = Field(
         None,
@@ -257,6 +261,20 @@ class AcceptedOut(BaseModel):
     created: bool
     investigation_id: int | None
     enqueued: bool
+
+
+class InvestigationRequestedOut(BaseModel):
+    """The answer to `POST /api/v1/incidents/{id}/investigations`."""
+
+    incident_id: int
+    investigation_id: int = Field(description="the investigation that answers the request: follow it in the incident")
+    status: str = Field(description="queued, or running when one already running answered")
+    created: bool = Field(description="true: queued now (202); false: one queued or running already answered (200)")
+    requested_by: str | None = Field(description="who asked for it, when it is one someone asked for")
+    enqueued: bool = Field(
+        description="whether a new one reached the queue; false with created: the broker refused it, and the "
+        "sweeper enqueues it once it has waited RCA_SWEEP_AFTER_SECONDS"
+    )
 
 
 class SimilarIncident(BaseModel):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from rca.collect.target import host_from_label
@@ -29,6 +29,7 @@ from rca.store import bulk, digests, early_warnings, notices
 from rca.store.models import Alert, Base, Incident, Investigation
 
 ACTIVE_INVESTIGATION = (InvestigationStatus.QUEUED, InvestigationStatus.RUNNING)
+REQUESTED = "requested"  # the reason of an investigation someone asked for (API, page, CLI)
 # The tables a new group's rows go into with plain INSERTs (SQLAlchemy Core: no ORM bookkeeping).
 INCIDENTS, NOTIFICATIONS, ALERTS, INVESTIGATIONS = (
     Base.metadata.tables[name] for name in ("incidents", "notifications", "alerts", "investigations")
@@ -328,33 +329,67 @@ def _named(payload: WebhookPayload, target: TargetConfig) -> early_warnings.Name
     return early_warnings.Named([a.fingerprint for a in payload.alerts], instances, hosts)
 
 
-def _request_investigation(session: Session, incident: Incident, reason: str) -> int | None:
-    """Queue an investigation unless one is already waiting to run (it will see the new alerts)."""
-    pending = session.scalar(
-        select(Investigation.id).where(
-            Investigation.incident_id == incident.id, Investigation.status == InvestigationStatus.QUEUED
-        )
+@dataclass(frozen=True)
+class Requested:
+    """What asking for an investigation of an incident got: a new one to enqueue (`created`), or the
+    one already there that answers the request instead of another piling up."""
+
+    investigation_id: int
+    created: bool
+    status: str
+    requested_by: str | None
+
+
+def _queue(
+    session: Session, incident: Incident, reason: str, unless: Sequence[str], requested_by: str | None = None
+) -> Requested:
+    """The one way an investigation is queued: unless the incident has one in the `unless`
+    statuses already (the newest such answers)."""
+    waiting = session.execute(
+        select(Investigation.id, Investigation.status, Investigation.requested_by)
+        .where(Investigation.incident_id == incident.id, Investigation.status.in_(unless))
+        .order_by(Investigation.id.desc())
+        .limit(1)
+    ).first()
+    if waiting is not None:
+        return Requested(waiting.id, False, waiting.status, waiting.requested_by)
+    investigation = Investigation(
+        incident_id=incident.id,
+        status=InvestigationStatus.QUEUED,
+        reason=reason,
+        requested_by=requested_by,
+        attempts=0,
     )
-    if pending is not None:
-        return None
-    investigation = Investigation(incident_id=incident.id, status=InvestigationStatus.QUEUED, reason=reason, attempts=0)
     session.add(investigation)
     session.flush()
-    return investigation.id
+    return Requested(investigation.id, True, InvestigationStatus.QUEUED, requested_by)
 
 
-def investigate_again(session: Session, incident_id: int, reason: str) -> int | None:
-    """Queue a fresh investigation of an open incident whose notification asked for none (`rca
-    demo` run again on its one incident): the id to enqueue, that of the one already waiting if
-    there is one, or None when the incident is not open."""
+def _request_investigation(session: Session, incident: Incident, reason: str) -> int | None:
+    """Queue an investigation unless one is already waiting to run (it will see the new alerts; a
+    running one may not have, so new alerts queue another beside it)."""
+    queued = _queue(session, incident, reason, unless=(InvestigationStatus.QUEUED,))
+    return queued.investigation_id if queued.created else None
+
+
+def investigate_again(
+    session: Session,
+    incident_id: int,
+    reason: str = REQUESTED,
+    requested_by: str | None = None,
+    *,
+    unless: Sequence[str] = ACTIVE_INVESTIGATION,
+) -> Requested | None:
+    """Queue a fresh investigation of the incident now, firing or resolved (an engineer fixed
+    RCA_PROMETHEUS_URL after it resolved; `rca demo` runs again on its one incident), beside the
+    earlier ones; unless one is queued or running already (`unless`), which answers instead. None
+    when there is no such incident. The incident's row is locked first, so that two requests at
+    once queue one."""
+    if session.get_bind().dialect.name == "sqlite":
+        # No row locks, and the driver begins a transaction only at a write: write first (a no-op),
+        # so that requests at once take the database's one write lock in turn, each seeing the last's.
+        session.execute(update(Incident).where(Incident.id == incident_id).values(id=Incident.id))
     incident = session.get(Incident, incident_id, with_for_update=True)
-    if incident is None or incident.status != AlertStatus.FIRING:
+    if incident is None:
         return None
-    queued = _request_investigation(session, incident, reason)
-    if queued is not None:
-        return queued
-    return session.scalar(
-        select(Investigation.id).where(
-            Investigation.incident_id == incident.id, Investigation.status == InvestigationStatus.QUEUED
-        )
-    )
+    return _queue(session, incident, reason, unless=unless, requested_by=requested_by)

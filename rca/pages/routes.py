@@ -1,6 +1,7 @@
-"""The pages: sign-in, the incident list, one incident, the accuracy figures and the feedback
-form. Each reads and writes through the API's own handlers (search, feedback), so a page shows
-exactly what the JSON API answers and accepts the same filters."""
+"""The pages: sign-in, the incident list, one incident, the accuracy figures, the feedback form and
+the "Investigate again" button. Each reads and writes through the API's own handlers (search,
+feedback, investigating again), so a page shows exactly what the JSON API answers and accepts the
+same filters."""
 
 from __future__ import annotations
 
@@ -260,6 +261,21 @@ async def feedback(request: Request, viewer: Viewer, incident_id: IncidentId) ->
         page = context | {"viewer": viewer, "error": "; ".join(messages)}
         return render(request, "incident.html", page, status.HTTP_422_UNPROCESSABLE_CONTENT)
     return RedirectResponse(site_url(request, f"/incidents/{incident_id}#feedback"), status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/incidents/{incident_id}/investigations")
+async def investigate_again(request: Request, viewer: Viewer, incident_id: IncidentId) -> Response:
+    """The page's "Investigate again": queue a new investigation now (or find the one already queued
+    or running), then show the incident, which names it."""
+    form = await _form(request)
+    web_session.check_csrf(request, form.get(web_session.CSRF_FIELD))
+    web_session.require_scope(viewer, "write")
+    answer = await run_in_threadpool(
+        incident_api.request_investigation, _settings(request), request.app.state.dispatcher, incident_id, viewer.name
+    )
+    if answer is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"Incident {incident_id} not found.")
+    return RedirectResponse(site_url(request, f"/incidents/{incident_id}#again"), status.HTTP_303_SEE_OTHER)
 
 
 # --------------------------------------------------------------------------- accuracy

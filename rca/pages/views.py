@@ -72,7 +72,8 @@ def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: li
     for move in transitions:
         events.append(Event(move.at, f"scan: {move.before} → {move.after}", move.reason))
     for inv in incident.investigations:
-        events.append(Event(inv.queued_at, f"investigation {inv.id} queued", inv.reason))
+        asked = f"{inv.reason} by {inv.requested_by}" if inv.requested_by else inv.reason
+        events.append(Event(inv.queued_at, f"investigation {inv.id} queued", asked))
         if inv.started_at:
             events.append(Event(inv.started_at, f"investigation {inv.id} started", f"attempt {inv.attempts}"))
         if inv.finished_at:

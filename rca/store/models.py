@@ -168,6 +168,7 @@ class Investigation(Base):
     # queued | running | done | inconclusive (no evidence could be read, no cause ranked) | failed
     status: Mapped[str] = mapped_column(StorableString(16), index=True)
     reason: Mapped[str] = mapped_column(StorableString(32))  # why it was queued
+    requested_by: Mapped[str | None] = mapped_column(StorableString(128))  # the token that asked (reason `requested`)
     # Why an inconclusive one read nothing: no_prometheus | prometheus_unreachable | no_data (rca.domain.coverage).
     inconclusive_reason: Mapped[str | None] = mapped_column(StorableString(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0)

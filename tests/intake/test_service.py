@@ -5,6 +5,7 @@ notification. On PostgreSQL and on the embedded SQLite store."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,9 +14,17 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select
 
+from rca.domain.status import InvestigationStatus
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
-from rca.intake.service import IntakeResult, Notice, investigate_again, record_notification, record_notifications
+from rca.intake.service import (
+    IntakeResult,
+    Notice,
+    Requested,
+    investigate_again,
+    record_notification,
+    record_notifications,
+)
 from rca.scan.fleet import ServingTarget
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, record
@@ -193,26 +202,81 @@ def test_a_batch_in_one_transaction_ends_where_one_at_a_time_does(
     assert sum(1 for row in batched["alerts"] if row[0] == warning[0]) == 3  # its own and both SLA alerts
 
 
-def test_an_open_incident_is_investigated_again_once_and_a_closed_one_not(
+def test_an_incident_is_investigated_again_once_firing_or_resolved_and_an_active_one_answers(
     db_url: str, fresh: Callable[[], None]
 ) -> None:
-    """`rca demo` run again: its notification joins the open incident and asks for nothing."""
+    """Asked for (the API, the page, the CLI) or `rca demo` run again: a new investigation beside the
+    earlier ones, unless one is queued or running, which answers instead of another piling up."""
     before_the_batch(db_url, earlier())
+
+    def finish(investigation_id: int, status: str = "done") -> None:
+        with session_scope(db_url) as session:
+            session.get_one(Investigation, investigation_id).status = status
+
     with session_scope(db_url) as session:
         ran, closed = (
             session.scalar(select(Incident.id).where(Incident.group_key == group(name)).order_by(Incident.id.desc()))
             for name in ("ran", "closed")
         )
-        again = investigate_again(session, ran, reason="rerun")
-        assert again is not None
-        assert investigate_again(session, ran, reason="rerun") == again, "the one waiting, not another"
-        assert investigate_again(session, closed, reason="rerun") is None
-        assert investigate_again(session, 10_000_000, reason="rerun") is None
+        again = investigate_again(session, ran, requested_by="alice")
+        assert again is not None and again.created and again.status == "queued" and again.requested_by == "alice"
+        repeated = investigate_again(session, ran, requested_by="bob")
+        assert repeated == Requested(again.investigation_id, False, "queued", "alice"), "the one waiting, not another"
+        waiting = investigate_again(session, closed)  # resolved, its first investigation still queued
+        assert waiting is not None and not waiting.created
+        assert investigate_again(session, 10_000_000) is None
+    finish(again.investigation_id, "running")
+    with session_scope(db_url) as session:
+        running = investigate_again(session, ran, requested_by="bob")
+        assert running == Requested(again.investigation_id, False, "running", "alice"), "the running one answers"
+        # `rca demo` queues one beside a running one (a killed earlier run's, maybe)
+        beside = investigate_again(session, ran, reason="rerun", unless=[InvestigationStatus.QUEUED])
+        assert beside is not None and beside.created
+    finish(waiting.investigation_id)
+    with session_scope(db_url) as session:
+        resolved = investigate_again(session, closed, requested_by="carol")
+        assert resolved is not None and resolved.created, "a resolved incident is investigated again too"
+        assert session.get_one(Incident, closed).status == "resolved", "and stays resolved"
     with session_scope(db_url) as session:
         runs = session.execute(
-            select(Investigation.id, Investigation.status, Investigation.reason)
-            .where(Investigation.incident_id == ran)
+            select(Investigation.incident_id, Investigation.status, Investigation.reason, Investigation.requested_by)
+            .where(Investigation.incident_id.in_([ran, closed]))
             .order_by(Investigation.id)
         ).all()
-    assert [tuple(row)[1:] for row in runs] == [("done", "new_incident"), ("queued", "rerun")]
-    assert runs[-1][0] == again
+    assert [tuple(row) for row in runs] == [
+        (closed, "done", "new_incident", None),
+        (ran, "done", "new_incident", None),
+        (ran, "running", "requested", "alice"),
+        (ran, "queued", "rerun", None),
+        (closed, "queued", "requested", "carol"),
+    ]
+
+
+def test_requests_at_once_queue_one_investigation(db_url: str) -> None:
+    """A double click, two engineers at once: eight threads ask for the same incident together; one
+    investigation is queued and every other request gets it (PostgreSQL locks the incident's row;
+    SQLite, which has no row locks, serializes them on its write lock)."""
+    payload = make_payload(group("race"), alerts=[make_alert("fp-race")])
+    with session_scope(db_url) as session:
+        stored = record_notification(session, WebhookPayload.model_validate(payload), payload)
+        assert stored.investigation_id is not None
+        session.get_one(Investigation, stored.investigation_id).status = "done"
+    barrier = threading.Barrier(8)
+    answers: list[Requested | None] = []
+
+    def ask() -> None:
+        barrier.wait()
+        with session_scope(db_url) as session:
+            answers.append(investigate_again(session, stored.incident_id, requested_by="someone"))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(answers) == 8, "a request failed"
+    assert sum(1 for a in answers if a is not None and a.created) == 1
+    assert len({a.investigation_id for a in answers if a is not None}) == 1
+    with session_scope(db_url) as session:
+        ids = session.scalars(select(Investigation.id).where(Investigation.incident_id == stored.incident_id)).all()
+    assert len(ids) == 2

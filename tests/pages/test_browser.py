@@ -178,3 +178,40 @@ def test_sign_in_read_the_evidence_confirm_a_cause_and_see_it_counted(
     assert background == "rgb(15, 20, 25)", background
 
     assert _console_errors(browser) == []
+
+
+def test_investigate_again_from_the_page_keeps_the_diagnosis_while_the_new_one_runs(
+    investigated: tuple[str, dict[str, Any]], browser: WebDriver
+) -> None:
+    """Issue 32.2 in a browser: the button queues a new investigation; the page names it and keeps
+    the diagnosis meanwhile; the recorded Prometheus being gone, the new one cannot read the
+    evidence, and the page then says so above the causes it keeps."""
+    base, incident = investigated
+    done = incident["investigation"]
+    wait = WebDriverWait(browser, 20)
+    browser.get(f"{base}/signin?next=/incidents/{incident['id']}")
+    browser.find_element(By.NAME, "token").send_keys(API_TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "#signin button").click()
+    wait.until(lambda d: d.current_url == f"{base}/incidents/{incident['id']}")
+
+    browser.find_element(By.CSS_SELECTOR, "#again-form button").click()
+    wait.until(lambda d: d.current_url == f"{base}/incidents/{incident['id']}#again")
+    pending = browser.find_element(By.ID, "again-pending").text
+    assert re.match(rf"Investigation {done['id'] + 1} (queued|running) since ", pending), pending
+    assert "asked for by env-token-1" in pending and f"investigation {done['id']}'s until it finishes" in pending
+    assert not browser.find_elements(By.ID, "again-form")
+    assert browser.find_elements(By.CSS_SELECTOR, "li.cause"), "the diagnosis stays while it runs"
+
+    def finished(driver: WebDriver) -> bool:
+        driver.refresh()
+        return bool(driver.find_elements(By.ID, "blind-since"))
+
+    WebDriverWait(browser, 60, poll_frequency=1).until(finished)
+    blind = browser.find_element(By.ID, "blind-since").text
+    assert blind.startswith(f"Investigation {done['id'] + 1}, newer,"), blind
+    assert browser.find_elements(By.CSS_SELECTOR, "li.cause") and browser.find_elements(By.ID, "again-form")
+    assert (
+        f"investigation {done['id'] + 1} queued · requested by env-token-1"
+        in browser.find_element(By.ID, "timeline").text
+    )
+    assert not _console_errors(browser)

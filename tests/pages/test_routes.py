@@ -74,6 +74,57 @@ def test_a_read_token_reads_but_gives_no_feedback(client: TestClient, pg_db: str
     assert client.post(f"/incidents/{incident_id}/feedback", data=form).status_code == 403
 
 
+def test_investigate_again_queues_a_new_investigation_and_the_page_names_it(client: TestClient, pg_db: str) -> None:
+    """Issue 32.2: the page's button (a form with the CSRF token, as feedback's) queues a new
+    investigation through the API's handler; the page then says it is queued, and whose causes it shows."""
+    incident_id = open_incident(client, pg_db)
+    sign_in(client)
+    page = client.get(f"/incidents/{incident_id}")
+    assert 'id="again-form"' in page.text and "Investigate again" in page.text
+    for forged in ({"csrf_token": ""}, {"csrf_token": "0" * 64}):
+        refused = client.post(f"/incidents/{incident_id}/investigations", data=forged, follow_redirects=False)
+        assert refused.status_code == 403, forged
+    dispatcher = client.app.state.dispatcher  # type: ignore[attr-defined]
+    assert dispatcher.enqueued == [1], "only intake's, so far"
+    form = {"csrf_token": csrf_of(page.text)}
+    reply = client.post(f"/incidents/{incident_id}/investigations", data=form, follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == f"/incidents/{incident_id}#again"
+    latest = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()["investigation"]
+    assert (latest["id"], latest["status"], latest["reason"], latest["requested_by"]) == (
+        2,
+        "queued",
+        "requested",
+        "env-token-1",
+    )
+    assert dispatcher.enqueued == [1, 2]
+    shown = client.get(f"/incidents/{incident_id}").text
+    pending = re.search(r'<p id="again-pending">(.*?)</p>', shown, re.S)
+    assert pending, "the page does not say the new investigation is queued"
+    assert "Investigation 2 queued" in pending.group(1) and "asked for by env-token-1" in pending.group(1)
+    assert "what this page shows is investigation 1's until it finishes" in pending.group(1)
+    assert 'id="again-form"' not in shown, "no second button while one waits"
+    assert 'data-category="kv_memory_pressure"' in shown, "the diagnosis stays meanwhile"
+    assert "investigation 2 queued</b> · requested by env-token-1" in shown, "the timeline says who asked"
+    # Posted again (a second tab): the waiting one answers, nothing piles up.
+    again = client.post(f"/incidents/{incident_id}/investigations", data=form, follow_redirects=False)
+    assert again.status_code == 303 and dispatcher.enqueued == [1, 2]
+    assert len(client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()["investigations"]) == 2
+    missing = client.post("/incidents/999999/investigations", data=form, follow_redirects=False)
+    assert missing.status_code == 404 and "Incident 999999 not found." in missing.text
+
+
+def test_a_read_token_has_no_investigate_again_button(client: TestClient, pg_db: str) -> None:
+    incident_id = open_incident(client, pg_db)
+    with session_scope(pg_db) as session:
+        reader = tokens.create(session, "reader", "read")
+    sign_in(client, reader)
+    page = client.get(f"/incidents/{incident_id}")
+    assert page.status_code == 200 and 'id="again-form"' not in page.text
+    form = {"csrf_token": csrf_of(page.text)}
+    assert client.post(f"/incidents/{incident_id}/investigations", data=form).status_code == 403
+    assert len(client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()["investigations"]) == 1
+
+
 def test_untrusted_text_is_escaped_and_untrusted_urls_are_not_links(client: TestClient, pg_db: str) -> None:
     incident_id = open_incident(client, pg_db, generator_url="javascript:alert(1)")
     html = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
