@@ -118,9 +118,13 @@ class Headroom:
     def forecast(self) -> str:
         """The forecast with its evidence, in words: which room, how full, how fast, since when."""
         if self.binding == "batch_slots" and self.ceiling is not None and self.running is not None:
+            # The share is the trend line's level now; the latest sample is said apart, so that
+            # "70 % full" never stands beside a count that is 47 % of the ceiling unexplained.
+            ceiling = self.ceiling.requests
             room = (
-                f"batch {self.utilisation:.0%} full (running {self.running:.0f} of ~{self.ceiling.requests:.0f}, "
-                f"the most it ran while others waited, {self.ceiling.source})"
+                f"batch {self.utilisation:.0%} full (about {self.utilisation * ceiling:.0f} of ~{ceiling:.0f} "
+                f"running on its {self.trend_seconds / 60:.0f}-min trend, {self.running:.0f} in the latest sample; "
+                f"~{ceiling:.0f} is the most it ran while others waited, {self.ceiling.source})"
             )
         else:
             room = f"KV cache {self.utilisation:.0%} full"

@@ -93,7 +93,11 @@ def test_a_batch_filling_toward_its_ceiling_is_forecast_full_in_time() -> None:
     assert found.full_in_seconds == pytest.approx((FULL_LEVEL * 256 - 210) / 8 * 60, rel=0.5)
     assert found.probability is not None and found.probability > 0.9
     assert found.departed and not found.lives_full
-    assert "running" in found.forecast() and "the most it ran while others waited" in found.forecast()
+    text = found.forecast()
+    assert "the most it ran while others waited" in text
+    # the count beside the share is the share's own count; the latest sample is named as such
+    assert f"about {found.utilisation * 256:.0f} of ~256 running" in text
+    assert f"{found.running:.0f} in the latest sample" in text
 
 
 def test_a_flat_busy_batch_and_a_slow_morning_rise_are_not_forecast_full() -> None:
