@@ -991,7 +991,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rca",
         description=textwrap.fill(__doc__ or "", 79),
         formatter_class=_HelpFormatter,
-        epilog="Settings come from RCA_* environment variables (see the README).\n\n" + EXIT_CODES,
+        epilog="Settings come from RCA_* environment variables (see docs/configuration.md).\n\n" + EXIT_CODES,
     )
     parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -1,4 +1,4 @@
-"""Regenerate the README's screenshots: docs/incident-list.png and docs/incident-page.png.
+"""Regenerate the screenshots of docs/pages.md: docs/incident-list.png and docs/incident-page.png.
 
 A throwaway Postgres database is seeded the way the service fills one, with the demo's recorded
 Prometheus window replayed at loopback (rca/collect/replay.py) and the site (`create_site`, what

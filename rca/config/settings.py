@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     max_points_per_series: int = Field(default=1100, ge=100, le=11000)
     min_step_seconds: int = Field(default=15, ge=1)
     query_concurrency: int = Field(default=8, ge=1, le=64)
-    # What one request and one webhook notification may carry (README, "Webhook limits"): refused
+    # What one request and one webhook notification may carry (docs/intake.md, "Webhook limits"): refused
     # with a 408, 413 or 422 naming the setting, before the work grows with the payload.
     webhook_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     request_body_timeout_seconds: float = Field(default=30.0, gt=0, le=600)

@@ -1,6 +1,6 @@
 """How much one webhook notification may carry, checked while the payload is validated.
 
-Each limit is a setting (README, "Webhook limits") so that an unusual fleet can raise it; the
+Each limit is a setting (docs/intake.md, "Webhook limits") so that an unusual fleet can raise it; the
 checks run in the schema's validators (rca/intake/schema.py), which get these limits as pydantic's
 validation context. Without a context (`rca investigate --payload`, which stores nothing) only the
 limits the database itself sets apply.

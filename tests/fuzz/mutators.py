@@ -29,7 +29,7 @@ Expect = str | frozenset[int] | None
 
 @dataclass(frozen=True)
 class Limits:
-    """The documented limits the fuzzer probes at and just over (README, "Webhook limits")."""
+    """The documented limits the fuzzer probes at and just over (docs/intake.md, "Webhook limits")."""
 
     max_body_bytes: int = 1024 * 1024
     max_alerts: int = 1000

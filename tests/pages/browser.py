@@ -43,7 +43,7 @@ def chromium(profile: Path, timezone: str = "UTC") -> webdriver.Chrome:
 
 
 def full_page_screenshot(driver: webdriver.Chrome, path: Path, max_height: int = 4000) -> None:
-    """The whole page down to `max_height` pixels, as the README shows it."""
+    """The whole page down to `max_height` pixels, as docs/pages.md shows it."""
     height = min(max_height, int(driver.execute_script("return document.documentElement.scrollHeight")))
     driver.set_window_size(1400, max(height, 600))
     driver.save_screenshot(str(path))
