@@ -104,7 +104,7 @@ def run_sweep(app: Celery, settings: Settings) -> int:
     of the new ones, and the Slack notices owed that no task delivered (rca.store.notices), those
     of investigations given up first."""
     older_than = timedelta(seconds=settings.sweep_after_seconds)
-    found = sweep(settings, older_than, held_investigations(app, INVESTIGATE, INVESTIGATIONS_QUEUE) or ())
+    found = sweep(settings, older_than, lambda: held_investigations(app, INVESTIGATE, INVESTIGATIONS_QUEUE))
     for investigation_id in found.requeued:
         app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE, priority=PRIORITY_SWEPT)
     owed = found.gave_up + owed_notices(settings, older_than)

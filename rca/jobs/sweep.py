@@ -5,7 +5,7 @@ out RCA_INVESTIGATION_MAX_ATTEMPTS times is closed as failed instead (rca.store.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import timedelta
 
 from rca import metrics
@@ -19,9 +19,11 @@ log = logging.getLogger(__name__)
 SWEPT = "sweep"  # the event of a Slack delivery the sweeper queued, as `slack_attempts.event` records it
 
 
-def sweep(settings: Settings, older_than: timedelta, held: Collection[int] = ()) -> investigations.Stranded:
-    """Claim stranded investigations: those to re-enqueue (never one the broker still `held`,
-    rca.jobs.backlog), and the incidents of those given up (their Slack notice, saying the
+def sweep(
+    settings: Settings, older_than: timedelta, held: Callable[[], Collection[int] | None] | None = None
+) -> investigations.Stranded:
+    """Claim stranded investigations: those to re-enqueue (never one the broker still holds, which
+    `held` reads: rca.jobs.backlog), and the incidents of those given up (their Slack notice, saying the
     investigation failed, is owed; the runner queues it)."""
     with session_scope(settings.effective_database_url) as session:
         found = investigations.stranded(

@@ -186,11 +186,11 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
         incident = incident_api.incident_out(row)
         # The evidence of the latest done investigation stays while a newer one runs, or when a newer
         # one could not read the evidence; without one, the latest inconclusive says why.
-        shown = [
+        done, blind = (
             [i for i in incident.investigations if i.status == status]
             for status in (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE)
-        ]
-        found = shown[0] or shown[1]
+        )
+        found = done or blind
         inv = found[-1] if found else incident.investigation
         series = evidence_store.load(session, inv.id) if inv else {}
         similar = (

@@ -8,12 +8,12 @@ it forever, and owes Slack the notice that says so."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
@@ -175,11 +175,12 @@ def stranded(
     max_attempts: int = 3,
     *,
     owe_slack: bool = False,
-    held: Collection[int] = (),
+    held: Callable[[], Collection[int] | None] | None = None,
 ) -> Stranded:
     """Claim investigations still queued after `older_than` (their enqueue was lost, e.g. because
-    the broker was down when the webhook arrived) unless the broker still `held` them (waiting
-    behind a backlog, or with a worker: late, not lost), and running ones whose lease lapsed (the
+    the broker was down when the webhook arrived) unless the broker still holds them (waiting
+    behind a backlog, or with a worker: late, not lost; `held` reads which, asked only when some
+    queued one is old enough to be in doubt), and running ones whose lease lapsed (the
     worker running it died: its heartbeat stopped). A claim from before leases is judged by its age.
 
     Those already handed out `max_attempts` times are not re-queued: they are closed as failed,
@@ -187,8 +188,10 @@ def stranded(
     now = utcnow()
     cutoff = now - older_than
     queued = (Investigation.status == InvestigationStatus.QUEUED) & (Investigation.queued_at < cutoff)
-    if held:
-        queued = queued & Investigation.id.not_in(list(held))
+    if held is not None and session.scalar(select(exists().where(queued))):
+        in_broker = held()
+        if in_broker:
+            queued = queued & Investigation.id.not_in(list(in_broker))
     lapsed = Investigation.lease_until < now
     unleased_and_old = Investigation.lease_until.is_(None) & (Investigation.started_at < cutoff - older_than * 4)
     running = (Investigation.status == InvestigationStatus.RUNNING) & (lapsed | unleased_and_old)
