@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from rca.collect.prometheus import Samples
 from rca.scan.fleet import SignalSeries, sample_time
 from rca.scan.trend import Trend, theil_sen
+from rca.scan.window import HourLevel
 from rca.signals.findings import COMPARE, DEPARTURE_SIGMAS, MAD_TO_SIGMA, MIN_NORMAL_SAMPLES, departure
 from rca.signals.slo import MIN_VIOLATIONS, NotEnoughViolations, WeibullFit, align, fit_weibull
 
@@ -116,26 +117,33 @@ class NormalRange:
     centre: float  # the same hour yesterday when known, else the history's median
     spread: float  # the history's noise: a departure is further than this from the centre
     own: float  # the history's median: where this hour has been
+    reached: float | None = None  # how far the same hour yesterday reached towards the threshold
 
     def edge(self, sign: float) -> float:
         """How far its normal life reaches towards the threshold (`sign` +1 above, -1 below):
-        the noise beyond the centre, or beyond this hour's own level where that is further (a
-        busy host's queue at 3 yesterday and 5 all this hour has lived at both)."""
-        return sign * (max(sign * self.centre, sign * self.own) + self.spread)
+        the noise beyond the centre, beyond this hour's own level, or beyond where the same hour
+        yesterday reached, whichever is furthest (a busy host's queue at 3 yesterday and 5 all
+        this hour has lived at both; one whose TTFT wandered up to 1.6 s yesterday has lived
+        there)."""
+        levels = [self.centre, self.own] + ([self.reached] if self.reached is not None else [])
+        return sign * (max(sign * level for level in levels) + self.spread)
 
 
-def normal_range(normal: list[float], baseline: float | None, resolution: float = 0.0) -> NormalRange | None:
-    """The target's normal level from its history and `baseline` (yesterday's); None without
-    history to tell. `resolution` is the least step its values move by: the median of a count
-    of requests steps by whole requests, so one step is within its noise however flat the
-    history (a median that sat at 4 all hour and reads 5 now has not left its normal)."""
+def normal_range(
+    normal: list[float], yesterday: HourLevel | None, sign: float = 1.0, resolution: float = 0.0
+) -> NormalRange | None:
+    """The target's normal level from its history and the same hour yesterday; None without
+    history to tell. `sign` is the threshold's side (+1 above, -1 below). `resolution` is the
+    least step its values move by: the median of a count of requests steps by whole requests, so
+    one step is within its noise however flat the history (a median that sat at 4 all hour and
+    reads 5 now has not left its normal)."""
     if len(normal) < MIN_NORMAL_SAMPLES:
         return None
     own = statistics.median(normal)
-    centre = baseline if baseline is not None else own
+    centre = yesterday.median if yesterday is not None else own
     mad = statistics.median(abs(v - own) for v in normal)  # the noise of the history, around its own level
     spread = max(DEPARTURE_SIGMAS * MAD_TO_SIGMA * mad, RELATIVE_MARGIN * abs(centre), resolution, 1e-9)
-    return NormalRange(centre, spread, own)
+    return NormalRange(centre, spread, own, yesterday.reach(sign) if yesterday is not None else None)
 
 
 def forecast_signal(
@@ -144,13 +152,13 @@ def forecast_signal(
     source: str,
     now: float,
     trend_seconds: float,
-    yesterday: float | None = None,
+    yesterday: HourLevel | None = None,
 ) -> SignalForecast | None:
     """The signal's forecast at `now` from its samples (oldest first, as Prometheus returns them); None when it has no
     sample in the last CURRENT_SECONDS (a target that stopped reporting is not judged on old data).
 
-    `yesterday` is the target's level at the same hour the day before, when known: it is the
-    baseline then, the history before the trend window otherwise."""
+    `yesterday` is the target's level at the same hour the day before, when known: its median is
+    the baseline then, the history before the trend window otherwise."""
     [trend] = trends([samples], now, trend_seconds)
     return _forecast(limit, samples, source, now, trend_seconds, yesterday, trend)
 
@@ -158,7 +166,7 @@ def forecast_signal(
 def forecast_fleet(
     limit: Limit,
     series: dict[str, SignalSeries],
-    yesterday: dict[str, float],
+    yesterday: Mapping[str, HourLevel],
     now: float,
     trend_seconds: float,
     per_target: Mapping[str, Limit] | None = None,
@@ -183,7 +191,7 @@ def _forecast(
     source: str,
     now: float,
     trend_seconds: float,
-    yesterday: float | None,
+    yesterday: HourLevel | None,
     trend: Trend | None,
 ) -> SignalForecast | None:
     after_now = bisect_right(samples, now, key=sample_time)
@@ -200,9 +208,9 @@ def _forecast(
         if heading and trend.slope != 0:
             cross_in = max(0.0, (limit.threshold - current) / trend.slope * 60)
     normal_samples = [v for _, v in samples[: bisect_left(samples, now - trend_seconds, key=sample_time)]]
-    normal = normal_range(normal_samples, yesterday, 1.0 if limit.unit == COUNT_UNIT else 0.0)
+    normal = normal_range(normal_samples, yesterday, sign, 1.0 if limit.unit == COUNT_UNIT else 0.0)
     if normal is None:
-        baseline, departed = yesterday, True  # nothing says this level is normal for it
+        baseline, departed = (yesterday.median if yesterday else None), True  # nothing says this level is normal for it
     else:
         baseline, departed = normal.centre, sign * (current - normal.centre) > normal.spread
     moving_since = None

@@ -22,10 +22,20 @@ filling now, the long that it has been filling long enough not to be a burst the
 (a burst of a minute or three fills the short window's line, hardly the long one's). Its own
 normal level (the history before the trend window) tells a host that always runs full (a batch
 workload) from one that is filling up.
+
+A straight line forecasts only while the series still lies on it: once the latest sample falls
+below the line by more than the gauge's own jitter from one sample to the next (`Headroom.turned`),
+the rise has stopped (a burst ending, a hot engine's KV swinging back from its peak) and the
+line's "full in ~N min" is about a past that no longer holds. A fill that goes on keeps its
+latest samples on or above the line (a surge, as the step slows with the batch, accelerates).
+The jitter, not the residuals about the line: a burst's curve inflates those, and the level's
+wander over the hour (a hot engine's KV share swings by half within minutes) says nothing of how
+far one sample strays.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from bisect import bisect_left
@@ -38,6 +48,7 @@ from rca.collect.prometheus import Samples
 from rca.scan.fleet import ServingTarget, SignalSeries, sample_time
 from rca.scan.forecast import MIN_TREND_POINTS, TREND_CONFIDENCE, normal_range
 from rca.scan.trend import Trend, theil_sen
+from rca.signals.findings import MAD_TO_SIGMA
 
 FULL_LEVEL = 0.97  # the utilisation at which requests start to wait: admission stops short of the last block
 KV_BOUND = 0.9  # a queue while the KV cache is this full is KV-bound: its batch size is no slot ceiling
@@ -45,6 +56,12 @@ MIN_SIGHTINGS = 3  # steps with a queue at the ceiling before it counts as the e
 CEILING_SLACK = 1.02  # a ceiling the engine ran more than 2 % above is no ceiling
 LONG_WINDOWS = 2  # the long window is this many trend windows
 PLATEAU = 0.98  # a step with a queue is at the ceiling when its batch is within 2 % of it
+# The latest sample below the short trend line by more than this many of the gauge's jitter (its
+# step-to-step changes over the hour, as a standard deviation of one sample) is a turn, not a
+# fill; and by at least TURN_FLOOR of the room, so that a gauge that never wavered does not turn
+# on any dip.
+TURN_SIGMAS = 2.0
+TURN_FLOOR = 0.01
 _NORMAL = NormalDist()  # the stdlib's: scipy's per-call overhead is 30 times its, every target every scan
 _Z = _NORMAL.inv_cdf(0.5 + TREND_CONFIDENCE / 2)  # half-width of the trend interval in standard deviations
 
@@ -66,6 +83,8 @@ class Headroom:
     baseline: float | None  # its own normal utilisation, before the trend window
     short: Trend | None  # the trend over `trend_seconds`, and over LONG_WINDOWS of it
     long: Trend | None
+    latest: float  # the utilisation's latest sample
+    noise: float  # one sample's jitter, as a standard deviation (`jitter`)
     horizon_seconds: float  # the horizon P(full) is judged at
     departed: bool  # above its own normal range
     kv_used: float | None  # the latest samples behind it
@@ -103,17 +122,36 @@ class Headroom:
         chances = [_probability(self.utilisation, fit, self.horizon_seconds) for fit in (self.short, self.long)]
         return None if None in chances else min(c for c in chances if c is not None)
 
+    @cached_property
+    def short_probability(self) -> float | None:
+        """P(full within the horizon) under the short window's trend alone: filling now."""
+        return _probability(self.utilisation, self.short, self.horizon_seconds)
+
+    @property
+    def turned(self) -> bool:
+        """The latest sample lies below the short trend line by more than the window's noise:
+        the rise has stopped, and the line no longer forecasts."""
+        return self.latest < self.utilisation - max(TURN_SIGMAS * self.noise, TURN_FLOOR)
+
     @property
     def lives_full(self) -> bool:
         """Its own normal level is already full: a batch workload, not a saturation to come."""
         return self.baseline is not None and self.baseline >= FULL_LEVEL
 
+    def filling_now(self, probability: float) -> bool:
+        """Filling up now: off its own normal, its latest sample still on the short window's
+        line, and that line forecast full within the horizon with at least this probability."""
+        chance = self.short_probability
+        return chance is not None and chance >= probability and self._rising()
+
     def filling(self, probability: float) -> bool:
-        """Filling up, off its own normal, and forecast full within the horizon with at least
-        this probability."""
-        return (
-            self.probability is not None and self.probability >= probability and self.departed and not self.lives_full
-        )
+        """Filling now, and for long enough not to be a burst: both windows forecast it full
+        within the horizon with at least this probability."""
+        chance = self.probability
+        return chance is not None and chance >= probability and self._rising()
+
+    def _rising(self) -> bool:
+        return self.departed and not self.lives_full and not self.turned
 
     def forecast(self) -> str:
         """The forecast with its evidence, in words: which room, how full, how fast, since when."""
@@ -147,6 +185,10 @@ class Headroom:
             "slope_per_minute": self.slope_per_minute,
             "full_in_seconds": self.full_in_seconds,
             "probability": self.probability,
+            "short_probability": self.short_probability,
+            "latest": self.latest,
+            "noise": self.noise,
+            "turned": self.turned,
             "horizon_seconds": self.horizon_seconds,
             "departed": self.departed,
             "binding": self.binding,
@@ -269,6 +311,8 @@ def headrooms(
             baseline=normal.centre if normal else None,
             short=trend,
             long=long,
+            latest=window[-1][1],
+            noise=jitter([v for _, v in level]),
             horizon_seconds=horizon_seconds,
             departed=normal is None or now_level - normal.centre > normal.spread,
             kv_used=_latest(series.get(used_id, {}).get(instance), now),
@@ -277,6 +321,17 @@ def headrooms(
             ceiling=known.get(instance),
         )
     return found
+
+
+def jitter(values: list[float]) -> float:
+    """How far one sample strays, as a standard deviation: the robust spread of the changes from
+    one sample to the next (each holds two samples' noise, hence the square root of 2), about
+    their median (a steady rise moves every step alike)."""
+    steps = [b - a for a, b in itertools.pairwise(values)]
+    if not steps:
+        return 0.0
+    centre = statistics.median(steps)
+    return MAD_TO_SIGMA * statistics.median(abs(d - centre) for d in steps) / math.sqrt(2)
 
 
 def _probability(level: float, trend: Trend | None, horizon_seconds: float) -> float | None:

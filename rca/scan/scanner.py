@@ -54,12 +54,13 @@ from rca.scan.restarts import started, with_starts
 from rca.scan.saturation import headrooms
 from rca.scan.slo_rules import CONFIG_SOURCE, DEFAULT_SOURCE, RuleBook, Slo
 from rca.scan.states import Assessment
-from rca.scan.window import Window
+from rca.scan.window import HourLevel, Window
 from rca.signals.slo import DEPTH_SIGNAL, MIN_VIOLATIONS, TTFT_SIGNAL
 
 DAY_SECONDS = 86400
-# The baseline: the median of the hour around the same time yesterday, at a minute (both ends
-# in, as Prometheus 2 evaluates `quantile_over_time(0.5, (q)[1h:1m] offset 23h30m)`). It moves
+# The baseline: the median of the hour around the same time yesterday (and how far it reached,
+# `HourLevel`), at a minute (both ends in, as Prometheus 2 evaluates
+# `quantile_over_time(0.5, (q)[1h:1m] offset 23h30m)`). It moves
 # on every BASELINE_MOVE_SECONDS, its steps read at once: read a minute at a time, it cost every
 # other scan a third more (every signal's range query again, for one step); 10 minutes at once
 # made that scan 2.0 s at 1,000 targets, 5 minutes 1.8 s (the others 1.2 s).
@@ -142,7 +143,7 @@ class Scanner:
     _today: Window = field(init=False)
     _yesterday: Window = field(default_factory=lambda: Window(BASELINE_STEP_SECONDS), init=False)
     _models: dict[str, tuple[tuple[float, ...], SloModel]] = field(default_factory=dict, init=False)
-    _baselines: tuple[int, dict[str, dict[str, float]]] = field(default=(-1, {}), init=False)
+    _baselines: tuple[int, dict[str, dict[str, HourLevel]]] = field(default=(-1, {}), init=False)
 
     def __post_init__(self) -> None:
         file_config = self.settings.file_config()
@@ -228,10 +229,10 @@ class Scanner:
             window.splice(found, span, instances)
         return {i for i in instances if any(window.lacks(i, start, stop) for window, _, start, stop, _ in plans)}
 
-    def _baseline(self) -> dict[str, dict[str, float]]:
-        """Yesterday's medians, computed again only when its window changed (every 5 minutes)."""
+    def _baseline(self) -> dict[str, dict[str, HourLevel]]:
+        """Yesterday's levels, computed again only when its window changed (every 5 minutes)."""
         if self._baselines[0] != self._yesterday.changes:
-            self._baselines = (self._yesterday.changes, self._yesterday.medians())
+            self._baselines = (self._yesterday.changes, self._yesterday.levels())
         return self._baselines[1]
 
     def scan(self, at: datetime) -> ScanReport:
@@ -292,7 +293,7 @@ class Scanner:
         self,
         targets: list[ServingTarget],
         series: dict[str, dict[str, SignalSeries]],
-        yesterday: dict[str, dict[str, float]],
+        yesterday: dict[str, dict[str, HourLevel]],
         warming: set[str],
         now: float,
         step: int,

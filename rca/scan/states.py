@@ -13,7 +13,11 @@
 "Degrading" is a signal beyond its threshold and away from the target's own normal level
 (`SignalForecast.degrading`); "filling" is the engine's batch forecast full within the horizon
 with P >= `saturation_probability`, above its own normal level (`Headroom.filling`,
-`rca.scan.saturation`): the lead before a queue forms. "Calm" is none of them, no signal forecast
+`rca.scan.saturation`): the lead before a queue forms. The streak counts the scans the short
+trend window forecasts it full (`Headroom.filling_now`); the long window, which says the fill is
+no burst, must agree at the scan that warns. So its lag and the streak overlap instead of adding
+up: the long window comes round a scan or two after the short one, by when the short one has
+held for its streak. "Calm" is none of them, no signal forecast
 to cross and the batch not even likely (P >= WATCH_PROBABILITY) to fill.
 
 TTFT against its SLO is not held as long as the early signals: its p95 is already a quantile
@@ -107,11 +111,13 @@ class Assessment:
     @property
     def ttft_felt(self) -> bool:
         """Whether TTFT has risen from its own normal by TTFT_FELT_SHARE of its headroom to the
-        SLO (True without TTFT to tell): the SLO sets how much of a rise matters."""
+        SLO, and beyond where its own normal life reaches (this hour, and the same hour
+        yesterday): True without TTFT to tell. The SLO sets how much of a rise matters; a busy
+        host whose TTFT wandered as high yesterday is busy as usual."""
         ttft = next((s for s in self.signals if s.limit.signal == TTFT_SIGNAL), None)
         if ttft is None:
             return True
-        if not ttft.departed:
+        if not ttft.departed or (ttft.normal_edge is not None and ttft.current <= ttft.normal_edge):
             return False
         if ttft.baseline is None or ttft.baseline >= ttft.limit.threshold:
             return True
@@ -127,9 +133,16 @@ class Assessment:
         return sorted(soon, key=lambda s: s.cross_in_seconds or 0.0)
 
     def filling(self, policy: Policy) -> Headroom | None:
-        """Its engine's batch, when forecast full within the horizon with the policy's probability."""
+        """Its engine's batch, when forecast full within the horizon with the policy's probability
+        under both trend windows: what warns."""
         room = self.headroom
         return room if room is not None and room.filling(policy.saturation_probability) else None
+
+    def filling_now(self, policy: Policy) -> bool:
+        """Its engine's batch forecast full within the horizon under the short window: what the
+        streak counts, so that the long window's lag and the streak's overlap."""
+        room = self.headroom
+        return room is not None and room.filling_now(policy.saturation_probability)
 
     def calm(self, horizon_seconds: float) -> bool:
         room = self.headroom
@@ -169,7 +182,7 @@ class TargetMemory:
 
     state: ScanState = ScanState.OK
     since: float | None = None  # when it entered `state`
-    streak: int = 0  # scans in a row with a degrading early signal
+    streak: int = 0  # scans in a row with a degrading early signal or the batch filling now
     slo_streak: int = 0  # scans in a row with TTFT beyond its SLO
     calm_since: float | None = None  # first scan of the current calm run
     incident_id: int | None = None  # the warning's incident, kept while warning or cleared
@@ -230,7 +243,7 @@ def advance(memory: TargetMemory, assessment: Assessment, policy: Policy) -> tup
     calm = assessment.calm(policy.horizon_seconds)
     memory = replace(
         memory,
-        streak=memory.streak + 1 if assessment.early_degrading or assessment.filling(policy) else 0,
+        streak=memory.streak + 1 if assessment.early_degrading or assessment.filling_now(policy) else 0,
         slo_streak=memory.slo_streak + 1 if assessment.ttft_breached else 0,
         calm_since=(memory.calm_since or now) if calm else None,
     )

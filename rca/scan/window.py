@@ -20,6 +20,28 @@ from dataclasses import dataclass, field
 from rca.scan.fleet import SignalSeries, sample_time
 
 Span = tuple[float, float]  # [first, last] step times, both read
+REACH_QUANTILE = 0.9  # how far a window's level reached: its 90th percentile up, its 10th down
+
+
+@dataclass(frozen=True)
+class HourLevel:
+    """One signal's level over a window (the same hour yesterday): its median, and how far it
+    reached each way (`REACH_QUANTILE`), not its extremes: one scrape is no level it held."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> HourLevel:
+        if len(values) < 2:
+            return cls(values[0], values[0], values[0])
+        cuts = statistics.quantiles(values, n=10, method="inclusive")
+        return cls(statistics.median(values), cuts[0], cuts[-1])
+
+    def reach(self, sign: float) -> float:
+        """How far it reached towards a threshold above it (`sign` +1) or below it (-1)."""
+        return self.high if sign > 0 else self.low
 
 
 def _merged(kept: SignalSeries | None, read: SignalSeries | None, span: Span) -> SignalSeries | None:
@@ -139,9 +161,9 @@ class Window:
             for signal, by_instance in self.series.items()
         }
 
-    def medians(self) -> dict[str, dict[str, float]]:
-        """Each signal's median over the window, per target kept: the baseline of the day before."""
+    def levels(self) -> dict[str, dict[str, HourLevel]]:
+        """Each signal's level over the window, per target kept: the baseline of the day before."""
         return {
-            signal: {i: statistics.median(v for _, v in kept.samples) for i, kept in by_instance.items()}
+            signal: {i: HourLevel.of([v for _, v in kept.samples]) for i, kept in by_instance.items()}
             for signal, by_instance in self.series.items()
         }

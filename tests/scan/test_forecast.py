@@ -7,12 +7,14 @@ import math
 import pytest
 
 from rca.scan.forecast import Limit, forecast_signal, model_for, slo_forecast, slo_model, violation_depths
+from rca.scan.window import HourLevel
 
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
 HIT_RATE = Limit("prefix_cache_hit_rate", "Prefix-cache hit rate", "ratio", "<", 0.61)
 NOW = 1_000_000.0
 STEP = 30.0
 TREND = 15 * 60
+AROUND_1 = HourLevel(1.0, 0.8, 1.2)  # the same hour yesterday: at 1, between 0.8 and 1.2
 
 
 def series(value_at: object, minutes: int = 60) -> list[tuple[float, float]]:
@@ -61,7 +63,7 @@ def test_noise_around_a_flat_level_forecasts_no_crossing() -> None:
 
 def test_the_day_before_is_the_baseline_when_known() -> None:
     # Today's history sits at 5 all along; yesterday at this hour it was 1: today is a departure.
-    forecast = forecast_signal(QUEUE, series(lambda t: 5.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=1.0)
+    forecast = forecast_signal(QUEUE, series(lambda t: 5.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=AROUND_1)
     assert forecast is not None and forecast.baseline == 1.0 and forecast.degrading
 
 
@@ -91,10 +93,10 @@ def test_violation_depths_pair_ttft_above_the_slo_with_the_depth_at_that_time() 
 def test_a_level_held_all_this_hour_is_where_its_normal_reaches_even_off_yesterdays() -> None:
     """At 5 all this hour and 1 yesterday: departed from yesterday (the forecast says so), but its
     normal life now reaches past the 4.7 threshold (the states hold it until TTFT feels it)."""
-    forecast = forecast_signal(QUEUE, series(lambda t: 5.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=1.0)
+    forecast = forecast_signal(QUEUE, series(lambda t: 5.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=AROUND_1)
     assert forecast is not None and forecast.degrading
     assert forecast.normal_edge is not None and 5.5 < forecast.normal_edge < 6.5  # 5, and a request of resolution
-    quiet = forecast_signal(QUEUE, series(lambda t: 1.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=1.0)
+    quiet = forecast_signal(QUEUE, series(lambda t: 1.0 + wobble(t, 0.1)), "test", NOW, TREND, yesterday=AROUND_1)
     assert quiet is not None and quiet.normal_edge is not None and quiet.normal_edge < 2.5
 
 

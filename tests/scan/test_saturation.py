@@ -146,3 +146,39 @@ def test_a_filling_batch_warns_after_the_sustain_and_not_while_the_engine_warms_
     for i in range(5):
         memory, _ = advance(memory, Assessment(**{**restarted.__dict__, "at": NOW + i * 30}), policy)
     assert memory.state == ScanState.OK
+
+
+def test_a_rise_whose_latest_samples_fell_off_its_line_has_turned_and_does_not_fill() -> None:
+    rng = np.random.default_rng(3)
+    # 45 min at 100, 4 minutes rising to 180 of 256, then falling back over a minute: a burst
+    # that ended, whose 5-minute line still points at full.
+    rise = np.linspace(100, 180, 8)
+    ended = np.concatenate([np.full(90, 100.0), rise, [150.0, 130.0]]) + rng.normal(0, 2, 100)
+    room = rooms(ended)["host:8000"]
+    assert room.short_probability is not None and room.short_probability > 0.8  # the line heads for full...
+    assert room.latest < room.utilisation - 0.05 and room.turned  # ...but the latest samples left it
+    assert not room.filling_now(0.8) and not room.filling(0.8)
+    # The same rise still going on (its latest samples on the line) fills.
+    going = np.concatenate([np.full(90, 100.0), rise, [190.0, 200.0]]) + rng.normal(0, 2, 100)
+    assert rooms(going)["host:8000"].filling_now(0.8) and not rooms(going)["host:8000"].turned
+
+
+def test_the_streak_counts_the_short_window_and_the_long_one_confirms_at_the_warning() -> None:
+    """A fill the short window has forecast for three scans warns at the first scan the long
+    window agrees: the long window's lag and the sustain overlap, instead of adding up."""
+    rng = np.random.default_rng(4)
+    policy = Policy(horizon_seconds=HORIZON, sustain=3, saturation_probability=0.8)
+    flat = np.full(80, 60.0) + rng.normal(0, 2, 80)
+    memory, states = TargetMemory(), []
+    confirmed_at = None
+    for minute in range(1, 16):
+        ramp = 60 + 14.0 * np.arange(1, 2 * minute + 1) * 0.5  # 14 requests a minute, from 60
+        room = rooms(np.concatenate([flat, ramp]))["host:8000"]
+        if confirmed_at is None and room.filling(0.8):
+            confirmed_at = minute
+        memory, _ = advance(memory, Assessment(at=NOW + minute * 60, signals=[], headroom=room), policy)
+        states.append(memory.state)
+        if memory.state == ScanState.WARNING:
+            break
+    assert confirmed_at is not None
+    assert states[-1] == ScanState.WARNING and len(states) == confirmed_at  # warned when the long one agreed

@@ -177,3 +177,19 @@ def test_a_host_whose_normal_life_reaches_beyond_a_threshold_lives_there() -> No
     assert ScanState.WARNING not in states_of(scans(7.0, 0.9))  # its normal reaches 7: 6 is normal for it
     assert states_of(scans(4.5, 0.9))[2] == ScanState.WARNING  # it reaches 4.5: 6 is news
     assert states_of(scans(7.0, 1.6))[2] == ScanState.WARNING  # within its range, but TTFT feels it
+
+
+def test_ttft_is_felt_only_beyond_where_its_own_normal_life_reached() -> None:
+    """A busy host's queue past its normal and its TTFT p95 at 1.6 s of a 2 s SLO, up from a median
+    of 0.95 s: felt, unless its TTFT reached that high at this hour yesterday too (its normal
+    edge, `NormalRange.edge`), where it is the busy host's usual wander."""
+
+    def scans(ttft_edge: float | None) -> list[Assessment]:
+        queue = replace(signal(7.0), baseline=4.0, normal_edge=6.5)  # lives beyond 4.7
+        slo = Limit("ttft_p95", "TTFT p95", "s", ">", 2.0, latest=True)
+        ttft = SignalForecast(slo, "test", 1.6, 0.95, 0.0, None, False, True, None, normal_edge=ttft_edge)
+        return [Assessment(at=30.0 * i, signals=[queue, ttft]) for i in range(4)]
+
+    assert states_of(scans(1.2))[2] == ScanState.WARNING  # this hour and yesterday's stayed under 1.2 s
+    assert states_of(scans(None))[2] == ScanState.WARNING  # no history to tell
+    assert ScanState.WARNING not in states_of(scans(1.7))  # yesterday it reached 1.7 s at this hour

@@ -4,7 +4,7 @@ still lacks, the newest of them filled first within a budget, and the window sli
 from __future__ import annotations
 
 from rca.scan.fleet import SignalSeries
-from rca.scan.window import Window
+from rca.scan.window import HourLevel, Window
 
 STEP = 30
 QUEUE = "queue_median"
@@ -86,14 +86,19 @@ def test_the_window_slides_on_and_forgets_it_all_when_time_goes_back() -> None:
     assert window.series == {} and window.covered == {} and window.until is None
 
 
-def test_the_baseline_is_each_targets_median_over_the_window() -> None:
+def test_the_baseline_is_each_targets_median_over_the_window_and_how_far_it_reached() -> None:
     window = Window(60)
     values = [1.0, 4.0, 2.0, 8.0]
     found = SignalSeries([(60.0 * i, v) for i, v in enumerate(values)], "vllm")
     window.splice(read(a=found, b=SignalSeries([(0.0, 7.0)], "vllm")), (0, 180), ["a", "b"])
-    assert window.medians() == {QUEUE: {"a": 3.0, "b": 7.0}}
+    levels = window.levels()
+    assert {i: level.median for i, level in levels[QUEUE].items()} == {"a": 3.0, "b": 7.0}
+    assert levels[QUEUE]["b"] == HourLevel(7.0, 7.0, 7.0)  # one sample reached nowhere else
+    a = levels[QUEUE]["a"]  # 1, 2, 4, 8: the 10th and 90th percentiles, not the extremes
+    assert 1.0 < a.reach(-1) < 2.0 and 4.0 < a.reach(+1) < 8.0
     changes = window.changes
     window.keep(0, 180)  # nothing slid out: what was computed from the window still holds
     assert window.changes == changes
     window.keep(60, 180)
-    assert window.changes > changes and window.medians() == {QUEUE: {"a": 4.0}}  # b's one sample slid out
+    assert window.changes > changes and window.levels()[QUEUE]["a"].median == 4.0
+    assert "b" not in window.levels()[QUEUE]  # b's one sample slid out
