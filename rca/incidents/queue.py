@@ -53,7 +53,8 @@ def queue(
     session: Session, incident_id: int, reason: str, *, unless: Sequence[str], requested_by: str | None = None
 ) -> Requested:
     """Queue an investigation of the incident, unless it has one in the `unless` statuses already
-    (the newest such answers). The caller holds the incident's lock (`rca.incidents.locks`)."""
+    (the newest such answers). With a guard, the caller holds the incident's lock
+    (`rca.incidents.locks`), so that two at once queue one: intake and `investigate_again` do."""
     waiting = (
         session.execute(
             select(Investigation.id, Investigation.status, Investigation.requested_by)
