@@ -37,7 +37,8 @@ from rca.api.storable import require_storable_query
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
 from rca.domain.clock import in_utc
-from rca.intake.service import investigate_again
+from rca.incidents import feedback as incident_feedback
+from rca.incidents.queue import investigate_again
 from rca.jobs.dispatch import Dispatcher
 from rca.store import evidence as evidence_store
 from rca.store import feedback as feedback_store
@@ -317,7 +318,7 @@ def post_feedback(
     if session.get(Incident, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     try:
-        row = feedback_store.record(
+        row = incident_feedback.record(
             session,
             incident_id,
             category=body.category,
@@ -325,7 +326,7 @@ def post_feedback(
             verdicts=[v.model_dump() for v in body.hypotheses],
             author=principal.name,
         )
-    except feedback_store.FeedbackError as exc:
+    except incident_feedback.FeedbackError as exc:
         raise unprocessable(("body", "hypotheses"), str(exc), "unknown_rank") from None
     session.flush()
     return feedback_out(row)

@@ -11,7 +11,8 @@ from datetime import timedelta
 from rca import metrics
 from rca.config import Settings
 from rca.domain.status import InvestigationStatus
-from rca.store import investigations, notices
+from rca.incidents import notices
+from rca.store import investigations
 from rca.store.db import session_scope
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ an incoming webhook (which cannot read at all) that window stays at-least-once: 
 is better than an alert nobody sees.
 
 Notices owed. The transaction that finishes an investigation (or resolves the incident at intake)
-records a notice as owed (rca/store/notices.py); each run settles it with its outcome, so that the
+records a notice as owed (rca/incidents/notices.py); each run settles it with its outcome, so that the
 sweep delivers whatever notice a lost enqueue dropped, and a swept run racing a queued one is just
 another concurrent task: it waits on the row and sends nothing. A backtest's incident (origin
 `backtest`, past warnings replayed) is never owed and never posted, whoever asks.
@@ -42,11 +42,12 @@ from rca.config import Settings
 from rca.domain import early_warning
 from rca.domain.clock import utcnow
 from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
+from rca.incidents import notices
 from rca.notify import blocks, once
 from rca.notify.delivery import Sender, SendResult, make_sender
 from rca.notify.message import IncidentMessage, change_key_of, from_incident, incident_labels
 from rca.notify.routing import route
-from rca.store import notices, similar
+from rca.store import similar
 from rca.store.db import session_scope
 from rca.store.investigations import FINISHED
 from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery
@@ -200,7 +201,7 @@ def deliver(
     """Bring the incident's Slack message up to date. `attempt` counts this task's tries (1-based);
     after `RCA_SLACK_MAX_ATTEMPTS` a failing call is final.
 
-    The notices owed (rca/store/notices.py) are settled with the outcome, in the same transaction:
+    The notices owed (rca/incidents/notices.py) are settled with the outcome, in the same transaction:
     up to date, or nothing to say yet. A retry defers them to its own time, a failure for good to
     RCA_SLACK_FAILED_RETRY_SECONDS later (it stays owed, never dropped); an error (the database
     blinked) settles nothing, and the sweeper re-queues what is still owed."""

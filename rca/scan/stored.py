@@ -25,10 +25,11 @@ from sqlalchemy.orm import Session
 
 from rca.domain.early_warning import BACKTEST
 from rca.domain.status import AlertStatus
+from rca.incidents.locks import after_change
+from rca.incidents.warnings import open_warning, set_warning
 from rca.scan.backtest import BacktestResult, Episode
 from rca.scan.states import Policy
-from rca.scan.warnings import alert_labels, open_incident, set_status, summary, transition_row
-from rca.store import digests
+from rca.scan.warnings import alert_labels, summary, transition_row
 from rca.store.db import session_scope
 from rca.store.models import Incident
 
@@ -86,7 +87,7 @@ def _store_episode(session: Session, key: str, episode: Episode, replay_end: flo
     text = summary(episode.assessment, policy)
     if episode.end is None:
         text += f"; still warning when the backtest ended at {resolved:%Y-%m-%d %H:%M} UTC"
-    incident = open_incident(
+    incident = open_warning(
         session,
         origin=BACKTEST,
         key=key,
@@ -94,9 +95,9 @@ def _store_episode(session: Session, key: str, episode: Episode, replay_end: flo
         labels=alert_labels(episode.target) | {"backtest": "true"},
         text=text,
         warned_at=warned,
+        created_at=warned,  # the page and a search by time place it when it would have warned
     )
-    incident.created_at = warned  # the page and a search by time place it when it would have warned
-    set_status(session, incident, AlertStatus.RESOLVED, at=resolved)
+    set_warning(session, incident, AlertStatus.RESOLVED, at=resolved)
     session.add_all(transition_row(episode.instance, t, incident.id) for t in episode.transitions)
-    digests.refresh(session, incident.id)
+    after_change(session, incident.id, owe_slack=False)
     return incident.id

@@ -6,7 +6,8 @@ figures. A target entering `warning` opens an incident of origin `early_warning`
 (labels naming the target, `startsAt` when its signals started to move) and a queued
 investigation: the same pipeline as an Alertmanager alert (ranking, analyst, Slack, search).
 `cleared` resolves it and owes Slack the resolve notice; a warning again while `cleared` reopens
-it, so a target has one early-warning incident however it flaps.
+it, so a target has one early-warning incident however it flaps. The incident's rows are the
+incidents room's to write (rca/incidents/warnings.py); the scan's own tables are written here.
 
 Streaks and calm runs live in memory only: a restarted scheduler starts them again (a warning
 then needs `sustain` scans more), while the states themselves are read back from the database.
@@ -14,7 +15,6 @@ then needs `sustain` scans more), while the states themselves are read back from
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -23,16 +23,16 @@ from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
 from rca.domain.early_warning import ALERTNAME, ORIGIN
-from rca.domain.status import AlertStatus, InvestigationStatus
+from rca.domain.status import AlertStatus
 from rca.domain.values import format_value
+from rca.incidents.locks import after_change
+from rca.incidents.queue import ALWAYS, queue
+from rca.incidents.warnings import open_warning, set_warning
 from rca.scan.fleet import ServingTarget
 from rca.scan.slo_rules import Slo, slo_words
 from rca.scan.states import WATCH_PROBABILITY, Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.signals.slo import TTFT_SIGNAL
-from rca.store import digests, notices
-from rca.store.models import Alert, Incident, Investigation, ScanTarget, ScanTransition
-
-RECEIVER = "rca-scan"
+from rca.store.models import Incident, ScanTarget, ScanTransition
 
 
 @dataclass
@@ -131,78 +131,6 @@ def alert_labels(target: ServingTarget) -> dict[str, str]:
     return labels | ({"job": target.job} if target.job else {})
 
 
-def open_incident(
-    session: Session, *, origin: str, key: str, title: str, labels: dict[str, str], text: str, warned_at: datetime
-) -> Incident:
-    """A warning's incident (group `key`) with its one firing alert, which starts when the scan
-    warned; shared by the live scan and the backtest (`rca.scan.stored`)."""
-    annotations = {"summary": text}
-    incident = Incident(
-        group_key=key,
-        status=AlertStatus.FIRING,
-        title=title,
-        alertname=ALERTNAME,
-        receiver=RECEIVER,
-        group_labels={"instance": labels["instance"]},
-        common_labels=labels,
-        common_annotations=annotations,
-        notification_count=0,
-        origin=origin,
-    )
-    session.add(incident)
-    session.flush()
-    now = utcnow()
-    session.add(
-        Alert(
-            incident_id=incident.id,
-            fingerprint=hashlib.sha256(key.encode()).hexdigest()[:16],
-            alertname=ALERTNAME,
-            status=AlertStatus.FIRING,
-            labels=labels,
-            annotations=annotations,
-            # When the scan warned, as Prometheus dates an alert from when it fired: the
-            # investigation's "now" starts there (rca/signals/findings.current_since), so it judges
-            # the signals as the scan did; when they started moving is in the summary and figures.
-            starts_at=warned_at,
-            raw={},
-            first_seen_at=now,
-            last_seen_at=now,
-        )
-    )
-    return incident
-
-
-def set_status(
-    session: Session, incident: Incident, status: AlertStatus, text: str | None = None, at: datetime | None = None
-) -> bool:
-    """Fire or resolve the warning's own alert, and the incident with it unless an SLA alert that
-    joined it still fires, `at` that time (default now); True when the incident changed status."""
-    now = at or utcnow()
-    for alert in incident.alerts:
-        if alert.alertname == ALERTNAME:
-            alert.status = status
-            alert.ends_at = now if status == AlertStatus.RESOLVED else None
-            alert.last_seen_at = now
-    if text:
-        incident.common_annotations = {**(incident.common_annotations or {}), "summary": text}
-    incident.updated_at = now
-    if status == AlertStatus.RESOLVED and any(a.status == AlertStatus.FIRING for a in incident.alerts):
-        return False
-    changed = incident.status != status
-    incident.status = status
-    incident.resolved_at = now if status == AlertStatus.RESOLVED else None
-    return changed
-
-
-def _queue_investigation(session: Session, incident: Incident) -> int:
-    investigation = Investigation(
-        incident_id=incident.id, status=InvestigationStatus.QUEUED, reason="early_warning", attempts=0
-    )
-    session.add(investigation)
-    session.flush()
-    return investigation.id
-
-
 def record(
     session: Session,
     target: ServingTarget,
@@ -217,10 +145,11 @@ def record(
     """Store a transition and act on it (open, reopen or resolve the incident); returns the memory
     with the incident it now refers to."""
     incident = session.get(Incident, memory.incident_id) if memory.incident_id is not None else None
+    resolved = False
     if transition.after == ScanState.WARNING:
         text = summary(assessment, policy)
         if incident is None:
-            incident = open_incident(
+            incident = open_warning(
                 session,
                 origin=ORIGIN,
                 key=f"{ORIGIN}/{target.instance}",
@@ -230,19 +159,18 @@ def record(
                 warned_at=datetime.fromtimestamp(assessment.at, UTC),
             )
         else:
-            set_status(session, incident, AlertStatus.FIRING, text)
+            set_warning(session, incident, AlertStatus.FIRING, text)
         session.flush()
-        actions.investigations.append(_queue_investigation(session, incident))
+        queued = queue(session, incident.id, "early_warning", unless=ALWAYS)
+        if queued.created:
+            actions.investigations.append(queued.investigation_id)
     elif transition.after == ScanState.CLEARED and incident is not None:
-        resolved = set_status(session, incident, AlertStatus.RESOLVED)
-        session.flush()
-        if resolved and owe_slack:
-            notices.owe(session, incident.id)
+        resolved = set_warning(session, incident, AlertStatus.RESOLVED)
         if resolved:
             actions.resolved.append(incident.id)
     incident_id = incident.id if incident is not None and transition.after != ScanState.OK else None
     if incident is not None:
-        digests.refresh(session, incident.id)
+        after_change(session, incident.id, owe_slack=resolved and owe_slack)
     at = datetime.fromtimestamp(transition.at, UTC)
     row = session.get(ScanTarget, target.instance)
     if row is None:

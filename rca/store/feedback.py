@@ -5,6 +5,8 @@ hypotheses of the latest done investigation, grouped by that investigation's ana
 (`Investigation.analyst`: "rules" or "llm") and by confirmed category. An incident no
 investigation diagnosed (each one inconclusive, failed or not run yet) ranked nothing to judge: it
 is left out of the figures and counted apart.
+
+Recording a verdict is the incidents room's (rca/incidents/feedback.py); this module reads them.
 """
 
 from __future__ import annotations
@@ -16,47 +18,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rca.domain.clock import utcnow
-from rca.domain.status import InvestigationStatus
-from rca.store import digests
-from rca.store.models import Feedback, Hypothesis, IncidentDigest, Investigation
-
-
-class FeedbackError(ValueError):
-    """The feedback refers to something the incident does not have."""
-
-
-def record(
-    session: Session, incident_id: int, *, category: str, note: str, verdicts: list[dict[str, Any]], author: str
-) -> Feedback:
-    """Store one verdict about the incident's latest finished investigation and refresh its digest."""
-    investigation_id = session.scalar(
-        select(Investigation.id)
-        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
-        .order_by(Investigation.id.desc())
-        .limit(1)
-    )
-    ranks = (
-        set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id)))
-        if investigation_id
-        else set()
-    )
-    unknown = sorted({v["rank"] for v in verdicts} - ranks)
-    if unknown:
-        have = ", ".join(map(str, sorted(ranks))) or "none (no finished investigation)"
-        raise FeedbackError(f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}")
-    row = Feedback(
-        incident_id=incident_id,
-        investigation_id=investigation_id,
-        category=category,
-        note=note,
-        verdicts=verdicts,
-        author=author,
-        created_at=utcnow(),
-    )
-    session.add(row)
-    digests.refresh(session, incident_id)
-    return row
+from rca.store.models import Feedback, IncidentDigest
 
 
 def history(session: Session, incident_id: int) -> list[Feedback]:

@@ -18,10 +18,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from rca.api.app import create_app
+from rca.incidents import feedback as incident_feedback
 from rca.jobs.sweep import SWEPT, owed_notices
 from rca.notify import service
 from rca.notify.service import deliver
-from rca.store import feedback as feedback_store
 from rca.store import notices
 from rca.store.db import session_scope
 from rca.store.models import SlackAttempt, SlackDelivery
@@ -351,7 +351,7 @@ def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_conf
     unrelated = store_incident(db_url)
     store_investigation(db_url, unrelated, ["prefix_cache_hit_rate"], ["prefix_cache_miss"])
     with session_scope(db_url) as session:
-        feedback_store.record(
+        incident_feedback.record(
             session, past, category="cpu_quota_throttling", note="cgroup quota", verdicts=[], author="oncall"
         )
     now = store_incident(db_url)

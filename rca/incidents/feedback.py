@@ -1,0 +1,51 @@
+"""Engineers' verdicts on an incident's causes: the newest is its confirmed cause (in its search
+digest, hence in the accuracy figures: rca/store/feedback.py), the earlier ones stay as history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from rca.domain.clock import utcnow
+from rca.domain.status import InvestigationStatus
+from rca.incidents.locks import after_change
+from rca.store.models import Feedback, Hypothesis, Investigation
+
+
+class FeedbackError(ValueError):
+    """The feedback refers to something the incident does not have."""
+
+
+def record(
+    session: Session, incident_id: int, *, category: str, note: str, verdicts: list[dict[str, Any]], author: str
+) -> Feedback:
+    """Store one verdict about the incident's latest finished investigation and refresh its digest."""
+    investigation_id = session.scalar(
+        select(Investigation.id)
+        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
+        .order_by(Investigation.id.desc())
+        .limit(1)
+    )
+    ranks = (
+        set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id)))
+        if investigation_id
+        else set()
+    )
+    unknown = sorted({v["rank"] for v in verdicts} - ranks)
+    if unknown:
+        have = ", ".join(map(str, sorted(ranks))) or "none (no finished investigation)"
+        raise FeedbackError(f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}")
+    row = Feedback(
+        incident_id=incident_id,
+        investigation_id=investigation_id,
+        category=category,
+        note=note,
+        verdicts=verdicts,
+        author=author,
+        created_at=utcnow(),
+    )
+    session.add(row)
+    after_change(session, incident_id, owe_slack=False)
+    return row
