@@ -6,7 +6,7 @@ Two ways they reach a scrape (`scrape_registry`):
   with the process and Python collectors;
 - several processes (the Celery worker and its prefork children): prometheus-client's
   multiprocess mode. `rca worker` points `PROMETHEUS_MULTIPROC_DIR` at an emptied directory
-  before anything imports prometheus-client (see `rca.cli`), every process writes its values to
+  before anything imports prometheus-client (see `rca.cli.multiprocess`), every process writes its values to
   its own file there, and the worker's metrics port sums them with `MultiProcessCollector`.
 
 No label carries an unbounded value (an incident id, a URL, an alert name): each label below has

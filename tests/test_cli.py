@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from rca import cli
-from rca.cli import EXIT_FAILED, EXIT_NO_DATA, EXIT_USAGE
+from rca.cli import EXIT_FAILED, EXIT_NO_DATA, EXIT_USAGE, logs, serve, supervisor, worker
 from tests.fakes.html import PROXY_PAGE, HtmlServer
 from tests.fakes.llm import FakeLLM, completion, error
 from tests.fakes.prometheus import StubPrometheus
@@ -426,8 +426,8 @@ def test_every_command_has_a_description_and_every_option_help_with_its_default(
 
 
 def test_the_worker_names_each_consumer_after_its_own_node_name() -> None:
-    assert cli._consumer_hostname("rca@host-1", "investigations", "investigations") == "rca@host-1"
-    assert cli._consumer_hostname("rca@host-1", "slack", "investigations") == "rca-slack@host-1"
+    assert worker.consumer_hostname("rca@host-1", "investigations", "investigations") == "rca@host-1"
+    assert worker.consumer_hostname("rca@host-1", "slack", "investigations") == "rca-slack@host-1"
 
 
 def test_the_worker_stops_its_other_children_when_one_exits() -> None:
@@ -440,7 +440,7 @@ def test_the_worker_stops_its_other_children_when_one_exits() -> None:
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
     try:
-        status = cli._supervise(
+        status = supervisor.supervise(
             {
                 "exits": [sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(3)"],
                 "runs": [sys.executable, "-c", "import time; time.sleep(60)"],
@@ -449,7 +449,7 @@ def test_the_worker_stops_its_other_children_when_one_exits() -> None:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
-    assert status == cli.EXIT_FAILED
+    assert status == EXIT_FAILED
     assert time.monotonic() - started < 15
 
 
@@ -466,7 +466,7 @@ def test_the_worker_starts_again_a_child_that_shut_down_cleanly_on_its_own(tmp_p
     )
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        status = cli._supervise(
+        status = supervisor.supervise(
             {
                 "flaky": [sys.executable, "-c", child, str(starts)],
                 "runs": [sys.executable, "-c", "import time; time.sleep(60)"],
@@ -476,7 +476,7 @@ def test_the_worker_starts_again_a_child_that_shut_down_cleanly_on_its_own(tmp_p
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert starts.read_text() == "xx"  # started again after its clean exit, stopped all on its failure
-    assert status == cli.EXIT_FAILED
+    assert status == EXIT_FAILED
 
 
 # --------------------------------------------------------------------------- failure paths
@@ -549,14 +549,14 @@ def test_a_retried_request_is_one_short_line_with_its_promql_cut(caplog: pytest.
 
     from rca.collect.prometheus import PrometheusSource
 
-    cli.quiet_library_loggers()
+    logs.quiet_library_loggers()
     caplog.set_level(logging.WARNING, logger="urllib3.connectionpool")
     promql = 'sum by (instance) (rate(vllm:request_success_total{instance=~"gpu-node-1:8000|gpu-node-1"}[5m]))'
     url = f"http://127.0.0.1:{_closed_port()}"
     with pytest.raises(requests.ConnectionError):
         PrometheusSource(url, timeout=5, concurrency=1)._instant(promql, datetime.now(UTC))
     [retried] = [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"]
-    shown = promql[: cli.PROMQL_SHOWN - 1] + "…"
+    shown = promql[: logs.PROMQL_SHOWN - 1] + "…"
     assert retried.startswith(f"retrying /api/v1/query ({shown}) after NewConnectionError: "), retried
     assert retried.endswith("Connection refused") and "\n" not in retried and "%28" not in retried
 
@@ -600,8 +600,8 @@ def test_serve_runs_one_process_per_cpu_with_a_broker_and_one_with_the_embedded_
     from rca.config import load_settings
 
     with_broker = load_settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6379/0")
-    assert cli.default_serve_workers(with_broker) == cli.usable_cpus() <= len(os.sched_getaffinity(0))
-    assert cli.default_serve_workers(load_settings(data_dir=tmp_path)) == 1
+    assert serve.default_serve_workers(with_broker) == serve.usable_cpus() <= len(os.sched_getaffinity(0))
+    assert serve.default_serve_workers(load_settings(data_dir=tmp_path)) == 1
     refused = _rca(["serve", "--workers", "2"], tmp_path, webhook_token="t", api_tokens="a")
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.splitlines() == [
@@ -628,7 +628,7 @@ def test_serve_and_worker_warn_once_at_start_when_prometheus_is_unset_or_unreach
     from rca.config import load_settings
 
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
-    monkeypatch.setattr(cli, "_supervise", lambda children: cli.EXIT_OK)
+    monkeypatch.setattr(worker, "supervise", lambda children: cli.EXIT_OK)
     closed = f"http://127.0.0.1:{_closed_port()}"
     expected = {
         None: "RCA_PROMETHEUS_URL: not set; investigations read no metrics and end inconclusive",
@@ -647,8 +647,8 @@ def test_serve_and_worker_warn_once_at_start_when_prometheus_is_unset_or_unreach
             worker_metrics_port=0,
             scan_enabled=False,
         )
-        serve = ["--workers", "1", "--port", str(_closed_port())]  # a free port: serve checks it first
-        args = cli.build_parser().parse_args([command, *serve] if command == "serve" else [command])
+        serve_args = ["--workers", "1", "--port", str(_closed_port())]  # a free port: serve checks it first
+        args = cli.build_parser().parse_args([command, *serve_args] if command == "serve" else [command])
         caplog.clear()
         with caplog.at_level(logging.WARNING), contextlib.suppress(SystemExit):
             args.func(settings, args)

@@ -5,7 +5,7 @@ investigations`, `-Q slack -c 2`) plus the scheduler (`rca beat`): docs/workers.
 
 from __future__ import annotations
 
-from rca.cli import quiet_library_loggers
+from rca.cli.logs import quiet_library_loggers
 from rca.config import get_settings
 from rca.jobs.celery_app import create_app
 from rca.startup import check

@@ -15,6 +15,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
+from rca.queries.errors import QueryError
+
 Loc = tuple[str | int, ...]
 MAX_ERRORS = 20  # a payload with thousands of bad alerts answers with the first ones
 
@@ -46,6 +48,13 @@ class ValidationErrorOut(BaseModel):
 def unprocessable(loc: Loc, msg: str, type_: str = "value_error") -> RequestValidationError:
     """A 422 in the standard shape, raised from an endpoint or dependency (FastAPI's handler answers it)."""
     return RequestValidationError([{"loc": loc, "msg": msg, "type": type_}])
+
+
+def refused_query(exc: QueryError) -> RequestValidationError:
+    """A query the query layer refused (`rca.queries`), as a 422 at its query parameters."""
+    return RequestValidationError(
+        [{"loc": ("query", p.parameter), "msg": p.message, "type": p.kind} for p in exc.problems]
+    )
 
 
 def from_pydantic(exc: PydanticValidationError, prefix: Sequence[str | int]) -> RequestValidationError:

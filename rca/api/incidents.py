@@ -3,20 +3,17 @@ and investigating an incident again."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
 from pydantic import AwareDatetime
 
 from rca.api.auth import Principal, require_api_token, require_read, require_write
-from rca.api.cursor import decode_cursor, encode_cursor
 from rca.api.deps import DatabaseSession
-from rca.api.errors import unprocessable
+from rca.api.errors import refused_query, unprocessable
 from rca.api.jsonbody import StrictJSONRoute
 from rca.api.schemas import (
     AUTH_ERRORS,
-    TOTAL_CAP,
     AlertOut,
     ErrorOut,
     EvidenceOut,
@@ -36,13 +33,14 @@ from rca.api.schemas import (
 from rca.api.storable import require_storable_query
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
-from rca.domain.clock import in_utc
 from rca.incidents import feedback as incident_feedback
 from rca.incidents.queue import investigate_again
 from rca.jobs.dispatch import Dispatcher
+from rca.queries import incidents as incident_queries
+from rca.queries.errors import QueryError
+from rca.queries.incidents import TOTAL_CAP
 from rca.store import evidence as evidence_store
 from rca.store import feedback as feedback_store
-from rca.store import fts
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
@@ -54,27 +52,6 @@ router = APIRouter(
     dependencies=[Depends(require_read), Depends(require_storable_query)],
     responses=AUTH_ERRORS,
 )
-
-
-def _parse_labels(values: list[str]) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise unprocessable(
-                ("query", "label"), f"label filter {item!r} must look like name=value", "invalid_label_filter"
-            )
-        pairs.append((name, value))
-    return tuple(pairs)
-
-
-def _in_utc(value: datetime | None, name: str) -> datetime | None:
-    try:
-        return in_utc(value) if value is not None else None
-    except ValueError:
-        raise unprocessable(
-            ("query", name), f"{name} is out of range once converted to UTC", "datetime_out_of_range"
-        ) from None
 
 
 @router.get(
@@ -115,42 +92,27 @@ def list_incidents(
         ),
     ] = False,
 ) -> IncidentPage:
-    since, until = _in_utc(since, "since"), _in_utc(until, "until")
-    if since and until and since >= until:
-        raise unprocessable(("query", "until"), "since must be before until", "invalid_time_range")
-    if q is not None and not fts.words(q):
-        raise unprocessable(("query", "q"), "q has no searchable words (letters or digits)", "no_searchable_words")
-    order = sort or ("relevance" if q else "time")
-    if order == "relevance" and not q:
-        raise unprocessable(("query", "sort"), "sort=relevance needs a full-text query q", "relevance_without_q")
-    filters = incident_store.IncidentFilter(
+    asked = incident_queries.Search(
         q=q,
         status=status_,
         alertname=alertname,
-        labels=_parse_labels(label),
-        since=since,
-        until=until,
-        signals=tuple(signal),
+        labels=label,
+        signals=signal,
         category=category,
         confirmed=confirmed,
         confirmed_category=confirmed_category,
         origin=origin,
-    )
-    after = decode_cursor(cursor, order, filters) if cursor else None
-    hits, more, anchor = incident_store.search(session, filters=filters, sort=order, limit=limit, after=after)
-    # A first page without a next one already holds every match; a longer result is counted on request.
-    counted: int | None = len(hits) if cursor is None and not more else None
-    if total and counted is None:
-        counted = incident_store.count(session, filters=filters, cap=TOTAL_CAP + 1)
-    next_cursor = encode_cursor(hits[-1], order, filters, anchor) if more else None
-    return IncidentPage(
-        items=[IncidentSummary.of(hit) for hit in hits],
-        total=None if counted is None else min(counted, TOTAL_CAP),
-        total_exact=counted is not None and counted <= TOTAL_CAP,
+        since=since,
+        until=until,
+        sort=sort,
         limit=limit,
-        sort=order,
-        next_cursor=next_cursor,
+        cursor=cursor,
+        total=total,
     )
+    try:
+        return IncidentPage.of(incident_queries.search(session, asked))
+    except QueryError as exc:
+        raise refused_query(exc) from None
 
 
 def incident_out(incident: Incident) -> IncidentOut:

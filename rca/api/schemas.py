@@ -13,6 +13,7 @@ from rca.api.storable import problem
 from rca.domain.coverage import data_gap
 from rca.domain.evidence import Finding, Hypothesis, onset_order
 from rca.domain.status import InvestigationStatus
+from rca.queries.incidents import TOTAL_CAP, Page
 from rca.store.incidents import Hit
 
 
@@ -238,9 +239,6 @@ class IncidentOut(BaseModel):
     slack: SlackDeliveryOut | None = None
 
 
-TOTAL_CAP = 1000
-
-
 class IncidentPage(BaseModel):
     items: list[IncidentSummary]
     total: int | None = Field(
@@ -254,6 +252,17 @@ class IncidentPage(BaseModel):
     limit: int
     sort: str = Field(description="time (newest first) or relevance (best match first)")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+
+    @classmethod
+    def of(cls, page: Page) -> IncidentPage:
+        return cls(
+            items=[IncidentSummary.of(hit) for hit in page.hits],
+            total=page.total,
+            total_exact=page.total_exact,
+            limit=page.limit,
+            sort=page.sort,
+            next_cursor=page.next_cursor,
+        )
 
 
 class AcceptedOut(BaseModel):

@@ -2,7 +2,7 @@
 (`rca serve`, `rca worker`) and `/readyz` ask, so that a blind investigation is never the first
 sign of a missing or broken RCA_PROMETHEUS_URL. Apart from `prometheus.py`, which counts its errors
 in the service's metrics: asking here loads no prometheus-client, which `rca worker` and
-`rca serve --workers N` must set up (multiprocess mode) before it is imported (rca/cli.py)."""
+`rca serve --workers N` must set up (multiprocess mode) before it is imported (rca/cli/multiprocess.py)."""
 
 from __future__ import annotations
 

@@ -16,11 +16,10 @@ from rca.collect.target import host_from_label
 from rca.config import TargetConfig
 from rca.incidents import alerts
 from rca.incidents.alerts import IntakeResult, Notice, NotificationIn
-from rca.incidents.queue import Requested, investigate_again
 from rca.store import early_warnings
 
-# Re-exported: the webhook, and `rca.cli` (left as it is while it is split), import them from here.
-__all__ = ["IntakeResult", "Notice", "Requested", "investigate_again", "record_notification", "record_notifications"]
+# What recording a notification answers, re-exported: the webhook reads them with the functions.
+__all__ = ["IntakeResult", "Notice", "record_notification", "record_notifications"]
 
 
 def record_notifications(

@@ -7,7 +7,7 @@ message to be redelivered; the task is idempotent, so redelivery is safe. `worke
 app for `celery -A workers.app`; `rca worker` starts it directly.
 
 Investigations and Slack deliveries have their own queues, and `rca worker` consumes each with a
-Celery worker process of its own (rca/cli.py): a Slack that hangs holds only the Slack pool. The
+Celery worker process of its own (rca/cli/worker.py): a Slack that hangs holds only the Slack pool. The
 sweep runs in the scheduler (`rca beat`, rca/jobs/beat.py), not behind the investigations queue.
 Transient errors are retried with `rca.jobs.policy`'s backoff, long enough for a database failover.
 """
@@ -25,12 +25,12 @@ from rca.config import Settings, get_settings
 from rca.jobs.backlog import held_investigations
 from rca.jobs.investigate import investigate
 from rca.jobs.policy import MAX_RETRIES, TRANSIENT, retry_delay
+from rca.jobs.queues import INVESTIGATIONS_QUEUE, SLACK_QUEUE
 from rca.jobs.sweep import SWEPT, owed_notices, sweep
 from rca.notify.service import deliver
 from rca.store.db import forget_engines_after_fork
 
 INVESTIGATE, SLACK_NOTIFY, SWEEP = "rca.investigate", "rca.slack_notify", "rca.sweep"
-INVESTIGATIONS_QUEUE, SLACK_QUEUE = "investigations", "slack"
 # Redis serves a queue's priority 0 before 3, 6 and 9 (kombu's priority steps). The investigations
 # the sweep hands back (a crashed run, a lost enqueue) go before those intake queues, so that a
 # backlog of new alerts never delays a takeover.

@@ -1,7 +1,7 @@
 """The pages: sign-in, the incident list, one incident, the accuracy figures, the feedback form and
-the "Investigate again" button. Each reads and writes through the API's own handlers (search,
-feedback, investigating again), so a page shows exactly what the JSON API answers and accepts the
-same filters."""
+the "Investigate again" button. The list searches through the query layer the API's search uses
+(`rca.queries`), and the forms write through the API's own code (feedback, investigating again),
+so a page shows exactly what the JSON API answers and accepts the same filters."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from rca.api import incidents as incident_api
 from rca.api.auth import Principal, principal_for
-from rca.api.schemas import AccuracyOut, FeedbackIn, Verdict
+from rca.api.schemas import AccuracyOut, FeedbackIn, IncidentPage, Verdict
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
 from rca.domain import early_warning
@@ -23,6 +23,8 @@ from rca.domain.status import InvestigationStatus
 from rca.pages import session as web_session
 from rca.pages import views
 from rca.pages.render import render, site_url
+from rca.queries import incidents as incident_queries
+from rca.queries.errors import QueryError
 from rca.store import early_warnings
 from rca.store import evidence as evidence_store
 from rca.store import feedback as feedback_store
@@ -34,7 +36,6 @@ router = APIRouter(include_in_schema=False)
 Viewer = Annotated[Principal, Depends(web_session.principal)]
 IncidentId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 PAGE_SIZE = 25
-ORIGINS = ("alertmanager", *early_warning.SCANNED)  # the API's `origin=` filter
 MAX_FORM_BYTES = 16_384
 
 
@@ -130,36 +131,13 @@ def incident_list(
         "origin": _blank_to_none(origin),
     }
     errors: list[str] = []
-    if given["status"] not in (None, "firing", "resolved"):
-        errors.append("status must be firing or resolved")
-    if given["confirmed"] not in (None, "yes", "no"):
-        errors.append("confirmed must be yes or no")
-    if given["origin"] not in (None, *ORIGINS):
-        errors.append(f"origin must be {', '.join(ORIGINS[:-1])} or {ORIGINS[-1]}")
     page = None
-    if not errors:
-        try:
-            with session_scope(_settings(request).effective_database_url) as session:
-                page = incident_api.list_incidents(
-                    session,
-                    q=given["q"],
-                    status_=given["status"],  # type: ignore[arg-type]  # checked above
-                    alertname=given["alertname"],
-                    label=[given["label"]] if given["label"] else [],
-                    signal=[given["signal"]] if given["signal"] else [],
-                    category=given["category"],
-                    confirmed=None if given["confirmed"] is None else given["confirmed"] == "yes",
-                    confirmed_category=given["confirmed_category"],
-                    origin=given["origin"],  # type: ignore[arg-type]  # checked above
-                    since=None,
-                    until=None,
-                    sort=None,
-                    limit=limit,
-                    cursor=_blank_to_none(cursor),
-                    total=False,
-                )
-        except RequestValidationError as exc:
-            errors = _errors(exc)
+    try:
+        asked = incident_queries.search_of_form(given, limit=limit, cursor=_blank_to_none(cursor))
+        with session_scope(_settings(request).effective_database_url) as session:
+            page = IncidentPage.of(incident_queries.search(session, asked))
+    except QueryError as exc:
+        errors = exc.messages
     kept = {name: value for name, value in given.items() if value} | (
         {"limit": str(limit)} if limit != PAGE_SIZE else {}
     )

@@ -221,9 +221,9 @@ def test_total_is_known_from_a_complete_first_page_and_otherwise_counted_on_requ
 
 
 def test_counting_stops_at_the_cap(intake_client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rca.api import incidents as api
+    from rca.queries import incidents as queries
 
-    monkeypatch.setattr(api, "TOTAL_CAP", 2)
+    monkeypatch.setattr(queries, "TOTAL_CAP", 2)
     for n in range(4):
         open_incident(intake_client, f"g{n}", make_alert(f"fp-{n}"))
     page = search(intake_client, limit=1, total="true")

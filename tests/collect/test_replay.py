@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from rca.analyst.summary import AlertText
-from rca.cli import DEMO_ALERT
+from rca.cli.demo import DEMO_ALERT
 from rca.collect.replay import FORMAT, Recording, ReplayServer, normalise_promql
 from rca.collect.target import target_from_alerts
 from rca.config import load_settings

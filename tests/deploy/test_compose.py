@@ -380,7 +380,7 @@ def test_dockerignore_keeps_local_state_out_and_nothing_the_image_needs() -> Non
         assert ignore.excluded_by(path), f".dockerignore sends {path} to the Docker daemon"
     copies, _ = module.parse_dockerfile(DOCKERFILE)
     assert module.Context(REPO).tracked_but_ignored(copies) == []
-    for path in ("rca/cli.py", "prompts/system.j2", "migrations/env.py", "README.md", "pyproject.toml"):
+    for path in ("rca/cli/__init__.py", "prompts/system.j2", "migrations/env.py", "README.md", "pyproject.toml"):
         assert not ignore.excluded_by(path), f".dockerignore drops {path}"
 
 

@@ -126,8 +126,8 @@ class Context:
 
 def make_context(webhook_token: str, api_token: str, incident_ids: list[int], **overrides: Any) -> Context:
     """The context for a service whose incidents `incident_ids` exist, with its cursors' fingerprints."""
-    from rca.api.cursor import _fingerprint  # what the API binds a cursor to: its search's filters
     from rca.diagnosis.ranking import taxonomy
+    from rca.queries.cursor import _fingerprint  # what the API binds a cursor to: its search's filters
     from rca.store.incidents import IncidentFilter
 
     return Context(

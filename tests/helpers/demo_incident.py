@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
-from rca.cli import DEMO_ALERT
+from rca.cli.demo import DEMO_ALERT
 from rca.collect.replay import Recording, ReplayServer
 
 

@@ -15,16 +15,10 @@ import pytest
 from sqlalchemy import delete, select
 
 from rca.domain.status import InvestigationStatus
+from rca.incidents.queue import Requested, investigate_again
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
-from rca.intake.service import (
-    IntakeResult,
-    Notice,
-    Requested,
-    investigate_again,
-    record_notification,
-    record_notifications,
-)
+from rca.intake.service import IntakeResult, Notice, record_notification, record_notifications
 from rca.scan.fleet import ServingTarget
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, record

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rca.cli import parse_duration
+from rca.cli.backtest import parse_duration
 from rca.jobs.scan import start_scans
 from tests.helpers.service import make_settings
 

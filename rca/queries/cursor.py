@@ -1,7 +1,8 @@
 """Opaque page cursors: the sort key of the last item, bound to the query that produced it.
 
 A cursor is base64url JSON. It names the sort order and carries a fingerprint of the filters, so
-a cursor replayed with different parameters is refused (422) instead of silently skipping rows.
+a cursor replayed with different parameters is refused (a `QueryError`: the API's 422) instead of
+silently skipping rows.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ import math
 from datetime import datetime
 from typing import Any
 
-from fastapi.exceptions import RequestValidationError
-
-from rca.api.errors import unprocessable
 from rca.domain.clock import in_utc
+from rca.queries.errors import QueryError
 from rca.store.incidents import Hit, IncidentFilter, Position
 
 
@@ -37,8 +36,8 @@ def encode_cursor(last: Hit, sort: str, filters: IncidentFilter, anchor: datetim
     return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def _invalid(reason: str) -> RequestValidationError:
-    return unprocessable(("query", "cursor"), f"invalid cursor: {reason}", "invalid_cursor")
+def _invalid(reason: str) -> QueryError:
+    return QueryError.of("cursor", f"invalid cursor: {reason}", "invalid_cursor")
 
 
 def _time(text: str) -> datetime:
