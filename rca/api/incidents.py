@@ -267,16 +267,6 @@ def post_feedback(
     body: FeedbackIn,
     principal: Annotated[Principal, Depends(require_api_token)],
 ) -> FeedbackOut:
-    known = taxonomy()
-    if body.category not in known:
-        raise unprocessable(
-            ("body", "category"),
-            f"category {body.category!r} is not a taxonomy id; use one of {', '.join(known)}",
-            "unknown_category",
-        )
-    ranks = [v.rank for v in body.hypotheses]
-    if len(set(ranks)) != len(ranks):
-        raise unprocessable(("body", "hypotheses"), "each hypothesis rank may be judged only once", "duplicate_rank")
     if session.get(Incident, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     try:
@@ -287,9 +277,10 @@ def post_feedback(
             note=body.note,
             verdicts=[v.model_dump() for v in body.hypotheses],
             author=principal.name,
+            categories=list(taxonomy()),
         )
     except incident_feedback.FeedbackError as exc:
-        raise unprocessable(("body", "hypotheses"), str(exc), "unknown_rank") from None
+        raise unprocessable(("body", exc.field), str(exc), exc.code) from None
     session.flush()
     return feedback_out(row)
 

@@ -103,7 +103,7 @@ class Settings(BaseSettings):
     # horizon and P(the batch is full within it) that warns, held `scan_sustain_scans` scans.
     scan_saturation_trend_minutes: int = Field(default=5, ge=1, le=180)
     scan_saturation_horizon_minutes: float = Field(default=15.0, gt=0, le=240)
-    scan_saturation_probability: float = Field(default=0.8, gt=0, le=1)
+    scan_saturation_probability: float = Field(default=0.7, gt=0, le=1)
     # Points (targets x steps) of history never read that one scan reads, newest first: at the
     # scanner's start, for a new target or after a gap the history comes in pieces, not at once.
     scan_fill_points: int = Field(default=8000, ge=1, le=10_000_000)

@@ -3,6 +3,7 @@ digest, hence in the accuracy figures: rca/store/feedback.py), the earlier ones 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import select
@@ -15,13 +16,36 @@ from rca.store.models import Feedback, Hypothesis, Investigation
 
 
 class FeedbackError(ValueError):
-    """The feedback refers to something the incident does not have."""
+    """The feedback names a cause outside the taxonomy, judges a hypothesis twice, or refers to one
+    the incident does not have: `field` is the part at fault, `code` the reason's name (the API
+    answers both; a page shows the message)."""
+
+    def __init__(self, message: str, field: str, code: str) -> None:
+        super().__init__(message)
+        self.field, self.code = field, code
 
 
 def record(
-    session: Session, incident_id: int, *, category: str, note: str, verdicts: list[dict[str, Any]], author: str
+    session: Session,
+    incident_id: int,
+    *,
+    category: str,
+    note: str,
+    verdicts: list[dict[str, Any]],
+    author: str,
+    categories: Collection[str],
 ) -> Feedback:
-    """Store one verdict about the incident's latest finished investigation and refresh its digest."""
+    """Store one verdict about the incident's latest finished investigation and refresh its digest.
+    `categories` are the taxonomy's ids, which the confirmed cause must be one of."""
+    if category not in categories:
+        raise FeedbackError(
+            f"category {category!r} is not a taxonomy id; use one of {', '.join(categories)}",
+            "category",
+            "unknown_category",
+        )
+    judged = [v["rank"] for v in verdicts]
+    if len(set(judged)) != len(judged):
+        raise FeedbackError("each hypothesis rank may be judged only once", "hypotheses", "duplicate_rank")
     investigation_id = session.scalar(
         select(Investigation.id)
         .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
@@ -36,7 +60,8 @@ def record(
     unknown = sorted({v["rank"] for v in verdicts} - ranks)
     if unknown:
         have = ", ".join(map(str, sorted(ranks))) or "none (no finished investigation)"
-        raise FeedbackError(f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}")
+        message = f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}"
+        raise FeedbackError(message, "hypotheses", "unknown_rank")
     row = Feedback(
         incident_id=incident_id,
         investigation_id=investigation_id,

@@ -10,7 +10,6 @@ from urllib.parse import parse_qs, urlencode
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse, Response
 
 from rca.api import incidents as incident_api
@@ -20,6 +19,7 @@ from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
 from rca.domain import early_warning
 from rca.domain.status import InvestigationStatus
+from rca.incidents import feedback as incident_feedback
 from rca.pages import session as web_session
 from rca.pages import views
 from rca.pages.render import render, site_url
@@ -42,10 +42,6 @@ MAX_FORM_BYTES = 16_384
 def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
-
-
-def _errors(exc: RequestValidationError) -> list[str]:
-    return [str(error.get("msg", error)) for error in exc.errors()]
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -211,7 +207,15 @@ def incident_page(request: Request, viewer: Viewer, incident_id: IncidentId) -> 
 
 def _record_feedback(settings: Settings, incident_id: int, body: FeedbackIn, viewer: Principal) -> None:
     with session_scope(settings.effective_database_url) as session:
-        incident_api.post_feedback(session, incident_id, body, viewer)
+        incident_feedback.record(
+            session,
+            incident_id,
+            category=body.category,
+            note=body.note,
+            verdicts=[verdict.model_dump() for verdict in body.hypotheses],
+            author=viewer.name,
+            categories=list(taxonomy()),
+        )
 
 
 @router.post("/incidents/{incident_id}/feedback")
@@ -234,9 +238,8 @@ async def feedback(request: Request, viewer: Viewer, incident_id: IncidentId) ->
             hypotheses=[Verdict(rank=h.rank, correct=h.category == chosen) for h in ranked],
         )
         await run_in_threadpool(_record_feedback, settings, incident_id, body, viewer)
-    except (RequestValidationError, ValueError) as exc:
-        messages = _errors(exc) if isinstance(exc, RequestValidationError) else [str(exc)]
-        page = context | {"viewer": viewer, "error": "; ".join(messages)}
+    except ValueError as exc:  # the form's fields refused (pydantic's), or the room's FeedbackError
+        page = context | {"viewer": viewer, "error": str(exc)}
         return render(request, "incident.html", page, status.HTTP_422_UNPROCESSABLE_CONTENT)
     return RedirectResponse(site_url(request, f"/incidents/{incident_id}#feedback"), status.HTTP_303_SEE_OTHER)
 

@@ -68,7 +68,7 @@ class Policy:
     slo_probability: float = 0.8
     slo_sustain: int = 1  # scans TTFT must stay beyond its SLO (its p95 is already over 5 minutes)
     warmup_seconds: float = 900.0  # early signals of a target started this recently are held
-    saturation_probability: float = 0.8  # P(the batch full within the horizon) that counts as filling
+    saturation_probability: float = 0.7  # P(the batch full within the horizon) that counts as filling
 
 
 @dataclass(frozen=True)

@@ -352,7 +352,13 @@ def test_the_message_cites_the_last_incident_with_the_same_evidence_and_its_conf
     store_investigation(db_url, unrelated, ["prefix_cache_hit_rate"], ["prefix_cache_miss"])
     with session_scope(db_url) as session:
         incident_feedback.record(
-            session, past, category="cpu_quota_throttling", note="cgroup quota", verdicts=[], author="oncall"
+            session,
+            past,
+            category="cpu_quota_throttling",
+            note="cgroup quota",
+            verdicts=[],
+            author="oncall",
+            categories=["cpu_quota_throttling"],
         )
     now = store_incident(db_url)
     store_investigation(db_url, now, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead", "arrival_surge"])
