@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
 from pydantic import AwareDatetime
+from sqlalchemy.orm import Session
 
 from rca.api.auth import Principal, require_api_token, require_read, require_write
 from rca.api.deps import DatabaseSession
@@ -247,6 +248,20 @@ def feedback_out(row: Feedback) -> FeedbackOut:
     )
 
 
+def record_feedback(session: Session, incident_id: int, body: FeedbackIn, author: str) -> Feedback:
+    """The request's verdict handed to the incidents room, judged against the taxonomy (the API
+    and the pages' form both record through it); `FeedbackError` when the room refuses it."""
+    return incident_feedback.record(
+        session,
+        incident_id,
+        category=body.category,
+        note=body.note,
+        verdicts=[verdict.model_dump() for verdict in body.hypotheses],
+        author=author,
+        categories=list(taxonomy()),
+    )
+
+
 @router.post(
     "/{incident_id}/feedback",
     response_model=FeedbackOut,
@@ -270,15 +285,7 @@ def post_feedback(
     if session.get(Incident, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     try:
-        row = incident_feedback.record(
-            session,
-            incident_id,
-            category=body.category,
-            note=body.note,
-            verdicts=[v.model_dump() for v in body.hypotheses],
-            author=principal.name,
-            categories=list(taxonomy()),
-        )
+        row = record_feedback(session, incident_id, body, principal.name)
     except incident_feedback.FeedbackError as exc:
         raise unprocessable(("body", exc.field), str(exc), exc.code) from None
     session.flush()

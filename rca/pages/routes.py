@@ -19,7 +19,6 @@ from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
 from rca.domain import early_warning
 from rca.domain.status import InvestigationStatus
-from rca.incidents import feedback as incident_feedback
 from rca.pages import session as web_session
 from rca.pages import views
 from rca.pages.render import render, site_url
@@ -207,15 +206,7 @@ def incident_page(request: Request, viewer: Viewer, incident_id: IncidentId) -> 
 
 def _record_feedback(settings: Settings, incident_id: int, body: FeedbackIn, viewer: Principal) -> None:
     with session_scope(settings.effective_database_url) as session:
-        incident_feedback.record(
-            session,
-            incident_id,
-            category=body.category,
-            note=body.note,
-            verdicts=[verdict.model_dump() for verdict in body.hypotheses],
-            author=viewer.name,
-            categories=list(taxonomy()),
-        )
+        incident_api.record_feedback(session, incident_id, body, viewer.name)
 
 
 @router.post("/incidents/{incident_id}/feedback")
