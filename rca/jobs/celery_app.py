@@ -24,7 +24,7 @@ from rca import metrics
 from rca.config import Settings, get_settings
 from rca.jobs.backlog import held_investigations
 from rca.jobs.investigate import investigate
-from rca.jobs.policy import MAX_RETRIES, TRANSIENT, retry_delay
+from rca.jobs.policy import JOB_RETRIES
 from rca.jobs.sweep import SWEPT, owed_notices, sweep
 from rca.notify.service import deliver
 from rca.store.db import forget_engines_after_fork
@@ -68,8 +68,8 @@ def _register_tasks(app: Celery) -> None:
     @app.task(name=INVESTIGATE, bind=True)
     def investigate_task(self: Task, investigation_id: int) -> str:
         try:
-            return investigate(get_settings(), investigation_id, queue_slack_notice, retryable=TRANSIENT)
-        except TRANSIENT as exc:
+            return investigate(get_settings(), investigation_id, queue_slack_notice, retryable=JOB_RETRIES.transient)
+        except JOB_RETRIES.transient as exc:
             raise retry_transient(self, exc) from exc
 
     @app.task(name=SLACK_NOTIFY, bind=True, soft_time_limit=120, time_limit=150)
@@ -80,7 +80,7 @@ def _register_tasks(app: Celery) -> None:
         settings = get_settings()
         try:
             outcome = deliver(settings, incident_id, event, attempt=self.request.retries + 1)
-        except TRANSIENT as exc:
+        except JOB_RETRIES.transient as exc:
             raise retry_transient(self, exc) from exc
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=settings.slack_max_attempts)
@@ -94,8 +94,9 @@ def _register_tasks(app: Celery) -> None:
 
 def retry_transient(task: Task, exc: Exception) -> Exception:
     """The task's retry after a database or broker error, with the policy's backoff (rca.jobs.policy);
-    the error itself once MAX_RETRIES retries are used up."""
-    return task.retry(exc=exc, countdown=retry_delay(task.request.retries), max_retries=MAX_RETRIES)
+    the error itself once its retries are used up."""
+    retries = task.request.retries
+    return task.retry(exc=exc, countdown=JOB_RETRIES.delay(retries), max_retries=JOB_RETRIES.max_retries)
 
 
 def run_sweep(app: Celery, settings: Settings) -> int:

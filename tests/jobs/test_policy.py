@@ -12,14 +12,7 @@ from sqlalchemy import make_url, select
 
 from rca.api.app import create_app
 from rca.jobs.celery_app import create_app as create_celery_app
-from rca.jobs.policy import (
-    BACKOFF_CAP,
-    MAX_RETRIES,
-    MAX_TOTAL_BACKOFF,
-    MIN_TOTAL_BACKOFF,
-    backoff_ceiling,
-    retry_delay,
-)
+from rca.jobs.policy import JOB_RETRIES
 from rca.store.models import Investigation
 from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.brokers import claim_redis_db
@@ -31,21 +24,21 @@ from tests.helpers.tcpproxy import TcpProxy
 
 
 def test_the_retries_outlast_a_minute_long_outage_whatever_the_jitter() -> None:
-    assert MIN_TOTAL_BACKOFF > 60
+    assert JOB_RETRIES.min_total > 60
     rng = random.Random(16)
     for _ in range(2000):
-        delays = [retry_delay(n, rng) for n in range(MAX_RETRIES)]
+        delays = [JOB_RETRIES.delay(n, rng) for n in range(JOB_RETRIES.max_retries)]
         assert sum(delays) > 60
-        assert MIN_TOTAL_BACKOFF <= sum(delays) <= MAX_TOTAL_BACKOFF
-        assert all(0 < d <= BACKOFF_CAP for d in delays)
+        assert JOB_RETRIES.min_total <= sum(delays) <= JOB_RETRIES.max_total
+        assert all(0 < d <= JOB_RETRIES.cap for d in delays)
 
 
 def test_the_backoff_grows_exponentially_from_two_seconds_to_its_cap() -> None:
-    lowest = [retry_delay(n, random.Random(0)) for n in range(12)]
+    lowest = [JOB_RETRIES.delay(n, random.Random(0)) for n in range(12)]
     assert 1 <= lowest[0] <= 2 and 2 <= lowest[1] <= 4 and 4 <= lowest[2] <= 8
-    assert all(30 <= d <= BACKOFF_CAP for d in lowest[5:])
+    assert all(30 <= d <= JOB_RETRIES.cap for d in lowest[5:])
     # A 15 s outage is outlasted by the first five retries, however the jitter falls.
-    assert sum(backoff_ceiling(n) / 2 for n in range(5)) >= 15
+    assert sum(JOB_RETRIES.ceiling(n) / 2 for n in range(5)) >= 15
 
 
 def test_an_investigation_outlasts_a_15_s_database_outage_on_the_real_worker(
