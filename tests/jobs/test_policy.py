@@ -36,15 +36,15 @@ def test_the_retries_outlast_a_minute_long_outage_whatever_the_jitter() -> None:
         delays = [JOB_RETRIES.delay(n, rng) for n in range(JOB_RETRIES.max_retries)]
         assert sum(delays) > 60
         assert JOB_RETRIES.min_total <= sum(delays) <= JOB_RETRIES.max_total
-        assert all(0 < d <= JOB_RETRIES.cap for d in delays)
+        assert all(0 < d <= JOB_RETRIES.backoff.cap for d in delays)
 
 
 def test_the_backoff_grows_exponentially_from_two_seconds_to_its_cap() -> None:
     lowest = [JOB_RETRIES.delay(n, random.Random(0)) for n in range(12)]
     assert 1 <= lowest[0] <= 2 and 2 <= lowest[1] <= 4 and 4 <= lowest[2] <= 8
-    assert all(30 <= d <= JOB_RETRIES.cap for d in lowest[5:])
+    assert all(30 <= d <= JOB_RETRIES.backoff.cap for d in lowest[5:])
     # A 15 s outage is outlasted by the first five retries, however the jitter falls.
-    assert sum(JOB_RETRIES.ceiling(n) / 2 for n in range(5)) >= 15
+    assert sum(JOB_RETRIES.backoff.ceiling(n) / 2 for n in range(5)) >= 15
 
 
 def test_an_investigation_outlasts_a_15_s_database_outage_on_the_real_worker(
@@ -125,7 +125,7 @@ def test_an_embedded_investigation_outlasts_a_database_outage_as_the_worker_does
     # The worker's backoff: retry n + 1 waits between half and all of the policy's ceiling.
     for number, of, delay in retries[:2]:
         assert of == JOB_RETRIES.max_retries
-        assert JOB_RETRIES.ceiling(number - 1) / 2 <= delay <= JOB_RETRIES.ceiling(number - 1)
+        assert JOB_RETRIES.backoff.ceiling(number - 1) / 2 <= delay <= JOB_RETRIES.backoff.ceiling(number - 1)
 
 
 def retried(caplog: pytest.LogCaptureFixture) -> list[tuple[int, int, float]]:
