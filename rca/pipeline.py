@@ -1,22 +1,18 @@
-"""The investigation pipeline: target -> collect -> signals -> diagnosis -> store.
+"""The investigation pipeline: target -> collect -> signals -> diagnosis -> analyst -> result.
 
 `analyse` is pure (no database, no queue) so that `rca investigate` and tests can run it on
-their own; `run_investigation` wires it to the store and is what the worker calls.
+their own; the investigation runner (rca/jobs/runner.py) claims a stored investigation, runs it
+through here and saves the result.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
 
-from sqlalchemy.exc import OperationalError, StatementError
-
-from rca import metrics
 from rca.analyst.cache import AnswerCache
 from rca.analyst.explain import explain
 from rca.analyst.summary import AlertText
@@ -31,16 +27,12 @@ from rca.domain.coverage import NO_PROMETHEUS, DataGap, data_gap
 from rca.domain.evidence import Hypothesis
 from rca.domain.result import InvestigationResult, change_key
 from rca.domain.series import EvidenceSeries
-from rca.domain.status import Analyst, InvestigationStatus
+from rca.domain.status import Analyst
 from rca.signals.findings import Finding, judge_all
 from rca.signals.series import evidence_series
 from rca.signals.slo import slo_finding
-from rca.store import evidence, investigations, similar
-from rca.store.answers import DatabaseAnswerCache
-from rca.store.db import session_scope
+from rca.store import investigations
 from rca.traces.evidence import trace_findings
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -100,6 +92,16 @@ class Analysis:
 def target_of(claim: investigations.Claim, config: TargetConfig) -> Target:
     """The target a claimed investigation looks at, from its firing alerts."""
     return target_from_alerts(claim.alert_labels, claim.alert_starts, config)
+
+
+def alerts_of(claim: investigations.Claim) -> list[AlertText]:
+    """A claimed investigation's firing alerts as they arrived, for the LLM to read."""
+    return [
+        AlertText(labels, annotations, start)
+        for labels, annotations, start in zip(
+            claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True
+        )
+    ]
 
 
 History = Callable[[list[Finding], list[Hypothesis], str | None], list[dict[str, Any]]]
@@ -181,99 +183,3 @@ def analyse(
         rules=rules,
         evidence=evidence_series(collection, findings, target.alert_start),
     )
-
-
-STORE_REFUSED = "the database refused the LLM's answer"  # how the fallback reason starts then
-
-
-def _llm_wrote(analysis: Analysis) -> bool:
-    """Whether anything of the LLM (its answer or its audit trail) is in what is being stored."""
-    record = analysis.analyst
-    return record is not None and (record.analyst == Analyst.LLM or bool(record.exchange))
-
-
-def _precedents(
-    url: str, claim: investigations.Claim, findings: list[Finding], rules: list[Hypothesis], stack: str | None
-) -> list[dict[str, Any]]:
-    """Past incidents alike enough to cite, as the LLM prompt lists them."""
-    target = similar.signature_of(
-        claim.incident_id, claim.incident_created_at, findings, [h.category for h in rules], stack
-    )
-    with session_scope(url) as session:
-        found = similar.precedents(session, target)
-    return [
-        {
-            "incident_id": p.incident_id,
-            "category": p.category,
-            "confirmed": p.confirmed,
-            "title": p.title,
-            "when": f"{p.created_at:%Y-%m-%d %H:%M} UTC",
-            "similarity": p.score,
-        }
-        for p in found
-    ]
-
-
-def _save(url: str, investigation_id: int, analysis: Analysis, total_seconds: float, owe_slack: bool) -> None:
-    """The result and the findings' series in one transaction."""
-    with session_scope(url) as session:
-        investigations.save_result(session, investigation_id, analysis.result(total_seconds), owe_slack=owe_slack)
-        evidence.save(session, investigation_id, analysis.evidence)
-
-
-def run_investigation(settings: Settings, investigation_id: int) -> str:
-    """Run one stored investigation to completion; safe to call again for the same id.
-
-    Returns the final status. A redelivered task finds the investigation done and returns
-    without touching it; a retried one replaces its own findings, so nothing is stored twice.
-    """
-    url, slack = settings.effective_database_url, settings.slack_enabled
-    started = time.perf_counter()
-    with session_scope(url) as session:
-        claim = investigations.claim(
-            session, investigation_id, lease=timedelta(seconds=settings.investigation_lease_seconds)
-        )
-    if claim is None:
-        return "skipped"
-    alerts = [
-        AlertText(labels, annotations, start)
-        for labels, annotations, start in zip(
-            claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True
-        )
-    ]
-    cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
-    analysis = analyse(
-        settings,
-        target_of(claim, settings.file_config().target),
-        alerts=alerts,
-        cache=cache,
-        history=partial(_precedents, url, claim),
-    )
-    total_seconds = time.perf_counter() - started
-    try:
-        _save(url, investigation_id, analysis, total_seconds, slack)
-    except StatementError as exc:
-        if isinstance(exc, OperationalError) or not _llm_wrote(analysis):
-            raise  # the database blinked (the runner retries), or the rules' own answer failed: a bug
-        # The optional LLM never takes the investigation down: what the database refused of its
-        # answer or its audit trail is dropped, and the rules answer is stored in its place.
-        log.exception(
-            "investigation %s: the LLM's answer could not be stored; storing the rules answer", investigation_id
-        )
-        analysis = analysis.rules_only(f"{STORE_REFUSED}: {type(exc.orig or exc).__name__}: {exc.orig or exc}")
-        _save(url, investigation_id, analysis, total_seconds, slack)
-    gap = analysis.gap
-    if gap is not None and gap.reason is not None:
-        metrics.investigation_finished(InvestigationStatus.INCONCLUSIVE, total_seconds, gap.reason)
-        log.warning("investigation %s inconclusive: %s", investigation_id, gap.text)
-        return InvestigationStatus.INCONCLUSIVE
-    metrics.investigation_finished(InvestigationStatus.DONE, total_seconds)
-    top = analysis.hypotheses[0]
-    log.info(
-        "investigation %s done: top=%s (%.2f) by %s",
-        investigation_id,
-        top.category,
-        top.confidence,
-        analysis.analyst.analyst if analysis.analyst else "rules",
-    )
-    return InvestigationStatus.DONE

@@ -38,8 +38,8 @@ import psycopg
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from rca.jobs.runner import run_investigation  # noqa: E402
 from rca.pages.site import create_site  # noqa: E402
-from rca.pipeline import run_investigation  # noqa: E402
 from rca.scan.fleet import ServingTarget  # noqa: E402
 from rca.scan.forecast import Limit, SignalForecast  # noqa: E402
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition  # noqa: E402

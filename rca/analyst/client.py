@@ -14,7 +14,8 @@ Redis (so it works in the embedded mode too), and a restarted worker re-probes a
 may have been upgraded meanwhile.
 
 Bounds: every request of one investigation shares one deadline (`RCA_LLM_TIMEOUT_SECONDS`), and
-429, 5xx, timeouts and connection errors are retried at most `RCA_LLM_MAX_RETRIES` times. The
+429, 5xx, timeouts and connection errors are retried at most `RCA_LLM_MAX_RETRIES` times, after the
+server's Retry-After or the service's backoff with jitter (rca.domain.retry). The
 openai library's own retries are off because they may sleep up to two minutes on a Retry-After
 header; here a Retry-After longer than the time left ends the attempt instead.
 """
@@ -36,13 +37,14 @@ from openai.types.chat import (
 
 from rca import metrics
 from rca.domain.answer import answer_line
+from rca.domain.retry import Backoff
 from rca.domain.text import storable
 
 MODES = ("json_schema", "json_object", "prompt")
 SCHEMA_NAME = "rca_hypotheses"
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 FORMAT_WORDS = ("response_format", "json_schema", "schema")
-BACKOFF_SECONDS = 0.5
+BACKOFF = Backoff(base=0.5, cap=60.0)  # 0.5 s, 1 s, 2 s ... before jitter (rca.domain.retry)
 BODY_KEPT = 20_000  # characters of a raw response kept for audit
 
 _negotiated: dict[tuple[str, str], str] = {}
@@ -191,7 +193,7 @@ class ChatClient:
                 wait = None
             if retries >= self.max_retries:
                 raise LLMUnavailable(f"{call.error} (after {retries} retries)")
-            wait = BACKOFF_SECONDS * 2**retries if wait is None else wait
+            wait = BACKOFF.delay(retries) if wait is None else wait
             if wait >= self.time_left():
                 raise LLMUnavailable(f"{call.error}; waiting {wait:g} s to retry would pass RCA_LLM_TIMEOUT_SECONDS")
             time.sleep(wait)

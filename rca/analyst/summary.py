@@ -74,7 +74,7 @@ class Summary:
     ranking: list[dict[str, Any]]
     categories: dict[str, str]  # taxonomy id -> title
     traces: list[dict[str, Any]] | None = None  # {"operation", "share", "p95_ms", "attributes"}
-    # {"incident_id", "category", "confirmed", "title", "when", "similarity"}: rca.pipeline._precedents
+    # {"incident_id", "category", "confirmed", "title", "when", "similarity"}: rca.jobs.runner._precedents
     similar: list[dict[str, Any]] | None = None
     trimmed: list[str] = field(default_factory=list)
 

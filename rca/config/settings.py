@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     investigation_timeout_seconds: float = Field(default=60.0, gt=0)
     sweep_after_seconds: int = Field(default=60, ge=5)
     # How often the scheduler (`rca beat`) sweeps, and how long a running investigation's claim
-    # lasts without a heartbeat before the sweep hands it to another worker (rca/jobs/lease.py).
+    # lasts without a heartbeat before the sweep hands it to another worker (rca/jobs/runner.py).
     sweep_interval_seconds: float = Field(default=15.0, gt=0, le=3600)
     investigation_lease_seconds: float = Field(default=30.0, ge=1, le=3600)
     # The fleet scan (rca/scan): early warnings before the SLA alert. Unset RCA_SCAN_ENABLED = on

@@ -2,6 +2,10 @@
 three tasks as thin wires over the job bodies. They take ids and reload state, so a retried or
 redelivered task never duplicates findings or hypotheses.
 
+The investigate task is an adapter over the investigation runner (rca/jobs/runner.py), which
+owns the claim, its lease, the run, the save, the failure and the retry policy; the same runner
+runs investigations in-process (rca/jobs/inline.py).
+
 Late acks plus `task_reject_on_worker_lost` mean a worker that dies mid-investigation leaves the
 message to be redelivered; the task is idempotent, so redelivery is safe. `workers.app` is this
 app for `celery -A workers.app`; `rca worker` starts it directly.
@@ -9,7 +13,8 @@ app for `celery -A workers.app`; `rca worker` starts it directly.
 Investigations and Slack deliveries have their own queues, and `rca worker` consumes each with a
 Celery worker process of its own (rca/cli/worker.py): a Slack that hangs holds only the Slack pool. The
 sweep runs in the scheduler (`rca beat`, rca/jobs/beat.py), not behind the investigations queue.
-Transient errors are retried with `rca.jobs.policy`'s backoff, long enough for a database failover.
+Transient errors are retried with `rca.jobs.policy`'s backoff, long enough for a database failover:
+the Slack task as `retry_transient` says, an investigation as its runner decides.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from celery.signals import worker_process_init, worker_process_shutdown
 from rca import metrics
 from rca.config import Settings, get_settings
 from rca.jobs.backlog import held_investigations
-from rca.jobs.investigate import investigate
-from rca.jobs.policy import MAX_RETRIES, TRANSIENT, retry_delay
+from rca.jobs.policy import JOB_RETRIES
 from rca.jobs.queues import INVESTIGATIONS_QUEUE, SLACK_QUEUE
+from rca.jobs.runner import InvestigationRunner, RetryAfter
 from rca.jobs.sweep import SWEPT, owed_notices, sweep
 from rca.notify.service import deliver
 from rca.store.db import forget_engines_after_fork
@@ -67,10 +72,13 @@ def _register_tasks(app: Celery) -> None:
 
     @app.task(name=INVESTIGATE, bind=True)
     def investigate_task(self: Task, investigation_id: int) -> str:
-        try:
-            return investigate(get_settings(), investigation_id, queue_slack_notice, retryable=TRANSIENT)
-        except TRANSIENT as exc:
-            raise retry_transient(self, exc) from exc
+        """One attempt of the investigation runner (rca.jobs.runner); a retry it asks for is a
+        Celery retry after the delay it chose (the error itself once none is left)."""
+        runner = InvestigationRunner(get_settings(), queue_slack_notice)
+        outcome = runner.attempt(investigation_id, retries=self.request.retries)
+        if isinstance(outcome, RetryAfter):
+            raise self.retry(exc=outcome.error, countdown=outcome.delay, max_retries=runner.policy.max_retries)
+        return outcome
 
     @app.task(name=SLACK_NOTIFY, bind=True, soft_time_limit=120, time_limit=150)
     def slack_notify(self: Task, incident_id: int, event: str) -> str:
@@ -80,7 +88,7 @@ def _register_tasks(app: Celery) -> None:
         settings = get_settings()
         try:
             outcome = deliver(settings, incident_id, event, attempt=self.request.retries + 1)
-        except TRANSIENT as exc:
+        except JOB_RETRIES.transient as exc:
             raise retry_transient(self, exc) from exc
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=settings.slack_max_attempts)
@@ -94,8 +102,9 @@ def _register_tasks(app: Celery) -> None:
 
 def retry_transient(task: Task, exc: Exception) -> Exception:
     """The task's retry after a database or broker error, with the policy's backoff (rca.jobs.policy);
-    the error itself once MAX_RETRIES retries are used up."""
-    return task.retry(exc=exc, countdown=retry_delay(task.request.retries), max_retries=MAX_RETRIES)
+    the error itself once its retries are used up."""
+    retries = task.request.retries
+    return task.retry(exc=exc, countdown=JOB_RETRIES.delay(retries), max_retries=JOB_RETRIES.max_retries)
 
 
 def run_sweep(app: Celery, settings: Settings) -> int:

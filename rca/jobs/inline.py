@@ -1,6 +1,7 @@
-"""The embedded runner: investigations on background threads of the API process, Slack on a
-thread of its own, and a sweeper thread for what a previous process accepted but never ran or
-never told Slack."""
+"""The embedded runner: investigations on background threads of the API process, run by the same
+investigation runner as the Celery task (rca/jobs/runner.py: the same claim, lease, failure and
+retries, a retry waiting its backoff on the thread), Slack on a thread of its own, and a sweeper
+thread for what a previous process accepted but never ran or never told Slack."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from rca.config import Settings
-from rca.jobs.investigate import investigate
+from rca.jobs.runner import InvestigationRunner
 from rca.jobs.scan import start_scans
 from rca.jobs.slack import deliver_with_retries
 from rca.jobs.sweep import SWEPT, owed_notices, sweep
@@ -22,6 +23,7 @@ class InlineDispatcher:
     def __init__(self, settings: Settings, workers: int = 2) -> None:
         self.settings = settings
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="investigate")
+        self.runner = InvestigationRunner(settings, self.notify)
         # One thread for Slack: deliveries queue up behind a rate limit instead of piling onto it.
         self.slack_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slack")
         self._stop = threading.Event()
@@ -30,7 +32,7 @@ class InlineDispatcher:
         self._scanner = start_scans(settings, self.enqueue, self.notify, self._stop)  # early warnings (rca/scan)
 
     def enqueue(self, investigation_id: int) -> bool:
-        self.pool.submit(investigate, self.settings, investigation_id, self.notify)
+        self.pool.submit(self.runner.run, investigation_id, self._stop.wait)
         return True
 
     def notify(self, incident_id: int, event: str) -> bool:

@@ -1,36 +1,49 @@
-"""Which errors a job may retry, and how often: declared once for both runners.
+"""Which errors a job may retry, how often, and how long it waits: declared once, as `JOB_RETRIES`,
+for both runners (the Celery tasks and the in-process runner of `rca serve`).
 
 The retries must outlast a typical database failover (30 to 60 s) or broker restart. Celery's
 own `retry_backoff` draws each delay uniformly between 0 and the exponential value ("full
 jitter"), so five tries can all land within a few seconds: under a 15 s outage some tasks used
-them all up. Here each delay is exponential from 2 s, capped at 60 s, and drawn between half
-and all of that value ("equal jitter"): workers recovering together still spread out, and the
-total is bounded below, MIN_TOTAL_BACKOFF seconds (121) over MAX_RETRIES tries, well past a minute.
+them all up. Here each delay is the service's one backoff (rca.domain.retry: equal jitter),
+exponential from 2 s and capped at 60 s: workers recovering together still spread out, and the
+total is bounded below, `min_total` seconds (121) over `max_retries` tries, well past a minute.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 from sqlalchemy.exc import OperationalError
 
-# Errors worth retrying: the database or broker blinked. Anything else is a bug or bad data.
-TRANSIENT: tuple[type[Exception], ...] = (OperationalError, ConnectionError, TimeoutError)
-MAX_RETRIES = 8
-BACKOFF_BASE = 2.0  # seconds before the first retry (before jitter)
-BACKOFF_CAP = 60.0  # no wait is longer: a task retried this late still finishes within minutes
+from rca.domain.retry import Backoff
 
 
-def backoff_ceiling(retries: int) -> float:
-    """The longest wait before retry number `retries + 1` (0 for the first retry)."""
-    return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(retries, 32))
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Errors worth retrying, at most `max_retries` retries, and the backoff between them."""
+
+    transient: tuple[type[Exception], ...]
+    max_retries: int
+    backoff: Backoff
+
+    def delay(self, retries: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number `retries + 1`."""
+        return self.backoff.delay(retries, rng)
+
+    @property
+    def min_total(self) -> float:
+        """The shortest all the retries can wait together, however the jitter falls."""
+        return self.backoff.min_total(self.max_retries)
+
+    @property
+    def max_total(self) -> float:
+        """The longest all the retries can wait together."""
+        return self.backoff.max_total(self.max_retries)
 
 
-def retry_delay(retries: int, rng: random.Random | None = None) -> float:
-    """Seconds to wait before retry number `retries + 1`: between half and all of the ceiling."""
-    ceiling = backoff_ceiling(retries)
-    return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
-
-
-MIN_TOTAL_BACKOFF = sum(backoff_ceiling(n) / 2 for n in range(MAX_RETRIES))
-MAX_TOTAL_BACKOFF = sum(backoff_ceiling(n) for n in range(MAX_RETRIES))
+# The database or broker blinked: worth retrying. Anything else is a bug or bad data. A task
+# retried as late as the cap still finishes within minutes.
+JOB_RETRIES = RetryPolicy(
+    transient=(OperationalError, ConnectionError, TimeoutError), max_retries=8, backoff=Backoff(base=2.0, cap=60.0)
+)

@@ -174,7 +174,7 @@ class Investigation(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # While running: the claim's lease, renewed by the worker running it (rca/jobs/lease.py).
+    # While running: the claim's lease, renewed by the worker running it (rca/jobs/runner.py).
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     collect_seconds: Mapped[float | None] = mapped_column(Float)

@@ -21,9 +21,8 @@ from rca.api.app import create_app
 from rca.config import Settings
 from rca.jobs.celery_app import create_app as create_celery_app
 from rca.jobs.dispatch import CeleryDispatcher
-from rca.jobs.investigate import investigate
+from rca.jobs.runner import InvestigationRunner, run_investigation
 from rca.notify.service import deliver
-from rca.pipeline import run_investigation
 from rca.store.models import SlackAttempt, SlackDelivery
 from tests.fakes.prometheus import StubPrometheus
 from tests.fakes.slack import TOKEN, Failure, FakeSlack
@@ -198,7 +197,7 @@ def investigated_but_never_queued(settings: Settings, lost: str) -> tuple[int, i
     if lost == "broker-down":
         dispatcher = CeleryDispatcher(settings)
         try:  # the job body as the worker runs it; its Slack enqueue fails and is only logged
-            assert investigate(settings, investigation_id, dispatcher.notify) == "done"
+            assert InvestigationRunner(settings, dispatcher.notify).attempt(investigation_id) == "done"
         finally:
             dispatcher.close()
     else:

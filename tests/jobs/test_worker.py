@@ -1,4 +1,4 @@
-"""`rca worker` as processes (rca/cli/worker.py, rca/jobs/beat.py, rca/jobs/lease.py), on the real Redis
+"""`rca worker` as processes (rca/cli/worker.py, rca/jobs/beat.py, rca/jobs/runner.py), on the real Redis
 and PostgreSQL: Slack deliveries on a pool of their own, so that a hanging Slack does not slow
 investigations; one scheduler at a time, which dies with its worker. (A worker killed with -9
 mid-investigation, taken over within a minute and posted once: tests/faults/test_worker_kills.py.)"""

@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from rca.api.app import create_app
+from rca.jobs.runner import run_investigation
 from rca.notify.message import from_incident
-from rca.pipeline import run_investigation
 from rca.scan.backtest import backtest
 from rca.scan.scanner import (
     BASELINE_MOVE_SECONDS,

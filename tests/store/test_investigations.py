@@ -100,7 +100,7 @@ def test_text_no_backend_can_store_is_cleaned_wherever_it_sits_in_a_result(db_ur
 
 
 def test_a_running_investigation_is_swept_once_its_lease_lapses_not_before(db_url: str) -> None:
-    """The claim carries a lease that the running worker renews (rca/jobs/lease.py); the sweep
+    """The claim carries a lease that the running worker renews (rca/jobs/runner.py); the sweep
     leaves a running investigation alone while its lease holds, and re-queues it once it lapsed."""
     investigation_id = queued_investigation(db_url)
     with session_scope(db_url) as session:
