@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 
 from prometheus_client import (
@@ -34,6 +34,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rca.domain.status import InconclusiveReason, InvestigationStatus
+from rca.domain.waiting import Waiting
 
 log = logging.getLogger(__name__)
 
@@ -184,37 +185,48 @@ class BuildInfoCollector(Collector):
         yield info
 
 
-class QueueAgeCollector(Collector):
-    """`rca_investigation_queue_oldest_age_seconds`, read at each scrape through `oldest_age` (the
-    API passes one indexed query of the store), so it is right whichever process enqueued and
-    whichever runs the queue."""
+class QueueCollector(Collector):
+    """`rca_queue_depth` and `rca_queue_oldest_age_seconds` by queue, read at each scrape through
+    `waiting` (the API passes the store's indexed queries: investigations queued, Slack notices
+    owed), so they are right whichever process enqueued and whichever runs the queue."""
 
-    NAME = "rca_investigation_queue_oldest_age_seconds"
-    HELP = "Age of the oldest investigation still queued (0 when none)."
+    DEPTH = "rca_queue_depth"
+    DEPTH_HELP = "Items waiting in each queue: investigations queued, Slack notices owed."
+    AGE = "rca_queue_oldest_age_seconds"
+    AGE_HELP = "How long the oldest item of each queue has waited (0 when none waits)."
 
-    def __init__(self, oldest_age: Callable[[], float]) -> None:
-        self.oldest_age = oldest_age
+    def __init__(self, waiting: Callable[[], Mapping[str, Waiting]]) -> None:
+        self.waiting = waiting
 
     def describe(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(self.NAME, self.HELP)  # registering must not touch the database
+        yield GaugeMetricFamily(
+            self.DEPTH, self.DEPTH_HELP, labels=["queue"]
+        )  # registering must not touch the database
+        yield GaugeMetricFamily(self.AGE, self.AGE_HELP, labels=["queue"])
 
     def collect(self) -> Iterator[Metric]:
         try:
-            age = self.oldest_age()
-        except Exception as exc:  # the database is down: leave the gauge out, /readyz says why
-            log.warning("queue age not measured: %s", exc)
+            queues = self.waiting()
+        except Exception as exc:  # the database is down: leave the gauges out, /readyz says why
+            log.warning("queues not measured: %s", exc)
             return
-        yield GaugeMetricFamily(self.NAME, self.HELP, value=age)
+        depth = GaugeMetricFamily(self.DEPTH, self.DEPTH_HELP, labels=["queue"])
+        age = GaugeMetricFamily(self.AGE, self.AGE_HELP, labels=["queue"])
+        for queue, waiting in sorted(queues.items()):
+            depth.add_metric([queue], waiting.depth)
+            age.add_metric([queue], waiting.oldest_age)
+        yield depth
+        yield age
 
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
 
-def scrape_registry(queue_oldest_age: Callable[[], float] | None = None) -> CollectorRegistry:
+def scrape_registry(waiting: Callable[[], Mapping[str, Waiting]] | None = None) -> CollectorRegistry:
     """What one scrape of this process shows: every process's values in multiprocess mode (plus
     this one's process metrics), else the default registry; the build info; and, given a way to
-    read it, the queue age."""
+    read them, the queues' depth and age."""
     registry = CollectorRegistry()
     if multiprocess_dir():
         multiprocess.MultiProcessCollector(registry)
@@ -223,8 +235,8 @@ def scrape_registry(queue_oldest_age: Callable[[], float] | None = None) -> Coll
     else:
         registry.register(REGISTRY)  # a registry is a collector of its collectors
     registry.register(BuildInfoCollector())
-    if queue_oldest_age is not None:
-        registry.register(QueueAgeCollector(queue_oldest_age))
+    if waiting is not None:
+        registry.register(QueueCollector(waiting))
     return registry
 
 

@@ -32,7 +32,7 @@ from rca.notify.service import deliver
 from rca.pipeline import analyse
 from rca.store import tokens
 from rca.store.db import get_engine, session_scope
-from rca.store.models import Investigation
+from rca.store.models import Incident, Investigation
 from rca.traces.evidence import trace_findings
 from tests.e2e.promstack import free_port
 from tests.fakes.llm import SURGE_ANSWER, FakeLLM, completion, error, surge_findings, surge_rules, surge_target
@@ -96,7 +96,10 @@ def test_metrics_refuses_without_a_token_and_serves_a_read_token(pg_db: str, tmp
     assert value(samples, "rca_build_info", version="0.1.0") == 1
     assert value(samples, "process_resident_memory_bytes") > 0  # the standard process collector
     assert any(name == "python_info" for name, _ in samples)
-    assert value(samples, "rca_investigation_queue_oldest_age_seconds") == 0  # nothing queued
+    for queue in ("investigations", "slack"):  # nothing waits, and the series say so
+        assert ("rca_queue_depth", (("queue", queue),)) in samples
+        assert value(samples, "rca_queue_depth", queue=queue) == 0
+        assert value(samples, "rca_queue_oldest_age_seconds", queue=queue) == 0
     # Series exist at zero before their first event, so rates and alerts see them from the start.
     assert ("rca_webhook_requests_total", (("code", "401"), ("outcome", "unauthorized"))) in samples
     assert ("rca_investigation_duration_seconds_bucket", (("le", "300.0"), ("status", "done"))) in samples
@@ -116,7 +119,7 @@ def test_every_rca_metric_is_documented_and_named_by_the_conventions(pg_db: str,
         families = list(text_string_to_metric_families(client.get("/metrics").text))
     documented = (REPO / "docs" / "metrics.md").read_text()
     ours = [f for f in families if f.name.startswith("rca_")]
-    assert len(ours) == 22
+    assert len(ours) == 23
     for family in ours:
         exposed = family.name + ("_total" if family.type == "counter" else "")
         assert f"| `{exposed}` | {family.type} |" in documented, f"{exposed} is not in docs/metrics.md"
@@ -195,7 +198,7 @@ def test_a_webhook_refused_for_a_down_database_counts_as_database_unavailable(tm
     assert reply.status_code == 200  # the queue gauge is left out, the rest still served
     after = parse(reply.text)
     assert moved(before, after, "rca_webhook_requests_total", outcome="database_unavailable", code="503") == 1
-    assert ("rca_investigation_queue_oldest_age_seconds", ()) not in after
+    assert not any(name.startswith("rca_queue_") for name, _ in after)
 
 
 # --------------------------------------------------------------------------- the queue
@@ -204,6 +207,7 @@ def test_a_webhook_refused_for_a_down_database_counts_as_database_unavailable(tm
 def test_queue_age_is_the_oldest_queued_investigation_and_zero_once_it_runs(client: TestClient, db_url: str) -> None:
     reply = post_webhook(client, make_payload("g-queued", alerts=[make_alert("fp-q")]))
     investigation_id = reply.json()["investigation_id"]
+    post_webhook(client, make_payload("g-queued-too", alerts=[make_alert("fp-q2")]))
     with get_engine(db_url).begin() as conn:  # queued two minutes ago by some other process
         conn.execute(
             update(Investigation)
@@ -211,11 +215,28 @@ def test_queue_age_is_the_oldest_queued_investigation_and_zero_once_it_runs(clie
             .values(queued_at=datetime.now(UTC) - timedelta(seconds=120))
         )
 
-    assert 120 <= value(scrape(client), "rca_investigation_queue_oldest_age_seconds") < 150
+    samples = scrape(client)
+    assert 120 <= value(samples, "rca_queue_oldest_age_seconds", queue="investigations") < 150
+    assert value(samples, "rca_queue_depth", queue="investigations") == 2
 
     with get_engine(db_url).begin() as conn:
-        conn.execute(update(Investigation).where(Investigation.id == investigation_id).values(status="running"))
-    assert value(scrape(client), "rca_investigation_queue_oldest_age_seconds") == 0
+        conn.execute(update(Investigation).values(status="running"))
+    samples = scrape(client)
+    assert value(samples, "rca_queue_oldest_age_seconds", queue="investigations") == 0
+    assert value(samples, "rca_queue_depth", queue="investigations") == 0
+
+
+def test_the_slack_queue_is_the_notices_owed_and_how_long_the_oldest_has_waited(
+    client: TestClient, db_url: str
+) -> None:
+    ids = [post_webhook(client, make_payload(f"g-owed-{n}")).json()["incident_id"] for n in range(3)]
+    with get_engine(db_url).begin() as conn:  # two owed, the older for 90 s; the third up to date
+        for incident_id, since in zip(ids, (90, 10, None), strict=True):
+            owed_since = datetime.now(UTC) - timedelta(seconds=since) if since is not None else None
+            conn.execute(update(Incident).where(Incident.id == incident_id).values(slack_owed_since=owed_since))
+    samples = scrape(client)
+    assert value(samples, "rca_queue_depth", queue="slack") == 2
+    assert 90 <= value(samples, "rca_queue_oldest_age_seconds", queue="slack") < 120
 
 
 def test_the_sweeper_counts_what_it_reenqueues(client: TestClient, db_url: str, tmp_path: Path) -> None:
@@ -446,7 +467,7 @@ def test_the_worker_port_serves_what_its_pool_children_counted(
     assert moved(before, after, "rca_investigation_duration_seconds_count", status="done") == 3
     assert value(after, "rca_build_info", version="0.1.0") == 1
     assert value(after, "process_resident_memory_bytes") > 0  # the main process's own
-    assert ("rca_investigation_queue_oldest_age_seconds", ()) not in after  # the API serves it, once
+    assert not any(name.startswith("rca_queue_") for name, _ in after)  # the API serves them, once
 
 
 def test_worker_metrics_settings_are_checked(tmp_path: Path, pg_url: str, redis_url: str) -> None:

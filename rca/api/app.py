@@ -24,7 +24,10 @@ from rca.api.docs import install_docs
 from rca.api.errors import validation_failed
 from rca.api.schemas import ReadinessOut
 from rca.config import Settings
+from rca.domain.waiting import Waiting
+from rca.incidents import notices
 from rca.jobs.dispatch import Dispatcher, create_dispatcher
+from rca.jobs.queues import INVESTIGATIONS_QUEUE, SLACK_QUEUE
 from rca.startup import prometheus_problem
 from rca.store import investigations
 from rca.store.db import ping, session_scope
@@ -146,11 +149,11 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
         # Without Prometheus the service still takes and keeps every alert: degraded, not down.
         return JSONResponse({"status": "ready" if metrics_source == "ok" else "degraded", "checks": checks})
 
-    def oldest_queued_age() -> float:
+    def waiting() -> dict[str, Waiting]:
         with session_scope(settings.effective_database_url) as session:
-            return investigations.oldest_queued_age(session)
+            return {INVESTIGATIONS_QUEUE: investigations.queued(session), SLACK_QUEUE: notices.owed(session)}
 
-    scrape = metrics.scrape_registry(oldest_queued_age)
+    scrape = metrics.scrape_registry(waiting)
 
     # Left out of the OpenAPI document: Prometheus' text format, not part of the JSON API.
     @app.get(

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from rca.domain.clock import utcnow
 from rca.domain.result import InvestigationResult
 from rca.domain.status import AlertStatus, Analyst, InvestigationStatus
+from rca.domain.waiting import Waiting
 from rca.store import digests, notices
 from rca.store.models import Alert, Investigation
 from rca.store.models import Finding as FindingRow
@@ -215,9 +216,12 @@ def stranded(
     return result
 
 
-def oldest_queued_age(session: Session) -> float:
-    """Seconds since the oldest still-queued investigation was queued, 0 when none is: one query
-    on the status index, cheap enough for every scrape."""
-    queued = Investigation.status == InvestigationStatus.QUEUED
-    oldest = session.scalar(select(func.min(Investigation.queued_at)).where(queued))
-    return max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0
+def queued(session: Session) -> Waiting:
+    """The investigations still queued, and how long the oldest has waited: one query on the
+    status index, cheap enough for every scrape."""
+    count, oldest = session.execute(
+        select(func.count(), func.min(Investigation.queued_at)).where(
+            Investigation.status == InvestigationStatus.QUEUED
+        )
+    ).one()
+    return Waiting(count, max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0)

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
 from rca.domain.early_warning import BACKTEST
+from rca.domain.waiting import Waiting
 from rca.store.models import Incident, UTCDateTime
 
 SWEEP_BATCH = 500
@@ -89,3 +90,13 @@ def claim_owed(session: Session, older_than: timedelta) -> list[int]:
             .execution_options(synchronize_session=False)
         )
     return ids
+
+
+def owed(session: Session) -> Waiting:
+    """The incidents Slack still owes a notice, and how long the oldest has waited since it was
+    owed or last handed to a delivery (a claim and a deferral move the marker): one query on the
+    marker's index, cheap enough for every scrape."""
+    count, oldest = session.execute(
+        select(func.count(), func.min(Incident.slack_owed_since)).where(Incident.slack_owed_since.is_not(None))
+    ).one()
+    return Waiting(count, max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0)

@@ -144,7 +144,7 @@ def test_service_dashboard_shows_the_service_health() -> None:
     for metric in (
         "rca_webhook_requests_total",
         "rca_investigations_total",
-        "rca_investigation_queue_oldest_age_seconds",
+        "rca_queue_oldest_age_seconds",
         "rca_investigation_duration_seconds_bucket",
         "rca_llm_tokens_total",
         "rca_llm_cost_dollars_total",

@@ -30,7 +30,9 @@ def _service_series() -> dict[str, set[tuple[str, str]]]:
 
     from rca import metrics
 
-    series: dict[str, set[tuple[str, str]]] = {metrics.QueueAgeCollector.NAME: set()}  # read from the database
+    # read from the database at each scrape: the API's, by queue
+    queues = {("queue", "investigations"), ("queue", "slack")}
+    series: dict[str, set[tuple[str, str]]] = {metrics.QueueCollector.DEPTH: queues, metrics.QueueCollector.AGE: queues}
     for family in text_string_to_metric_families(generate_latest(metrics.scrape_registry()).decode()):
         for sample in family.samples:
             series.setdefault(sample.name, set()).update(sample.labels.items())
