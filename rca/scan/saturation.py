@@ -24,10 +24,13 @@ normal level (the history before the trend window) tells a host that always runs
 workload) from one that is filling up.
 
 A straight line forecasts only while the series still lies on it: once the latest sample falls
-below the line by more than the gauge's own jitter from one sample to the next (`Headroom.turned`),
-the rise has stopped (a burst ending, a hot engine's KV swinging back from its peak) and the
-line's "full in ~N min" is about a past that no longer holds. A fill that goes on keeps its
-latest samples on or above the line (a surge, as the step slows with the batch, accelerates).
+below the line, and below where the series stood in the minutes before it, by more than the
+gauge's own jitter from one sample to the next (`Headroom.turned`), the rise has stopped (a burst
+ending, a hot engine's KV swinging back from its peak) and the line's "full in ~N min" is about a
+past that no longer holds. A fill that goes on keeps its latest samples on or above the line (a
+surge, as the step slows with the batch, accelerates), or, as it nears full and slows, at least
+as high as it stood: a KV share that creeps from 0.84 to 0.85 lies under a line drawn through its
+steeper start, but it has not turned.
 The jitter, not the residuals about the line: a burst's curve inflates those, and the level's
 wander over the hour (a hot engine's KV share swings by half within minutes) says nothing of how
 far one sample strays.
@@ -62,6 +65,7 @@ PLATEAU = 0.98  # a step with a queue is at the ceiling when its batch is within
 # on any dip.
 TURN_SIGMAS = 2.0
 TURN_FLOOR = 0.01
+TURN_LOOKBACK_SECONDS = 120  # a fall is from the highest it stood in these seconds before the latest
 _NORMAL = NormalDist()  # the stdlib's: scipy's per-call overhead is 30 times its, every target every scan
 _Z = _NORMAL.inv_cdf(0.5 + TREND_CONFIDENCE / 2)  # half-width of the trend interval in standard deviations
 
@@ -84,6 +88,7 @@ class Headroom:
     short: Trend | None  # the trend over `trend_seconds`, and over LONG_WINDOWS of it
     long: Trend | None
     latest: float  # the utilisation's latest sample
+    recent_peak: float  # the highest sample of the TURN_LOOKBACK_SECONDS before the latest
     noise: float  # one sample's jitter, as a standard deviation (`jitter`)
     horizon_seconds: float  # the horizon P(full) is judged at
     departed: bool  # above its own normal range
@@ -129,9 +134,10 @@ class Headroom:
 
     @property
     def turned(self) -> bool:
-        """The latest sample lies below the short trend line by more than the window's noise:
-        the rise has stopped, and the line no longer forecasts."""
-        return self.latest < self.utilisation - max(TURN_SIGMAS * self.noise, TURN_FLOOR)
+        """The latest sample lies below the short trend line, and below the series' recent peak,
+        by more than the gauge's jitter: it has fallen back, and the line no longer forecasts."""
+        tolerance = max(TURN_SIGMAS * self.noise, TURN_FLOOR)
+        return self.latest < self.utilisation - tolerance and self.latest < self.recent_peak - tolerance
 
     @property
     def lives_full(self) -> bool:
@@ -187,6 +193,7 @@ class Headroom:
             "probability": self.probability,
             "short_probability": self.short_probability,
             "latest": self.latest,
+            "recent_peak": self.recent_peak,
             "noise": self.noise,
             "turned": self.turned,
             "horizon_seconds": self.horizon_seconds,
@@ -312,6 +319,9 @@ def headrooms(
             short=trend,
             long=long,
             latest=window[-1][1],
+            recent_peak=max(
+                (v for ts, v in window[:-1] if ts >= window[-1][0] - TURN_LOOKBACK_SECONDS), default=window[-1][1]
+            ),
             noise=jitter([v for _, v in level]),
             horizon_seconds=horizon_seconds,
             departed=normal is None or now_level - normal.centre > normal.spread,

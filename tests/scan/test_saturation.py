@@ -163,6 +163,15 @@ def test_a_rise_whose_latest_samples_fell_off_its_line_has_turned_and_does_not_f
     assert rooms(going)["host:8000"].filling_now(0.8) and not rooms(going)["host:8000"].turned
 
 
+def test_a_fill_that_slows_as_it_nears_full_has_not_turned() -> None:
+    """A KV share that rose fast and now creeps (0.80, 0.82, 0.83, 0.835) lies under a line drawn
+    through its steeper start, but it has not fallen from where it stood: no turn, still filling."""
+    kv = np.concatenate([np.full(90, 0.3), np.linspace(0.35, 0.8, 6), [0.82, 0.83, 0.833, 0.835]])
+    room = rooms(np.full(100, 50.0), kv=kv, ceiling_host=False)["host:8000"]
+    assert room.latest < room.utilisation - 0.02  # below its line...
+    assert not room.turned and room.filling_now(0.8)  # ...but no lower than it stood
+
+
 def test_the_streak_counts_the_short_window_and_the_long_one_confirms_at_the_warning() -> None:
     """A fill the short window has forecast for three scans warns at the first scan the long
     window agrees: the long window's lag and the sustain overlap, instead of adding up."""
