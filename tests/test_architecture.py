@@ -2,8 +2,9 @@
 on" column names exactly the rooms its modules import directly (grimp's graph, the one
 `lint-imports` checks), and every room has a row.
 
-An import under `if TYPE_CHECKING:` counts: grimp reports it, `lint-imports`' layers count it, and
-a room that names another's types depends on it (rca.cli names the scan's `BacktestResult`). A
+An import under `if TYPE_CHECKING:` or inside a function counts: grimp reports both, `lint-imports`'
+layers count both, and a room that names another's types depends on it (rca.cli names the scan's
+`BacktestResult` for mypy, and imports its `backtest` when the command runs). A
 parenthesised note in the column ("incidents (the notices owed)") is only a note; a name there that
 is no room (pydantic) is a library, and must be one that can be imported."""
 
