@@ -2,7 +2,7 @@
 channel (fleet incidents, Slack actions) changes it in one place.
 
 Intake, the scan, the backtest and the API call it; none of them writes incident rows itself.
-It imports only the store, the domain and the config (pyproject.toml's contracts hold it there).
+It imports only the store and the domain (pyproject.toml's contracts hold it there).
 
 - `opened.open_incidents`: the one place an incident is opened (an Alertmanager group's, a warning's).
 - `alerts.record`: a notification joins (or opens) its group's incident, or the early warning's.

@@ -13,6 +13,7 @@ from rca.config.files import DEFAULT_TRACE_GROUPS
 from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, symptoms, taxonomy
 from rca.diagnosis.ranking import rank as calibrated_rank
 from rca.domain.evidence import Finding, Hypothesis
+from tests.helpers import factories
 from tests.helpers.paths import REPO
 
 PROFILE = load_profile()
@@ -26,23 +27,8 @@ rank = functools.partial(calibrated_rank, calibrated=False)
 
 def finding(key: str, breached: bool = False, unavailable: bool = False) -> Finding:
     status = "unavailable" if unavailable else ("breached" if breached else "ok")
-    return Finding(
-        key=key,
-        kind=KINDS.get(key, "supporting"),
-        title=key,
-        status=status,
-        breached=breached,
-        value=None if unavailable else 1.0,
-        baseline=None if unavailable else 0.5,
-        threshold=None,
-        comparison=">",
-        unit="",
-        onset=None,
-        query=None,
-        source=None,
-        series_labels=None,
-        detail=f"{key} is {status}",
-    )
+    unmeasured = {"value": None, "baseline": None} if unavailable else {}
+    return factories.finding(key, status=status, kind=KINDS.get(key, "supporting"), title=key, **unmeasured)
 
 
 def findings(breached: set[str] = frozenset(), unavailable: set[str] = frozenset()) -> list[Finding]:

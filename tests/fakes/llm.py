@@ -24,6 +24,7 @@ from typing import Any
 from rca.collect.target import Target
 from rca.diagnosis.ranking import rank
 from rca.domain.evidence import Finding
+from tests.helpers import factories
 from tests.helpers.loopback import LoopbackServer
 
 # What llama-cpp-python 0.3.x answers to response_format json_schema (reference/local_llm.md).
@@ -163,12 +164,9 @@ def finding(
 ) -> Finding:
     onset = datetime.now(UTC) - timedelta(minutes=onset_minutes_ago) if onset_minutes_ago else None
     detail = f"{key} is {value}" if status in ("breached", "ok") else "data unavailable: no samples"
-    return Finding(
-        key=key,
-        kind="signal",
-        title=key.replace("_", " "),
+    return factories.finding(
+        key,
         status=status,
-        breached=status == "breached",
         value=value,
         baseline=baseline,
         threshold=threshold,
@@ -177,7 +175,6 @@ def finding(
         onset=onset,
         query=f"vector({value})",
         source="test",
-        series_labels=None,
         detail=detail,
     )
 

@@ -11,33 +11,28 @@ from rca.collect.prometheus import Collection, Window
 from rca.collect.target import Target
 from rca.config import TargetConfig
 from rca.domain.coverage import NO_PROMETHEUS
-from rca.domain.evidence import Finding, Hypothesis
+from rca.domain.evidence import Finding
 from rca.domain.status import FindingStatus
 from rca.pipeline import Analysis, target_of
 from rca.store import digests, investigations
 from rca.store.db import session_scope
 from rca.store.models import Investigation
+from tests.helpers import factories
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def finding(key: str, onset_minute: int | None = None, breached: bool = True, title: str | None = None) -> Finding:
-    onset = None if onset_minute is None else T0 + timedelta(minutes=onset_minute)
-    return Finding(
-        key=key,
-        kind="signal",
+    return factories.finding(
+        key,
+        status=FindingStatus.BREACHED if breached else FindingStatus.OK,
         title=title or f"{key.replace('_', ' ')} rose",
-        status="breached" if breached else "ok",
-        breached=breached,
-        value=1.0,
         baseline=0.1,
         threshold=0.5,
-        comparison=">",
         unit="ratio",
-        onset=onset,
+        onset=None if onset_minute is None else T0 + timedelta(minutes=onset_minute),
         query=f"{key}_query",
         source="prometheus",
-        series_labels=None,
         detail=f"{key} went from 0.1 to 1.0",
     )
 
@@ -92,9 +87,9 @@ def finish_investigation(
         finding("gpu_utilization_ok", breached=False)
     ]
     hypotheses = [
-        Hypothesis(
-            rank=n + 1,
-            category=cat,
+        factories.hypothesis(
+            n + 1,
+            cat,
             title=f"{cat.replace('_', ' ')} suspected",
             confidence=round(0.8 - 0.2 * n, 2),
             evidence=breached[:1],

@@ -15,6 +15,7 @@ from rca.store import digests, notices
 from rca.store.db import session_scope
 from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation
 from tests.fakes.slack import TOKEN, FakeSlack
+from tests.helpers import factories
 from tests.helpers.service import make_settings
 
 CHANNEL = "#llm-alerts"
@@ -30,36 +31,13 @@ def slack_settings(db_url: str, tmp_path: Path, slack: FakeSlack, mode: str = "b
 
 
 def store_incident(url: str, *, annotations: dict[str, str] | None = None, severity: str = "critical") -> int:
-    now = datetime.now(UTC)
-    labels = {"alertname": "LLMRequestQueueMedianHigh", "instance": "gpu-node-1:8000", "severity": severity}
+    labels = {"alertname": factories.ALERTNAME, "instance": factories.INSTANCE, "severity": severity}
     with session_scope(url) as session:
-        incident = Incident(
-            group_key=f"g-{now.timestamp()}",
-            status="firing",
-            title="queue high",
-            alertname=labels["alertname"],
-            receiver="llm-rca",
-            group_labels={},
-            common_labels=labels,
-            common_annotations={},
-            external_url="http://alertmanager:9093",
-            notification_count=1,
-        )
+        incident = Incident(**factories.incident(f"g-{datetime.now(UTC).timestamp()}", common_labels=labels))
         session.add(incident)
         session.flush()
-        session.add(
-            Alert(
-                incident_id=incident.id,
-                fingerprint="fp",
-                alertname=labels["alertname"],
-                status="firing",
-                labels=labels,
-                annotations=annotations or {"summary": "queue above 4.7"},
-                starts_at=now - timedelta(minutes=5),
-                generator_url="http://prometheus:9090/graph",
-                raw={},
-            )
-        )
+        alert = factories.alert("fp", labels=labels, annotations=annotations or {"summary": "queue above 4.7"})
+        session.add(Alert(incident_id=incident.id, **alert))
         return incident.id
 
 

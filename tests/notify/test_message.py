@@ -14,9 +14,6 @@ from rca.collect.target import Target
 from rca.config import ConfigError, SlackFileConfig, load_settings
 from rca.diagnosis.ranking import rank
 from rca.domain.coverage import NO_PROMETHEUS, Judged, data_gap, judged
-from rca.domain.evidence import Finding as DomainFinding
-from rca.domain.evidence import Hypothesis as DomainHypothesis
-from rca.domain.status import FindingStatus
 from rca.notify.blocks import MAX_BLOCKS, cut, render
 from rca.notify.escape import mrkdwn
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, change_key_of
@@ -26,6 +23,7 @@ from rca.startup import checked_settings
 from rca.store.models import Finding, Hypothesis, Investigation
 from rca.store.similar import Precedent
 from tests.fakes.slack import block_kit_problems
+from tests.helpers import factories
 
 HOSTILE = "Queue high <!channel> <!here> <@U123ABC> see <http://evil.example|click> & <#C999>"
 # Slack control sequences: `<!...>` broadcasts, `<@U...>` mentions, `<#C...>` channels, `<url|label>` links.
@@ -252,35 +250,10 @@ def analysis(
 ) -> Analysis:
     """An analysis whose analyst wrote `categories` in this order and wording; the rules' ranking
     is what the findings give."""
-    findings = [
-        DomainFinding(
-            key=k,
-            kind="signal",
-            title=k,
-            status=FindingStatus(s),
-            breached=s == "breached",
-            value=1.0,
-            baseline=0.5,
-            threshold=0.8,
-            comparison=">",
-            unit="ratio",
-            onset=None,
-            query=None,
-            source=None,
-            series_labels=None,
-            detail=f"{k} is {s}",
-        )
-        for k, s in breached.items()
-    ]
+    findings = [factories.finding(k, status=s, title=k, threshold=0.8, unit="ratio") for k, s in breached.items()]
     hypotheses = [
-        DomainHypothesis(
-            rank=i,
-            category=c,
-            title=f"{c} {wording}",
-            explanation=wording,
-            confidence=0.9 - i / 10,
-            evidence=[],
-            analyst=analyst,
+        factories.hypothesis(
+            i, c, title=f"{c} {wording}", explanation=wording, confidence=0.9 - i / 10, analyst=analyst
         )
         for i, c in enumerate(categories, start=1)
     ]

@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 
 from rca.domain.analyst import AnalystRecord
-from rca.domain.evidence import Finding, Hypothesis
 from rca.domain.result import InvestigationResult
 from rca.domain.status import InconclusiveReason
 from rca.store import investigations
 from rca.store.db import session_scope
 from rca.store.models import Investigation
+from tests.helpers import factories
 from tests.helpers.slack import queued_investigation
 
 DIRTY = "a\x00b\ud800c"  # NUL (Postgres text and JSONB refuse it) and a lone surrogate (no encoder takes it)
@@ -24,32 +24,17 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def dirty_result() -> InvestigationResult:
-    finding = Finding(
-        key="queue_median",
-        kind="signal",
+    finding = factories.finding(
+        "queue_median",
         title=f"queue {DIRTY}",
-        status="breached",
-        breached=True,
-        value=9.0,
-        baseline=1.0,
-        threshold=4.7,
-        comparison=">",
-        unit="requests",
         onset=NOW,
         query=f'vllm:num_requests_waiting{{pod="{DIRTY}"}}',
         source=DIRTY,
         series_labels={f"label{DIRTY}": DIRTY},
         detail=DIRTY,
     )
-    hypothesis = Hypothesis(
-        rank=1,
-        category="arrival_surge",
-        title=DIRTY,
-        confidence=0.7,
-        evidence=["queue_median"],
-        next_steps=[DIRTY],
-        explanation=DIRTY,
-        analyst="llm",
+    hypothesis = factories.hypothesis(
+        1, "arrival_surge", title=DIRTY, evidence=["queue_median"], next_steps=[DIRTY], explanation=DIRTY, analyst="llm"
     )
     record = AnalystRecord(
         analyst="llm",

@@ -33,6 +33,7 @@ from tests.fakes.traces import (
     Store,
     TraceFactory,
 )
+from tests.helpers import factories
 
 LORA = "trace_lora_adapter_load_share"
 PREFILL = "trace_prefill_share"
@@ -492,23 +493,9 @@ def test_a_custom_operation_mapping_creates_its_finding() -> None:
 
 
 def finding(key: str, breached: bool, kind: str = "supporting") -> Finding:
-    return Finding(
-        key=key,
-        kind=kind,
-        title=key,
-        status="breached" if breached else "ok",
-        breached=breached,
-        value=1.0,
-        baseline=0.5,  # a fresh breach: it had a healthy baseline
-        threshold=None,
-        comparison=">",
-        unit="",
-        onset=None,
-        query=None,
-        source=None,
-        series_labels=None,
-        detail=key,
-    )
+    status = "breached" if breached else "ok"
+    # baseline: a fresh breach, it had a healthy baseline
+    return factories.finding(key, status=status, kind=kind, title=key, baseline=0.5, detail=key)
 
 
 def test_a_lora_trace_finding_turns_an_ambiguous_queue_into_lora_adapter_loading() -> None:
