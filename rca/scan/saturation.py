@@ -30,10 +30,9 @@ ending, a hot engine's KV swinging back from its peak) and the line's "full in ~
 past that no longer holds. A fill that goes on keeps its latest samples on or above the line (a
 surge, as the step slows with the batch, accelerates), or, as it nears full and slows, at least
 as high as it stood: a KV share that creeps from 0.84 to 0.85 lies under a line drawn through its
-steeper start, but it has not turned.
-The jitter, not the residuals about the line: a burst's curve inflates those, and the level's
-wander over the hour (a hot engine's KV share swings by half within minutes) says nothing of how
-far one sample strays.
+steeper start, but it has not turned. The jitter, not the residuals about the line, is the
+yardstick: a burst's curve inflates those, and the level's wander over the hour (a hot engine's
+KV share swings by half within minutes) says nothing of how far one sample strays.
 """
 
 from __future__ import annotations
@@ -59,10 +58,10 @@ MIN_SIGHTINGS = 3  # steps with a queue at the ceiling before it counts as the e
 CEILING_SLACK = 1.02  # a ceiling the engine ran more than 2 % above is no ceiling
 LONG_WINDOWS = 2  # the long window is this many trend windows
 PLATEAU = 0.98  # a step with a queue is at the ceiling when its batch is within 2 % of it
-# The latest sample below the short trend line by more than this many of the gauge's jitter (its
-# step-to-step changes over the hour, as a standard deviation of one sample) is a turn, not a
-# fill; and by at least TURN_FLOOR of the room, so that a gauge that never wavered does not turn
-# on any dip.
+# The latest sample below the short trend line, and below the highest it stood in the
+# TURN_LOOKBACK_SECONDS before, by more than this many of the gauge's jitter (its step-to-step
+# changes over the hour, as a standard deviation of one sample) is a turn, not a fill; and by at
+# least TURN_FLOOR of the room, so that a gauge that never wavered does not turn on any dip.
 TURN_SIGMAS = 2.0
 TURN_FLOOR = 0.01
 TURN_LOOKBACK_SECONDS = 120  # a fall is from the highest it stood in these seconds before the latest
@@ -145,8 +144,8 @@ class Headroom:
         return self.baseline is not None and self.baseline >= FULL_LEVEL
 
     def filling_now(self, probability: float) -> bool:
-        """Filling up now: off its own normal, its latest sample still on the short window's
-        line, and that line forecast full within the horizon with at least this probability."""
+        """Filling up now: off its own normal, not turned back, and the short window's line
+        forecast full within the horizon with at least this probability."""
         chance = self.short_probability
         return chance is not None and chance >= probability and self._rising()
 

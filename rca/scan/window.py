@@ -36,8 +36,9 @@ class HourLevel:
     def of(cls, values: list[float]) -> HourLevel:
         if len(values) < 2:
             return cls(values[0], values[0], values[0])
-        cuts = statistics.quantiles(values, n=10, method="inclusive")
-        return cls(statistics.median(values), cuts[0], cuts[-1])
+        cuts = statistics.quantiles(values, n=100, method="inclusive")  # the 1st to the 99th percentile
+        upper = round(REACH_QUANTILE * 100)
+        return cls(statistics.median(values), cuts[99 - upper], cuts[upper - 1])
 
     def reach(self, sign: float) -> float:
         """How far it reached towards a threshold above it (`sign` +1) or below it (-1)."""
