@@ -40,6 +40,7 @@ from rca.api.database import refusal
 from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
 from rca.config import Settings, TargetConfig
+from rca.domain.status import SlackEvent
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
 from rca.intake.service import IntakeResult, Notice, record_notification, record_notifications
@@ -142,7 +143,7 @@ def _store_batch(
             continue
         enqueued = result.investigation_id is not None and dispatcher.enqueue(result.investigation_id)
         if result.resolved_now and owe_slack:
-            dispatcher.notify(result.incident_id, "resolved")
+            dispatcher.notify(result.incident_id, SlackEvent.RESOLVED)
         outcomes.append(Stored(result, enqueued))
     return outcomes
 

@@ -21,6 +21,14 @@ class InvestigationStatus(StrEnum):
     FAILED = "failed"
 
 
+class SlackEvent(StrEnum):
+    """Why an incident's Slack message is brought up to date, as `slack_attempts.event` records it."""
+
+    INVESTIGATION = "investigation"  # an investigation finished
+    RESOLVED = "resolved"  # the incident resolved
+    SWEEP = "sweep"  # the sweeper found the notice still owed and queued it again
+
+
 class InconclusiveReason(StrEnum):
     """Why an investigation could read no evidence (`rca.domain.coverage` decides)."""
 

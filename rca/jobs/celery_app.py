@@ -27,11 +27,12 @@ from celery.signals import worker_process_init, worker_process_shutdown
 
 from rca import metrics
 from rca.config import Settings, get_settings
+from rca.domain.status import SlackEvent
 from rca.jobs.backlog import held_investigations
 from rca.jobs.policy import JOB_RETRIES
 from rca.jobs.queues import INVESTIGATIONS_QUEUE, SLACK_QUEUE
 from rca.jobs.runner import InvestigationRunner, RetryAfter
-from rca.jobs.sweep import SWEPT, owed_notices, sweep
+from rca.jobs.sweep import owed_notices, sweep
 from rca.notify.service import deliver
 from rca.store.db import forget_engines_after_fork
 
@@ -118,7 +119,7 @@ def run_sweep(app: Celery, settings: Settings) -> int:
         app.send_task(INVESTIGATE, args=[investigation_id], queue=INVESTIGATIONS_QUEUE, priority=PRIORITY_SWEPT)
     owed = found.gave_up + owed_notices(settings, older_than)
     for incident_id in owed:
-        app.send_task(SLACK_NOTIFY, args=[incident_id, SWEPT], queue=SLACK_QUEUE)
+        app.send_task(SLACK_NOTIFY, args=[incident_id, SlackEvent.SWEEP], queue=SLACK_QUEUE)
     return len(found.requeued) + len(owed)
 
 

@@ -11,10 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from rca.config import Settings
+from rca.domain.status import SlackEvent
 from rca.jobs.runner import InvestigationRunner
 from rca.jobs.scan import start_scans
 from rca.jobs.slack import deliver_with_retries
-from rca.jobs.sweep import SWEPT, owed_notices, sweep
+from rca.jobs.sweep import owed_notices, sweep
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class InlineDispatcher:
                 for investigation_id in found.requeued:
                     self.enqueue(investigation_id)
                 for incident_id in found.gave_up + owed_notices(self.settings, older_than):
-                    self.notify(incident_id, SWEPT)  # on the one Slack thread, behind any other delivery
+                    self.notify(incident_id, SlackEvent.SWEEP)  # on the one Slack thread, behind any other delivery
             except Exception as exc:
                 log.warning("sweep failed: %s", exc)
             older_than = timedelta(seconds=self.settings.sweep_after_seconds)

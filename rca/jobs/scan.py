@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 
 from rca.collect.prometheus import short_error
 from rca.config import Settings
+from rca.domain.status import SlackEvent
 from rca.scan.service import EarlyWarnings
 
 log = logging.getLogger(__name__)
-RESOLVED = "resolved"  # the Slack event of a resolved incident, as intake sends it
 
 
 def run_scans(
@@ -38,7 +38,7 @@ def run_scans(
                 for investigation_id in actions.investigations:
                     enqueue(investigation_id)
                 for incident_id in actions.resolved:
-                    notify(incident_id, RESOLVED)
+                    notify(incident_id, SlackEvent.RESOLVED)
             except Exception as exc:
                 log.warning("scan failed: %s: %s", type(exc).__name__, short_error(exc))
         stop.wait(settings.scan_interval_seconds)

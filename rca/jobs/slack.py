@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from rca.config import Settings
+from rca.domain.status import SlackEvent
 from rca.notify.service import deliver, finished_incident
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ def queue_notice_of(settings: Settings, investigation_id: int, queue_notice: Cal
     try:
         incident_id = finished_incident(settings, investigation_id)
         if incident_id is not None:
-            queue_notice(incident_id, "investigation")
+            queue_notice(incident_id, SlackEvent.INVESTIGATION)
     except Exception as exc:
         log.warning("could not queue the Slack notice of investigation %s: %s", investigation_id, exc)
 

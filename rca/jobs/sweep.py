@@ -17,8 +17,6 @@ from rca.store.db import session_scope
 
 log = logging.getLogger(__name__)
 
-SWEPT = "sweep"  # the event of a Slack delivery the sweeper queued, as `slack_attempts.event` records it
-
 
 def sweep(
     settings: Settings, older_than: timedelta, held: Callable[[], Collection[int] | None] | None = None

@@ -18,8 +18,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from rca.api.app import create_app
+from rca.domain.status import SlackEvent
 from rca.incidents import feedback as incident_feedback
-from rca.jobs.sweep import SWEPT, owed_notices
+from rca.jobs.sweep import owed_notices
 from rca.notify import service
 from rca.notify.service import deliver
 from rca.store import notices
@@ -462,7 +463,7 @@ def test_a_database_error_during_delivery_leaves_the_notice_owed(pg_db: str, tmp
         with pytest.raises(OperationalError):
             deliver(settings, incident_id, "investigation")
     assert slack_owed(pg_db, incident_id)[1] is not None and slack.posts() == []
-    assert deliver(settings, incident_id, SWEPT).status == "delivered"
+    assert deliver(settings, incident_id, SlackEvent.SWEEP).status == "delivered"
     assert slack_owed(pg_db, incident_id) == (1, None) and len(slack.posts()) == 1
 
 
@@ -489,7 +490,7 @@ def test_the_sweep_and_a_queued_notice_racing_post_once(
     assert claimed == [incident_id]  # the incident's own row is free: only the delivery row is held
     assert not slack.received, "the queued task finished before the sweep delivered: no race"
     for swept in claimed:
-        outcomes["sweep"] = deliver(settings, swept, SWEPT).status
+        outcomes["sweep"] = deliver(settings, swept, SlackEvent.SWEEP).status
     queued.join(30)
     assert outcomes == {"task": "delivered", "sweep": "unchanged"}
     assert len(slack.posts()) == 1
@@ -509,7 +510,7 @@ def test_embedded_sweeper_delivers_a_notice_owed_by_a_previous_process(
         wait_for(lambda: slack.posts(), 15, "the swept notice")
         wait_for(lambda: slack_owed(db_url, incident_id)[1] is None, 5, "the notice to be settled")
     assert len(slack.posts()) == 1
-    assert rows(db_url, select(SlackAttempt.event)) == [(SWEPT,)]
+    assert rows(db_url, select(SlackAttempt.event)) == [(SlackEvent.SWEEP,)]
 
 
 def test_resolve_at_intake_owes_a_notice_only_when_slack_is_on(db_url: str, tmp_path: Path, slack: FakeSlack) -> None:
