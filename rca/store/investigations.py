@@ -224,4 +224,4 @@ def queued(session: Session) -> Waiting:
             Investigation.status == InvestigationStatus.QUEUED
         )
     ).one()
-    return Waiting(count, max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0)
+    return Waiting.since(count, oldest)

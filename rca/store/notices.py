@@ -99,4 +99,4 @@ def owed(session: Session) -> Waiting:
     count, oldest = session.execute(
         select(func.count(), func.min(Incident.slack_owed_since)).where(Incident.slack_owed_since.is_not(None))
     ).one()
-    return Waiting(count, max(0.0, (utcnow() - oldest).total_seconds()) if oldest is not None else 0.0)
+    return Waiting.since(count, oldest)
