@@ -31,7 +31,7 @@ from rca.scan.backtest import BacktestResult, Episode
 from rca.scan.states import Policy
 from rca.scan.warnings import alert_labels, summary, transition_row
 from rca.store.db import session_scope
-from rca.store.models import Incident
+from rca.store.models import IncidentRow
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def store(session: Session, result: BacktestResult, policy: Policy) -> Stored:
     keys = {group_key(episode): episode for episode in result.warnings}
     there = set(
         session.scalars(
-            select(Incident.group_key).where(Incident.origin == BACKTEST, Incident.group_key.in_(list(keys)))
+            select(IncidentRow.group_key).where(IncidentRow.origin == BACKTEST, IncidentRow.group_key.in_(list(keys)))
         )
     )
     ids = [

@@ -32,7 +32,7 @@ from rca.scan.fleet import ServingTarget
 from rca.scan.slo_rules import Slo, slo_words
 from rca.scan.states import WATCH_PROBABILITY, Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.signals.slo import TTFT_SIGNAL
-from rca.store.models import Incident, ScanTarget, ScanTransition
+from rca.store.models import IncidentRow, ScanTargetRow, ScanTransitionRow
 
 
 @dataclass
@@ -47,7 +47,7 @@ def load_memories(session: Session) -> dict[str, TargetMemory]:
     """The stored states, as the scan's memory starts from them."""
     return {
         row.instance: TargetMemory(state=ScanState(row.state), since=row.since.timestamp(), incident_id=row.incident_id)
-        for row in session.scalars(select(ScanTarget))
+        for row in session.scalars(select(ScanTargetRow))
     }
 
 
@@ -55,7 +55,7 @@ def load_slos(session: Session) -> dict[str, Slo | None]:
     """The TTFT SLO stored with each target, as the scan last wrote it (None: none stored yet)."""
     return {
         row.instance: Slo(row.slo_ttft_seconds, row.slo_source or "") if row.slo_ttft_seconds is not None else None
-        for row in session.scalars(select(ScanTarget))
+        for row in session.scalars(select(ScanTargetRow))
     }
 
 
@@ -68,14 +68,16 @@ def keep_slos(
     if not changed:
         return
     instances = [target.instance for target, _ in changed]
-    rows = {row.instance: row for row in session.scalars(select(ScanTarget).where(ScanTarget.instance.in_(instances)))}
+    rows = {
+        row.instance: row for row in session.scalars(select(ScanTargetRow).where(ScanTargetRow.instance.in_(instances)))
+    }
     now = utcnow()
     for target, slo in changed:
         row = rows.get(target.instance)
         if row is None:
             memory = memories.get(target.instance, TargetMemory())
             since = memory.since if memory.since is not None else at
-            row = ScanTarget(
+            row = ScanTargetRow(
                 instance=target.instance,
                 host=target.host,
                 state=memory.state,
@@ -144,7 +146,7 @@ def record(
 ) -> TargetMemory:
     """Store a transition and act on it (open, reopen or resolve the incident); returns the memory
     with the incident it now refers to."""
-    incident = session.get(Incident, memory.incident_id) if memory.incident_id is not None else None
+    incident = session.get(IncidentRow, memory.incident_id) if memory.incident_id is not None else None
     resolved = False
     if transition.after == ScanState.WARNING:
         text = summary(assessment, policy)
@@ -172,9 +174,9 @@ def record(
     if incident is not None:
         after_change(session, incident.id, owe_slack=resolved and owe_slack)
     at = datetime.fromtimestamp(transition.at, UTC)
-    row = session.get(ScanTarget, target.instance)
+    row = session.get(ScanTargetRow, target.instance)
     if row is None:
-        row = ScanTarget(instance=target.instance)
+        row = ScanTargetRow(instance=target.instance)
         session.add(row)
     row.host, row.state, row.since, row.incident_id, row.updated_at = (
         target.host,
@@ -187,9 +189,9 @@ def record(
     return replace(memory, incident_id=incident_id)
 
 
-def transition_row(instance: str, transition: Transition, incident_id: int | None) -> ScanTransition:
+def transition_row(instance: str, transition: Transition, incident_id: int | None) -> ScanTransitionRow:
     """A transition as stored, with its reason and figures: the incident page's timeline reads them."""
-    return ScanTransition(
+    return ScanTransitionRow(
         instance=instance,
         before=transition.before,
         after=transition.after,

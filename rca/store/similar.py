@@ -28,19 +28,19 @@ from rca.domain.evidence import onset_order
 from rca.store import fts
 from rca.store.digests import breached_key
 from rca.store.incidents import Hit, hits
-from rca.store.models import IncidentDigest
+from rca.store.models import IncidentDigestRow
 
 CANDIDATES = 50
 CITE_SCORE = 0.6  # alike enough to cite in Slack and in the LLM prompt (`precedents`)
 WEIGHTS = {"breached": 0.5, "order": 0.2, "stack": 0.15, "categories": 0.15}
 SIGNATURE = (
-    IncidentDigest.incident_id,
-    IncidentDigest.created_at,
-    IncidentDigest.breached,
-    IncidentDigest.onset_order,
-    IncidentDigest.stack,
-    IncidentDigest.categories,
-    IncidentDigest.confirmed_category,
+    IncidentDigestRow.incident_id,
+    IncidentDigestRow.created_at,
+    IncidentDigestRow.breached,
+    IncidentDigestRow.onset_order,
+    IncidentDigestRow.stack,
+    IncidentDigestRow.categories,
+    IncidentDigestRow.confirmed_category,
 )
 
 
@@ -99,7 +99,7 @@ def score(target: Signature, other: Signature) -> float:
 
 
 def signature(session: Session, incident_id: int) -> Signature | None:
-    d = IncidentDigest
+    d = IncidentDigestRow
     row = session.execute(select(*SIGNATURE).where(d.incident_id == incident_id)).first()
     return Signature(*row) if row else None
 
@@ -109,7 +109,7 @@ def find(session: Session, target: Signature, limit: int) -> list[Match]:
     investigation has no signature and so no similar incidents."""
     if not target.breached and not target.categories:
         return []
-    d = IncidentDigest
+    d = IncidentDigestRow
     past = (d.created_at <= target.created_at) & (d.incident_id != target.incident_id)
     buckets = []
     if target.breached:

@@ -16,7 +16,7 @@ from rca.domain.status import FindingStatus
 from rca.pipeline import Analysis, target_of
 from rca.store import digests, investigations
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.helpers import factories
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -41,9 +41,9 @@ def _claim_latest(url: str, incident_id: int) -> tuple[int, Target]:
     """The incident's newest investigation, claimed, and the target it looks at."""
     with session_scope(url) as session:
         inv_id = session.scalar(
-            select(Investigation.id)
-            .where(Investigation.incident_id == incident_id)
-            .order_by(Investigation.id.desc())
+            select(InvestigationRow.id)
+            .where(InvestigationRow.incident_id == incident_id)
+            .order_by(InvestigationRow.id.desc())
             .limit(1)
         )
         claim = investigations.claim(session, inv_id)
@@ -108,6 +108,6 @@ def finish_investigation(
     with session_scope(url) as session:
         investigations.save_result(session, inv_id, analysis.result(total_seconds=0.2))
         if analyst != "rules":  # the LLM analyst's own write path lands on another branch
-            session.get(Investigation, inv_id).analyst = analyst
+            session.get(InvestigationRow, inv_id).analyst = analyst
             digests.refresh(session, incident_id)
     return inv_id

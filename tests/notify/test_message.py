@@ -20,7 +20,7 @@ from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, ch
 from rca.notify.routing import route
 from rca.pipeline import Analysis
 from rca.startup import checked_settings
-from rca.store.models import Finding, Hypothesis, Investigation
+from rca.store.models import FindingRow, HypothesisRow, InvestigationRow
 from rca.store.similar import Precedent
 from tests.fakes.slack import block_kit_problems
 from tests.helpers import factories
@@ -295,9 +295,11 @@ def test_an_investigation_from_before_the_change_key_is_keyed_from_its_stored_ro
     and hypotheses, as it computed it then."""
     fresh = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["arrival_surge", "no_clear_cause"])
     rules = fresh.rules
-    stored = Investigation(
-        findings=[Finding(key=f.key, breached=f.breached, baseline=f.baseline, onset=f.onset) for f in fresh.findings],
-        hypotheses=[Hypothesis(rank=h.rank, category=h.category) for h in rules],
+    stored = InvestigationRow(
+        findings=[
+            FindingRow(key=f.key, breached=f.breached, baseline=f.baseline, onset=f.onset) for f in fresh.findings
+        ],
+        hypotheses=[HypothesisRow(rank=h.rank, category=h.category) for h in rules],
     )
     assert change_key_of(stored) == change_key(fresh)
     stored.change_key = "stored-key"

@@ -15,7 +15,7 @@ from rca.store import fts, word_frequency
 from rca.store import incidents as incident_store
 from rca.store.db import get_engine, session_scope
 from rca.store.incidents import IncidentFilter, Position
-from rca.store.models import Incident, IncidentDigest
+from rca.store.models import IncidentDigestRow, IncidentRow
 from tests.helpers.databases import truncate
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -33,7 +33,7 @@ def _load(url: str) -> None:
             words = [node, model, "preemption kv cache" if kv else "queue surge", "xid" if n % 50 == 0 else ""]
             created = T0 + timedelta(minutes=n)
             session.add(
-                Incident(
+                IncidentRow(
                     id=n,
                     group_key=f"g{n}",
                     status="firing" if n % 7 == 0 else "resolved",
@@ -48,7 +48,7 @@ def _load(url: str) -> None:
                 )
             )
             session.add(
-                IncidentDigest(
+                IncidentDigestRow(
                     incident_id=n,
                     created_at=created,
                     status="firing" if n % 7 == 0 else "resolved",
@@ -83,7 +83,7 @@ def _reference(url: str, filters: IncidentFilter, n: int, before: Position | Non
         ordered, checked = incident_store._conditions(session, filters)
         if filters.q:
             checked.append(fts.prepare(session, filters.q).condition)
-        d = IncidentDigest
+        d = IncidentDigestRow
         if before is not None:
             ordered.append(d.created_at < before.created_at)
         return list(
