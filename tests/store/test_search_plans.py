@@ -27,6 +27,7 @@ def _load(url: str) -> None:
     """COUNT incidents, one a minute: every one on some gpu-node-NNNN, a few words common, some rare,
     and a breached signal that goes with its top cause (the correlation planners misjudge)."""
     with session_scope(url) as session:
+        digests = []
         for n in range(1, COUNT + 1):
             node, model = f"gpu-node-{n % 40:04d}", MODELS[n % 4]
             kv = n % 3 == 0
@@ -47,7 +48,7 @@ def _load(url: str) -> None:
                     updated_at=created,
                 )
             )
-            session.add(
+            digests.append(
                 IncidentDigestRow(
                     incident_id=n,
                     created_at=created,
@@ -60,6 +61,8 @@ def _load(url: str) -> None:
                     top_category="kv_memory_pressure" if kv else "arrival_surge",
                 )
             )
+        session.flush()  # the incidents first: no relationship tells the flush that digests need them
+        session.add_all(digests)
     with get_engine(url).connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE incident_digests"))
 
