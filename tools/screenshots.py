@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from rca.jobs.runner import run_investigation  # noqa: E402
 from rca.pages.site import create_site  # noqa: E402
-from rca.scan.fleet import ServingTarget  # noqa: E402
+from rca.scan.fleet import ServingInstance  # noqa: E402
 from rca.scan.forecast import Limit, SignalForecast  # noqa: E402
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition  # noqa: E402
 from rca.scan.warnings import Actions, record  # noqa: E402
@@ -121,12 +121,12 @@ def warn(url: str, host: str, at: float) -> int:
     )
     figures = {"signals": [s.figures() for s in assessment.signals], "slo_probability": 0.87}
     reason = "queue_median beyond threshold and own baseline for 3 scans"
-    target = ServingTarget(f"{host}:8000", host, host, "vllm", "vllm_v1")
+    serving = ServingInstance(f"{host}:8000", host, host, "vllm", "vllm_v1")
     actions = Actions()
     with session_scope(url) as session:
         memory = record(
             session,
-            target,
+            serving,
             Transition(ScanState.WATCH, ScanState.WARNING, at, reason, figures),
             TargetMemory(),
             assessment,

@@ -168,10 +168,10 @@ def get_incident(session: DatabaseSession, incident_id: IncidentId) -> IncidentO
 def similar_incidents(
     session: DatabaseSession, incident_id: IncidentId, limit: Annotated[int, Query(ge=1, le=50)] = 10
 ) -> SimilarPage:
-    target = similar_store.signature(session, incident_id)
-    if target is None:
+    signature = similar_store.signature(session, incident_id)
+    if signature is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-    matches = similar_store.find(session, target, limit)
+    matches = similar_store.find(session, signature, limit)
     items = [
         SimilarIncident(
             incident=IncidentSummary.of(m.hit),
@@ -185,10 +185,10 @@ def similar_incidents(
     ]
     return SimilarPage(
         incident_id=incident_id,
-        breached=target.breached,
-        onset_order=target.onset_order,
-        stack=target.stack,
-        categories=target.categories,
+        breached=signature.breached,
+        onset_order=signature.onset_order,
+        stack=signature.stack,
+        categories=signature.categories,
         items=items,
     )
 

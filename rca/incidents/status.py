@@ -2,7 +2,7 @@
 
 "Resolve unless another alert still fires" is written here once. An Alertmanager group's incident
 resolves with its group's resolve notice (Alertmanager says the whole group resolved). An early
-warning's is joined by SLA alerts about its target (rca.store.early_warnings), so it resolves only
+warning's is joined by SLA alerts about its serving instance (rca.store.early_warnings), so it resolves only
 once none of its alerts fires: neither the warning clearing nor the SLA alert resolving alone
 closes it.
 """

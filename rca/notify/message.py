@@ -39,7 +39,7 @@ class BreachedLine:
 class IncidentMessage:
     incident_id: int
     alertname: str
-    target: str
+    subject: str  # the investigated target in a few words: its instance, else its host
     status: str  # firing | resolved
     severity: str | None = None
     summary: str | None = None
@@ -65,7 +65,7 @@ def _why(title: str, explanation: str) -> str:
     return first or title
 
 
-def _target(incident: IncidentRow, investigation: InvestigationRow) -> str:
+def _subject(incident: IncidentRow, investigation: InvestigationRow) -> str:
     target = investigation.target or {}
     labels = incident.common_labels or {}
     return target.get("instance") or target.get("host") or labels.get("instance") or "unknown target"
@@ -102,7 +102,7 @@ def from_incident(
     return IncidentMessage(
         incident_id=incident.id,
         alertname=incident.alertname or incident.title,
-        target=_target(incident, investigation),
+        subject=_subject(incident, investigation),
         status=incident.status,
         severity=labels.get("severity"),
         summary=_summary(incident, annotations),

@@ -1,6 +1,6 @@
 """Which early-warning incident an Alertmanager notification joins (rca/scan opens them).
 
-When the SLA alert fires for a target the scan already warned about, its alerts join the
+When the SLA alert fires for a serving instance the scan already warned about, its alerts join the
 warning's incident instead of opening a second one: the warning's investigation is already there,
 and the alert's arrival shows how far ahead the warning was. Alerts already joined keep going
 there (a repeat, a resolve), by fingerprint.
@@ -30,7 +30,9 @@ _CANDIDATES: CompoundSelect[Any] = union_all(
     select(literal("fingerprint"), AlertRow.fingerprint, literal(""), IncidentRow.id)
     .join(AlertRow, AlertRow.incident_id == IncidentRow.id)
     .where(IncidentRow.origin == ORIGIN, AlertRow.fingerprint.in_(_FINGERPRINTS)),
-    select(literal("target"), ScanTargetRow.host, ScanTargetRow.instance, ScanTargetRow.incident_id.label("id")).where(
+    select(
+        literal("instance"), ScanTargetRow.host, ScanTargetRow.instance, ScanTargetRow.incident_id.label("id")
+    ).where(
         ScanTargetRow.state == WARNING,
         ScanTargetRow.incident_id.is_not(None),
         or_(ScanTargetRow.instance.in_(_INSTANCES), ScanTargetRow.host.in_(_HOSTS)),
@@ -49,7 +51,7 @@ class Named:
 
 def joined_incidents(session: Session, asks: Sequence[Named]) -> list[int | None]:
     """For each notification, the early-warning incident it joins: the latest one holding one of
-    its fingerprints, else the open warning of a target it names (its exact `instance` first, else
+    its fingerprints, else the open warning of a serving instance it names (its exact `instance` first, else
     its host; the first instance in order among several)."""
     if not asks:
         return []

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from rca.collect.prometheus import Collection, Window
 from rca.collect.target import Target
-from rca.config import TargetConfig
+from rca.config import ScopeConfig
 from rca.domain.coverage import NO_PROMETHEUS
 from rca.domain.evidence import Finding
 from rca.domain.status import FindingStatus
@@ -48,7 +48,7 @@ def _claim_latest(url: str, incident_id: int) -> tuple[int, Target]:
         )
         claim = investigations.claim(session, inv_id)
         assert claim is not None
-        return inv_id, target_of(claim, TargetConfig())
+        return inv_id, target_of(claim, ScopeConfig())
 
 
 def finish_blind(url: str, incident_id: int, prometheus_error: str | None = NO_PROMETHEUS) -> int:

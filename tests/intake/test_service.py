@@ -19,7 +19,7 @@ from rca.incidents.queue import Requested, investigate_again
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
 from rca.intake.service import IntakeResult, Notice, record_notification, record_notifications
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, record
 from rca.store.db import session_scope
@@ -36,7 +36,7 @@ from tests.helpers.databases import truncate
 from tests.helpers.payloads import make_alert, make_payload
 from tests.helpers.service import make_settings
 
-WARNED = ServingTarget("gpu-node-9:8000", "gpu-node-9", "gpu-node-9", "vllm", "vllm_v1")
+WARNED = ServingInstance("gpu-node-9:8000", "gpu-node-9", "gpu-node-9", "vllm", "vllm_v1")
 
 
 def notice(url: str, payload: dict[str, Any]) -> Notice:

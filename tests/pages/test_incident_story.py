@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from rca.notify.service import deliver
 from rca.pages.site import create_site
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.forecast import Limit, SignalForecast
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, record
@@ -25,7 +25,7 @@ from tests.helpers.service import API_AUTH, RecordingDispatcher
 from tests.helpers.slack import slack_settings
 from tests.pages.site import csrf_of, open_incident, sign_in
 
-TARGET = ServingTarget("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
+TARGET = ServingInstance("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
 KV = Limit("kv_cache_usage", "KV cache usage", "ratio", ">", 0.95)
 RULE = "rule LLMTTFTSLOBreach (group llm-serving, rules.yml)"

@@ -18,7 +18,7 @@ from rca.jobs.slack import queue_notice_of
 from rca.notify.service import deliver
 from rca.pages.site import create_site
 from rca.scan.backtest import Frame, replay
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.states import Assessment, ScanState, TargetMemory, Transition
 from rca.scan.stored import Stored, store, store_all
 from rca.scan.warnings import Actions, record
@@ -35,7 +35,7 @@ SCANS = 22
 # a: the CPU-bound ratio crosses at scan 4 (watch), warns at scan 6, calms at 12, clears at 16, ok at 20.
 # b: crosses at scan 4 and is still warning when the history ends.
 CPU_OF = {"a:8000": [0.5] * 4 + [0.9] * 8 + [0.5] * 10, "b:8000": [0.5] * 4 + [0.9] * 18}
-TARGETS = {i: ServingTarget(i, i.split(":")[0], i.split(":")[0], "vllm", "vllm_v1") for i in CPU_OF}
+TARGETS = {i: ServingInstance(i, i.split(":")[0], i.split(":")[0], "vllm", "vllm_v1") for i in CPU_OF}
 
 
 def history(scans: int = SCANS) -> list[Frame]:
@@ -53,9 +53,9 @@ def history(scans: int = SCANS) -> list[Frame]:
     ]
 
 
-def stored(url: str, target: str | None = None) -> Stored:
+def stored(url: str, only: str | None = None) -> Stored:
     with session_scope(url) as session:
-        return store(session, replay(history(), POLICY, target), POLICY)
+        return store(session, replay(history(), POLICY, only), POLICY)
 
 
 def live_warning(url: str) -> int:
@@ -98,9 +98,9 @@ def test_each_warning_is_stored_once_as_a_resolved_backtest_incident_with_its_tr
     live = live_warning(pg_db)
     before = snapshot(pg_db, live)
 
-    first = stored(pg_db, target="a:8000")
+    first = stored(pg_db, only="a:8000")
     assert len(first.incident_ids) == 1 and first.already_stored == 0
-    again = stored(pg_db, target="a:8000")
+    again = stored(pg_db, only="a:8000")
     assert again == Stored([], 1), "the same history stored again adds nothing"
     wider = stored(pg_db)  # the whole fleet: only b's warning is new
     assert len(wider.incident_ids) == 1 and wider.already_stored == 1

@@ -174,7 +174,7 @@ def test_the_backtest_finds_the_warning_ahead_of_the_breach_and_no_false_one(
     assert [b.instance for b in result.breaches] == ["gpu-a:8000"] and result.missed == []
     lead = result.breaches[0].lead_seconds
     assert lead is not None and lead >= 0  # the warning did not wait for TTFT to break its SLO
-    one = backtest(settings, prometheus_fleet_source(settings), start, end, target="gpu-b:8000")
+    one = backtest(settings, prometheus_fleet_source(settings), start, end, only="gpu-b:8000")
     assert one.targets == 1 and one.warnings == [] and one.breaches == []
 
 

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from rca.api.app import create_app
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.forecast import Limit, SignalForecast
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, load_memories, record
@@ -19,7 +19,7 @@ from rca.store.models import AlertRow, IncidentRow, InvestigationRow, ScanTransi
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import RecordingDispatcher, make_settings
 
-TARGET = ServingTarget("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
+TARGET = ServingInstance("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
 POLICY = Policy()
 ASSESSMENT = Assessment(
