@@ -407,7 +407,7 @@ class ApiTokenRow(Base):
 
 
 class ScanTargetRow(Base):
-    """The fleet scan's state of one serving target (rca/scan/states.py), written on each transition."""
+    """The fleet scan's state of one serving instance (rca/scan/states.py), written on each transition."""
 
     __tablename__ = "scan_targets"
 
@@ -415,7 +415,7 @@ class ScanTargetRow(Base):
     host: Mapped[str] = mapped_column(StorableString(255))
     state: Mapped[str] = mapped_column(StorableString(16))  # ok | watch | warning | cleared
     since: Mapped[datetime] = mapped_column(UTCDateTime)
-    # The early-warning incident, while the target is in warning or cleared (at most one per target).
+    # The early-warning incident, while the instance is in warning or cleared (at most one per instance).
     incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # The TTFT SLO the scan judges it against and where that came from (rca/scan/slo_rules.py: "rule
@@ -425,7 +425,7 @@ class ScanTargetRow(Base):
 
 
 class ScanTransitionRow(Base):
-    """One change of a target's scan state, with the reason and the figures behind it."""
+    """One change of a serving instance's scan state, with the reason and the figures behind it."""
 
     __tablename__ = "scan_transitions"
 
