@@ -41,6 +41,7 @@ from rca import metrics
 from rca.config import Settings
 from rca.domain import early_warning
 from rca.domain.clock import utcnow
+from rca.domain.retry import Backoff
 from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
 from rca.incidents import notices
 from rca.notify import blocks, once
@@ -188,11 +189,18 @@ def _plan(
     return steps
 
 
-def retry_delay(result: SendResult, attempt: int, backoff: float) -> float:
-    """Slack's Retry-After when it gave one, else exponential backoff from `backoff` seconds."""
+def slack_backoff(settings: Settings) -> Backoff:
+    """Slack's retry policy where it gives no Retry-After: the service's backoff with jitter
+    (rca.domain.retry) from RCA_SLACK_RETRY_BACKOFF_SECONDS, doubling, capped at MAX_RETRY_DELAY."""
+    return Backoff(base=settings.slack_retry_backoff_seconds, cap=MAX_RETRY_DELAY)
+
+
+def retry_delay(result: SendResult, attempt: int, backoff: Backoff) -> float:
+    """Slack's Retry-After when it gave one (Slack asks for exactly that wait), else `backoff`'s
+    wait before attempt `attempt + 1`."""
     if result.retry_after is not None:
         return min(result.retry_after, MAX_RETRY_DELAY)
-    return min(backoff * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+    return backoff.delay(attempt - 1)
 
 
 def deliver(
@@ -323,7 +331,7 @@ def _stop(
     )
     if final:
         return Outcome("failed", detail=result.error or "")
-    return Outcome("retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or "")
+    return Outcome("retrying", retry_delay(result, attempt, slack_backoff(settings)), result.error or "")
 
 
 def count_slack_call(action: str, result: SendResult) -> None:
