@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 
 from rca.api.app import create_app
@@ -117,6 +118,11 @@ def chosen(element: dict[str, Any], cause: str) -> dict[str, Any]:
     }
 
 
+def clicks(outcome: str) -> float:
+    """`rca_slack_actions_total` of this outcome, in this process."""
+    return REGISTRY.get_sample_value("rca_slack_actions_total", {"outcome": outcome}) or 0.0
+
+
 def feedback_rows(url: str) -> list[Any]:
     return rows(url, select(Feedback.__table__).order_by(Feedback.id))
 
@@ -163,8 +169,10 @@ def test_confirm_records_the_feedback_by_the_slack_user_and_updates_the_message_
     client: TestClient, settings: Settings, slack: FakeSlack, recorder: RecordingDispatcher
 ) -> None:
     incident_id, investigation_id = posted_incident(settings, slack)
+    recorded = clicks("recorded")
     answer = click(client, payload(slack, pressed(buttons(slack)["rca_confirm"])))
     assert answer.status_code == 200 and answer.content == b"", "an empty 200: Slack's acknowledgement"
+    assert clicks("recorded") == recorded + 1
     [row] = feedback_rows(settings.effective_database_url)
     assert (row.incident_id, row.investigation_id, row.category, row.author) == (
         incident_id,
@@ -258,12 +266,14 @@ def test_an_unknown_cause_is_told_to_who_clicked_and_not_recorded(
 ) -> None:
     incident_id, investigation_id = posted_incident(settings, slack)
     value = json.dumps({"incident": incident_id, "investigation": investigation_id, "cause": "gremlins"})
+    refused = clicks("refused")
     answer = click(client, payload(slack, {"action_id": "rca_confirm", "type": "button", "value": value}))
     assert answer.status_code == 200
     assert feedback_rows(settings.effective_database_url) == [] and recorder.notified == []
     [told] = slack.responses()
     assert told.payload["response_type"] == "ephemeral" and told.payload["replace_original"] is False
     assert told.payload["text"].startswith("Not recorded: category 'gremlins' is not a taxonomy id; use one of ")
+    assert clicks("refused") == refused + 1
 
 
 def test_a_verdict_on_a_superseded_investigation_is_refused(
@@ -301,6 +311,7 @@ def test_a_wrong_secret_a_stale_or_replayed_timestamp_and_a_changed_body_are_401
     data = payload(slack, pressed(buttons(slack)["rca_confirm"]))
     body = urlencode({"payload": json.dumps(data)})
     now = int(time.time())
+    unsigned = clicks("unsigned")
     refused = [
         signed(body, secret="not-the-app-secret"),
         signed(body, at=now - 301),  # older than 5 minutes
@@ -319,6 +330,7 @@ def test_a_wrong_secret_a_stale_or_replayed_timestamp_and_a_changed_body_are_401
     # A request Slack really signed, captured and sent again ten minutes later.
     captured = signed(body, at=now - 600)
     assert client.post("/slack/interactivity", content=body, headers=captured).status_code == 401
+    assert clicks("unsigned") == unsigned + len(refused) + 2
     assert feedback_rows(settings.effective_database_url) == [] and recorder.notified == []
     assert client.post("/slack/interactivity", content=body, headers=signed(body)).status_code == 200, "the control"
     assert len(feedback_rows(settings.effective_database_url)) == 1
@@ -333,13 +345,6 @@ def test_without_a_signing_secret_the_endpoint_is_off(
         answer = click(client, payload(slack, pressed(buttons(slack)["rca_confirm"])))
     assert answer.status_code == 404 and "RCA_SLACK_SIGNING_SECRET" in answer.json()["detail"]
     assert feedback_rows(pg_db) == [] and recorder.notified == []
-
-
-def test_the_signing_secret_may_come_from_a_file(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
-    secret = tmp_path / "signing-secret"
-    secret.write_text(SECRET + "\n")
-    settings = slack_settings(pg_db, tmp_path, slack, slack_signing_secret_file=secret)
-    assert settings.slack_signing_secret is not None and settings.slack_signing_secret.get_secret_value() == SECRET
 
 
 # --------------------------------------------------------------------------- malformed payloads
