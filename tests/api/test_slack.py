@@ -31,6 +31,7 @@ from tests.fakes.slack import FakeSlack
 from tests.helpers.databases import rows
 from tests.helpers.service import RecordingDispatcher
 from tests.helpers.slack import slack_owed, slack_settings, store_incident, store_investigation
+from tests.helpers.waiting import wait_for
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 ALICE = {"id": "U0TEST1", "username": "alice", "name": "alice", "team_id": "T0000TEST"}
@@ -199,6 +200,17 @@ def test_confirm_records_the_feedback_by_the_slack_user_and_updates_the_message_
     assert update.payload["blocks"] == [post.payload["blocks"][0], confirmed, *post.payload["blocks"][1:]]
     assert slack.replies() == [], "no thread reply: the evidence did not change"
     assert slack_owed(settings.effective_database_url, incident_id)[1] is None, "settled"
+
+
+def test_with_the_embedded_runner_the_click_updates_the_message_by_itself(settings: Settings, slack: FakeSlack) -> None:
+    """`rca serve` without a broker: its own dispatcher queues the delivery that edits the message."""
+    incident_id, _ = posted_incident(settings, slack)
+    with TestClient(create_app(settings)) as client:
+        assert click(client, payload(slack, chosen(buttons(slack)["rca_pick"], SECOND))).status_code == 200
+        [update] = wait_for(slack.updates, 30, "the message updated after the click")
+    said = [e["text"] for b in update.payload["blocks"] if b["type"] == "context" for e in b["elements"]]
+    assert f":white_check_mark: Confirmed by {AUTHOR}: `{SECOND}`" in said
+    assert slack_owed(settings.effective_database_url, incident_id)[1] is None
 
 
 def test_pick_another_records_the_cause_chosen(
