@@ -20,7 +20,7 @@ from rca.collect.profile import profile_for
 from rca.collect.prometheus import Collection, PrometheusSource, SeriesResult, choose_window
 from rca.collect.promql import query_params
 from rca.collect.target import Target, scope_candidates, target_from_alerts
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
 from rca.domain.coverage import NO_PROMETHEUS, DataGap, data_gap
@@ -89,7 +89,7 @@ class Analysis:
         )
 
 
-def target_of(claim: investigations.Claim, config: TargetConfig) -> Target:
+def target_of(claim: investigations.Claim, config: ScopeConfig) -> Target:
     """The target a claimed investigation looks at, from its firing alerts."""
     return target_from_alerts(claim.alert_labels, claim.alert_starts, config)
 

@@ -34,7 +34,9 @@ from rca.api.schemas import (
 from rca.api.storable import require_storable_query
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
+from rca.domain.status import SlackEvent
 from rca.incidents import feedback as incident_feedback
+from rca.incidents import notices as incident_notices
 from rca.incidents.queue import investigate_again
 from rca.jobs.dispatch import Dispatcher
 from rca.queries import incidents as incident_queries
@@ -45,7 +47,7 @@ from rca.store import feedback as feedback_store
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
-from rca.store.models import Feedback, Incident
+from rca.store.models import FeedbackRow, IncidentRow
 
 router = APIRouter(
     route_class=StrictJSONRoute,  # feedback's body: NaN, 1e999, deep nesting, bad UTF-8 are 422s at their field
@@ -116,7 +118,7 @@ def list_incidents(
         raise refused_query(exc) from None
 
 
-def incident_out(incident: Incident) -> IncidentOut:
+def incident_out(incident: IncidentRow) -> IncidentOut:
     investigations = [InvestigationOut.from_row(inv) for inv in incident.investigations]
     return IncidentOut(
         id=incident.id,
@@ -168,10 +170,10 @@ def get_incident(session: DatabaseSession, incident_id: IncidentId) -> IncidentO
 def similar_incidents(
     session: DatabaseSession, incident_id: IncidentId, limit: Annotated[int, Query(ge=1, le=50)] = 10
 ) -> SimilarPage:
-    target = similar_store.signature(session, incident_id)
-    if target is None:
+    signature = similar_store.signature(session, incident_id)
+    if signature is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-    matches = similar_store.find(session, target, limit)
+    matches = similar_store.find(session, signature, limit)
     items = [
         SimilarIncident(
             incident=IncidentSummary.of(m.hit),
@@ -185,10 +187,10 @@ def similar_incidents(
     ]
     return SimilarPage(
         incident_id=incident_id,
-        breached=target.breached,
-        onset_order=target.onset_order,
-        stack=target.stack,
-        categories=target.categories,
+        breached=signature.breached,
+        onset_order=signature.onset_order,
+        stack=signature.stack,
+        categories=signature.categories,
         items=items,
     )
 
@@ -210,7 +212,7 @@ def incident_evidence(
         Query(ge=1, le=2**31 - 1, description="an investigation id of this incident; default: its latest finished one"),
     ] = None,
 ) -> EvidenceOut:
-    if session.get(Incident, incident_id) is None:
+    if session.get(IncidentRow, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     chosen = evidence_store.investigation_of(session, incident_id, investigation)
     if chosen is None and investigation is not None:
@@ -235,7 +237,7 @@ def incident_evidence(
     )
 
 
-def feedback_out(row: Feedback) -> FeedbackOut:
+def feedback_out(row: FeedbackRow) -> FeedbackOut:
     return FeedbackOut(
         id=row.id,
         incident_id=row.incident_id,
@@ -248,9 +250,13 @@ def feedback_out(row: Feedback) -> FeedbackOut:
     )
 
 
-def record_feedback(session: Session, incident_id: int, body: FeedbackIn, author: str) -> Feedback:
-    """The request's verdict handed to the incidents room, judged against the taxonomy (the API
-    and the pages' form both record through it); `FeedbackError` when the room refuses it."""
+def record_feedback(
+    session: Session, incident_id: int, body: FeedbackIn, author: str, shown: int | None = None, slack: bool = False
+) -> FeedbackRow:
+    """The request's verdict handed to the incidents room, judged against the taxonomy (the API,
+    the pages' form and Slack's buttons all record through it); `FeedbackError` when the room
+    refuses it. `shown`, `slack`: a Slack message's, judged against the investigation it showed and
+    shown on it (rca/incidents/feedback.py)."""
     return incident_feedback.record(
         session,
         incident_id,
@@ -259,6 +265,8 @@ def record_feedback(session: Session, incident_id: int, body: FeedbackIn, author
         verdicts=[verdict.model_dump() for verdict in body.hypotheses],
         author=author,
         categories=list(taxonomy()),
+        shown=shown,
+        owe_slack=slack,
     )
 
 
@@ -282,7 +290,7 @@ def post_feedback(
     body: FeedbackIn,
     principal: Annotated[Principal, Depends(require_api_token)],
 ) -> FeedbackOut:
-    if session.get(Incident, incident_id) is None:
+    if session.get(IncidentRow, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     try:
         row = record_feedback(session, incident_id, body, principal.name)
@@ -299,22 +307,27 @@ def post_feedback(
     responses={404: {"model": ErrorOut, "description": "no such incident"}},
 )
 def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[FeedbackOut]:
-    if session.get(Incident, incident_id) is None:
+    if session.get(IncidentRow, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     return [feedback_out(row) for row in feedback_store.history(session, incident_id)]
 
 
 def request_investigation(
-    settings: Settings, dispatcher: Dispatcher, incident_id: int, requested_by: str
+    settings: Settings, dispatcher: Dispatcher, incident_id: int, requested_by: str, slack: bool = False
 ) -> InvestigationRequestedOut | None:
     """Queue an investigation of the incident now, in a transaction of its own, and hand a new one to
     the dispatcher once it is committed (as intake does); None when there is no such incident. A
-    failed enqueue leaves it queued for the sweeper."""
+    failed enqueue leaves it queued for the sweeper. `slack`: asked from the Slack message, which
+    then says who asked (a notice owed, and queued after the commit)."""
     with session_scope(settings.effective_database_url) as session:
         requested = investigate_again(session, incident_id, requested_by=requested_by)
+        if requested is not None and requested.created and slack:
+            incident_notices.owe(session, incident_id)
     if requested is None:
         return None
     enqueued = requested.created and dispatcher.enqueue(requested.investigation_id)
+    if requested.created and slack:
+        dispatcher.notify(incident_id, SlackEvent.ACTION)
     return InvestigationRequestedOut(
         incident_id=incident_id,
         investigation_id=requested.investigation_id,

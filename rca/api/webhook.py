@@ -39,7 +39,7 @@ from rca.api.batch import Batcher
 from rca.api.database import refusal
 from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.domain.status import SlackEvent
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
@@ -95,12 +95,12 @@ class Stored:
     enqueued: bool
 
 
-def _store(url: str, notice: Notice, owe_slack: bool, target: TargetConfig) -> IntakeResult:
+def _store(url: str, notice: Notice, owe_slack: bool, scope: ScopeConfig) -> IntakeResult:
     """One notification in a transaction of its own."""
     for attempt in (1, 2):
         try:
             with session_scope(url) as session:
-                return record_notification(session, notice.payload, notice.raw, owe_slack=owe_slack, target=target)
+                return record_notification(session, notice.payload, notice.raw, owe_slack=owe_slack, scope=scope)
         except IntegrityError:
             # Two notifications of a new group raced; the loser now finds the winner's incident.
             if attempt == 2:
@@ -108,36 +108,36 @@ def _store(url: str, notice: Notice, owe_slack: bool, target: TargetConfig) -> I
     raise AssertionError("unreachable")
 
 
-def _alone(url: str, notice: Notice, owe_slack: bool, target: TargetConfig) -> IntakeResult | Exception:
+def _alone(url: str, notice: Notice, owe_slack: bool, scope: ScopeConfig) -> IntakeResult | Exception:
     try:
-        return _store(url, notice, owe_slack, target)
+        return _store(url, notice, owe_slack, scope)
     except Exception as exc:  # answered by the request it belongs to
         return exc
 
 
 def _record(
-    url: str, batch: Sequence[Notice], owe_slack: bool, target: TargetConfig
+    url: str, batch: Sequence[Notice], owe_slack: bool, scope: ScopeConfig
 ) -> Sequence[IntakeResult | Exception]:
     """The batch in one transaction; one by one if that fails for one notification's sake."""
     if len(batch) > 1:
         try:
             with session_scope(url) as session:
-                return record_notifications(session, batch, owe_slack=owe_slack, target=target)
+                return record_notifications(session, batch, owe_slack=owe_slack, scope=scope)
         except DBAPIError as exc:
             if unreachable(exc):
                 return [exc] * len(batch)
         except Exception:
             log.debug("a batch of %d notifications failed; storing them one by one", len(batch), exc_info=True)
-    return [_alone(url, notice, owe_slack, target) for notice in batch]
+    return [_alone(url, notice, owe_slack, scope) for notice in batch]
 
 
 def _store_batch(
-    url: str, owe_slack: bool, target: TargetConfig, dispatcher: Dispatcher, batch: Sequence[Notice]
+    url: str, owe_slack: bool, scope: ScopeConfig, dispatcher: Dispatcher, batch: Sequence[Notice]
 ) -> list[Stored | Exception]:
     """Commit the batch, then enqueue its investigations and resolve notices (in this thread: a
     second hand-off per request cost more than the enqueue)."""
     outcomes: list[Stored | Exception] = []
-    for result in _record(url, batch, owe_slack, target):
+    for result in _record(url, batch, owe_slack, scope):
         if isinstance(result, Exception):
             outcomes.append(result)
             continue

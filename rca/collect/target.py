@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from rca.collect.promql import promql_string
-from rca.config import TargetConfig
+from rca.config import ScopeConfig
 
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _HOST_CHARS = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -81,7 +81,7 @@ class Target:
         return data
 
 
-def target_from_alerts(alerts: list[dict[str, str]], starts: list[datetime], config: TargetConfig) -> Target:
+def target_from_alerts(alerts: list[dict[str, str]], starts: list[datetime], config: ScopeConfig) -> Target:
     """Reduce the incident's alert label sets to one target.
 
     The most common host among the firing alerts wins (an alert group normally shares it); scope
@@ -113,7 +113,7 @@ def _matchers(**equal: str | None) -> list[str]:
     return [f'{name}="{promql_string(value)}"' for name, value in equal.items() if value]
 
 
-def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str]]:
+def scope_candidates(target: Target, config: ScopeConfig) -> dict[str, list[str]]:
     """Candidate selectors (the inside of `{...}`) per scope, most specific first.
 
     The serving scope tries the alert's exact `instance` first (an alert from the engine itself),

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from rca.domain.clock import utcnow
 from rca.domain.status import InvestigationStatus
 from rca.incidents.locks import after_change
-from rca.store.models import Feedback, Hypothesis, Investigation
+from rca.store.models import FeedbackRow, HypothesisRow, InvestigationRow
 
 
 class FeedbackError(ValueError):
@@ -34,9 +34,13 @@ def record(
     verdicts: list[dict[str, Any]],
     author: str,
     categories: Collection[str],
-) -> Feedback:
+    shown: int | None = None,
+    owe_slack: bool = False,
+) -> FeedbackRow:
     """Store one verdict about the incident's latest finished investigation and refresh its digest.
-    `categories` are the taxonomy's ids, which the confirmed cause must be one of."""
+    `categories` are the taxonomy's ids, which the confirmed cause must be one of. `shown`: the
+    investigation the verdict was given on (a Slack message's); refused when a newer one superseded
+    it, since the verdict is recorded against the latest. `owe_slack`: the message shows it."""
     if category not in categories:
         raise FeedbackError(
             f"category {category!r} is not a taxonomy id; use one of {', '.join(categories)}",
@@ -47,13 +51,20 @@ def record(
     if len(set(judged)) != len(judged):
         raise FeedbackError("each hypothesis rank may be judged only once", "hypotheses", "duplicate_rank")
     investigation_id = session.scalar(
-        select(Investigation.id)
-        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
-        .order_by(Investigation.id.desc())
+        select(InvestigationRow.id)
+        .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status == InvestigationStatus.DONE)
+        .order_by(InvestigationRow.id.desc())
         .limit(1)
     )
+    if shown is not None and investigation_id is not None and shown != investigation_id:
+        raise FeedbackError(
+            f"investigation {shown} was superseded by investigation {investigation_id}; "
+            "judge the newer one (the message now shows it)",
+            "investigation",
+            "superseded",
+        )
     ranks = (
-        set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id)))
+        set(session.scalars(select(HypothesisRow.rank).where(HypothesisRow.investigation_id == investigation_id)))
         if investigation_id
         else set()
     )
@@ -62,7 +73,7 @@ def record(
         have = ", ".join(map(str, sorted(ranks))) or "none (no finished investigation)"
         message = f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}"
         raise FeedbackError(message, "hypotheses", "unknown_rank")
-    row = Feedback(
+    row = FeedbackRow(
         incident_id=incident_id,
         investigation_id=investigation_id,
         category=category,
@@ -72,5 +83,5 @@ def record(
         created_at=utcnow(),
     )
     session.add(row)
-    after_change(session, incident_id, owe_slack=False)
+    after_change(session, incident_id, owe_slack=owe_slack)
     return row

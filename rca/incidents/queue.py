@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from rca.domain.status import InvestigationStatus
 from rca.incidents.locks import lock_incident
 from rca.store import bulk
-from rca.store.models import Base, Investigation
+from rca.store.models import Base, InvestigationRow
 
 INVESTIGATIONS = Base.metadata.tables["investigations"]
 # The guard's statuses, by caller. WAITING (new alerts): a queued one will see them; a running one
@@ -57,9 +57,9 @@ def queue(
     (`rca.incidents.locks`), so that two at once queue one: intake and `investigate_again` do."""
     waiting = (
         session.execute(
-            select(Investigation.id, Investigation.status, Investigation.requested_by)
-            .where(Investigation.incident_id == incident_id, Investigation.status.in_(unless))
-            .order_by(Investigation.id.desc())
+            select(InvestigationRow.id, InvestigationRow.status, InvestigationRow.requested_by)
+            .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status.in_(unless))
+            .order_by(InvestigationRow.id.desc())
             .limit(1)
         ).first()
         if unless  # ALWAYS asks nothing
@@ -67,7 +67,7 @@ def queue(
     )
     if waiting is not None:
         return Requested(waiting.id, False, waiting.status, waiting.requested_by)
-    investigation = Investigation(**_row(incident_id, reason), requested_by=requested_by, attempts=0)
+    investigation = InvestigationRow(**_row(incident_id, reason), requested_by=requested_by, attempts=0)
     session.add(investigation)
     session.flush()
     return Requested(investigation.id, True, InvestigationStatus.QUEUED, requested_by)

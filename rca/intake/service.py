@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from rca.collect.target import host_from_label
-from rca.config import TargetConfig
+from rca.config import ScopeConfig
 from rca.incidents import alerts
 from rca.incidents.alerts import IntakeResult, Notice, NotificationIn
 from rca.store import early_warnings
@@ -27,10 +27,10 @@ def record_notifications(
     batch: Sequence[Notice],
     *,
     owe_slack: bool = False,
-    target: TargetConfig | None = None,
+    scope: ScopeConfig | None = None,
 ) -> list[IntakeResult]:
     """Store the notifications, as if one after another (rca.incidents.alerts); one result each."""
-    names = (target or TargetConfig()).host_labels
+    names = (scope or ScopeConfig()).host_labels
     return alerts.record(session, batch, owe_slack=owe_slack, named=lambda payload: _named(payload, names))
 
 
@@ -40,13 +40,13 @@ def record_notification(
     raw: dict[str, Any],
     *,
     owe_slack: bool = False,
-    target: TargetConfig | None = None,
+    scope: ScopeConfig | None = None,
 ) -> IntakeResult:
     """Store the notification and its alerts; decide whether a new investigation is needed. With
     `owe_slack` (Slack is configured), a resolve notice is owed to Slack in this transaction, so
-    that the sweeper delivers it if its enqueue after the commit is lost. `target`: the config
+    that the sweeper delivers it if its enqueue after the commit is lost. `scope`: the config
     file's host labels, by which an alert joins the scan's warning for its host."""
-    [result] = record_notifications(session, [Notice(payload, raw)], owe_slack=owe_slack, target=target)
+    [result] = record_notifications(session, [Notice(payload, raw)], owe_slack=owe_slack, scope=scope)
     return result
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -39,18 +39,21 @@ from sqlalchemy.orm import Session, selectinload
 
 from rca import metrics
 from rca.config import Settings
+from rca.diagnosis.ranking import taxonomy
 from rca.domain import early_warning
 from rca.domain.clock import utcnow
+from rca.domain.retry import Backoff
 from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
 from rca.incidents import notices
+from rca.incidents.queue import ACTIVE
 from rca.notify import blocks, once
 from rca.notify.delivery import Sender, SendResult, make_sender
-from rca.notify.message import IncidentMessage, change_key_of, from_incident, incident_labels
+from rca.notify.message import Confirmed, IncidentMessage, change_key_of, from_incident, incident_labels
 from rca.notify.routing import route
-from rca.store import similar
+from rca.store import feedback, similar
 from rca.store.db import session_scope
 from rca.store.investigations import FINISHED
-from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery
+from rca.store.models import IncidentRow, InvestigationRow, SlackAttemptRow, SlackDeliveryRow
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ class Outcome:
 class Step:
     action: str  # post | update | reply
     send: Callable[[str | None], SendResult]  # given the key of a keyed step
-    done: Callable[[SlackDelivery, SendResult], None]
+    done: Callable[[SlackDeliveryRow, SendResult], None]
     # Bot-mode posts and replies: recorded with a key before they are sent (rca/notify/once.py).
     channel: str | None = None
     thread_ts: str | None = None
@@ -80,18 +83,18 @@ class Step:
         return self.channel is not None
 
 
-def _lock(session: Session, incident_id: int) -> SlackDelivery | None:
-    return session.scalar(select(SlackDelivery).where(SlackDelivery.incident_id == incident_id).with_for_update())
+def _lock(session: Session, incident_id: int) -> SlackDeliveryRow | None:
+    return session.scalar(select(SlackDeliveryRow).where(SlackDeliveryRow.incident_id == incident_id).with_for_update())
 
 
-def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDelivery:
+def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliveryRow:
     """The incident's delivery row, created if missing, locked until the transaction ends."""
     row = _lock(session, incident_id)
     if row is None:
         try:
             with session.begin_nested():
                 session.add(
-                    SlackDelivery(
+                    SlackDeliveryRow(
                         incident_id=incident_id, mode=mode, status=DeliveryStatus.PENDING, messages=0, updates=0
                     )
                 )
@@ -103,25 +106,41 @@ def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliver
     return row
 
 
-def _latest_finished(session: Session, incident_id: int) -> Investigation | None:
+def _latest_finished(session: Session, incident_id: int) -> InvestigationRow | None:
     """The latest done investigation; without one, the latest inconclusive or failed (the message
     says it could not investigate, or failed): a newer blind run does not hide a diagnosis."""
     return session.scalar(
-        select(Investigation)
-        .where(Investigation.incident_id == incident_id, Investigation.status.in_(FINISHED))
-        .options(selectinload(Investigation.findings), selectinload(Investigation.hypotheses))
-        .order_by((Investigation.status == InvestigationStatus.DONE).desc(), Investigation.id.desc())
+        select(InvestigationRow)
+        .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status.in_(FINISHED))
+        .options(selectinload(InvestigationRow.findings), selectinload(InvestigationRow.hypotheses))
+        .order_by((InvestigationRow.status == InvestigationStatus.DONE).desc(), InvestigationRow.id.desc())
         .limit(1)
     )
 
 
-def _main_fingerprint(evidence: str, status: str) -> str:
-    """What the main message shows: the evidence and whether the incident is still firing."""
-    return hashlib.sha256(f"{evidence}:{status}".encode()).hexdigest()
+def _main_fingerprint(evidence: str, status: str, verdicts: str) -> str:
+    """What the main message shows: the evidence, whether the incident is still firing, and who
+    confirmed a cause or asked for an investigation (a message without any keeps its old key)."""
+    shown = f"{evidence}:{status}:{verdicts}" if verdicts else f"{evidence}:{status}"
+    return hashlib.sha256(shown.encode()).hexdigest()
+
+
+def _said(session: Session, incident_id: int, message: IncidentMessage) -> IncidentMessage:
+    """The message with what people said about the incident: its newest feedback, who asked for
+    the investigation queued or running now, and the causes one may pick (the buttons')."""
+    said = feedback.history(session, incident_id)
+    asked_by = session.scalar(
+        select(InvestigationRow.requested_by)
+        .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status.in_(ACTIVE))
+        .order_by(InvestigationRow.id.desc())
+        .limit(1)
+    )
+    confirmed = Confirmed(said[-1].author, said[-1].category) if said else None
+    return replace(message, confirmed=confirmed, asked_by=asked_by, causes=list(taxonomy()))
 
 
 def _plan(
-    delivery: SlackDelivery,
+    delivery: SlackDeliveryRow,
     sender: Sender,
     message: IncidentMessage,
     investigation_id: int,
@@ -130,25 +149,25 @@ def _plan(
     resolved_at: datetime | None,
 ) -> list[Step]:
     """The calls still owed to Slack for this incident, derived from what the row says was sent."""
-    main = _main_fingerprint(evidence, message.status)
+    main = _main_fingerprint(evidence, message.status, message.verdicts)
     resolved = message.status == AlertStatus.RESOLVED and delivery.resolved_notified_at is None
 
-    def posted(row: SlackDelivery, result: SendResult) -> None:
+    def posted(row: SlackDeliveryRow, result: SendResult) -> None:
         row.messages += 1
         row.channel, row.ts = result.channel or row.channel, result.ts or row.ts
         row.fingerprint, row.thread_fingerprint = main, evidence
         if message.status == AlertStatus.RESOLVED:
             row.resolved_notified_at = utcnow()  # the message itself says so
 
-    def updated(row: SlackDelivery, _result: SendResult) -> None:
+    def updated(row: SlackDeliveryRow, _result: SendResult) -> None:
         row.updates += 1
         row.fingerprint = main
 
-    def replied_change(row: SlackDelivery, _result: SendResult) -> None:
+    def replied_change(row: SlackDeliveryRow, _result: SendResult) -> None:
         row.messages += 1
         row.thread_fingerprint = evidence
 
-    def replied_resolved(row: SlackDelivery, _result: SendResult) -> None:
+    def replied_resolved(row: SlackDeliveryRow, _result: SendResult) -> None:
         row.messages += 1
         row.resolved_notified_at = utcnow()
 
@@ -164,12 +183,14 @@ def _plan(
             steps.append(Step("post", lambda _key: sender.post(None, resolved_payload), replied_resolved))
         return steps
     if delivery.ts is None or delivery.channel is None:
-        first = blocks.render(message)
+        first = blocks.render(message, buttons=True)
         return [Step("post", lambda key: sender.post(channel, first, key=key), posted, channel=channel or "")]
     ts, where = delivery.ts, delivery.channel
     steps = []
     if delivery.fingerprint != main:
-        steps.append(Step("update", lambda _key: sender.update(where, ts, blocks.render(message)), updated))
+        steps.append(
+            Step("update", lambda _key: sender.update(where, ts, blocks.render(message, buttons=True)), updated)
+        )
     if delivery.thread_fingerprint != evidence:
         reply = blocks.change_reply(message, investigation_id)
         steps.append(
@@ -188,11 +209,18 @@ def _plan(
     return steps
 
 
-def retry_delay(result: SendResult, attempt: int, backoff: float) -> float:
-    """Slack's Retry-After when it gave one, else exponential backoff from `backoff` seconds."""
+def slack_backoff(settings: Settings) -> Backoff:
+    """Slack's retry policy where it gives no Retry-After: the service's backoff with jitter
+    (rca.domain.retry) from RCA_SLACK_RETRY_BACKOFF_SECONDS, doubling, capped at MAX_RETRY_DELAY."""
+    return Backoff(base=settings.slack_retry_backoff_seconds, cap=MAX_RETRY_DELAY)
+
+
+def retry_delay(result: SendResult, attempt: int, backoff: Backoff) -> float:
+    """Slack's Retry-After when it gave one (Slack asks for exactly that wait), else `backoff`'s
+    wait before attempt `attempt + 1`."""
     if result.retry_after is not None:
         return min(result.retry_after, MAX_RETRY_DELAY)
-    return min(backoff * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+    return backoff.delay(attempt - 1)
 
 
 def deliver(
@@ -209,7 +237,7 @@ def deliver(
     if sender is None:
         return Outcome("skipped", detail="Slack is not configured")
     with session_scope(settings.effective_database_url) as session:
-        origin = session.scalar(select(Incident.origin).where(Incident.id == incident_id))
+        origin = session.scalar(select(IncidentRow.origin).where(IncidentRow.id == incident_id))
         if origin is None:
             return Outcome("skipped", detail=f"incident {incident_id} not found")
         if origin == early_warning.BACKTEST:
@@ -218,7 +246,7 @@ def deliver(
         # Read after the lock: a notice owed before this point is answered (and settled) here, one
         # owed later changes the count and stays owed.
         incident = session.scalar(
-            select(Incident).where(Incident.id == incident_id).options(selectinload(Incident.alerts))
+            select(IncidentRow).where(IncidentRow.id == incident_id).options(selectinload(IncidentRow.alerts))
         )
         assert incident is not None  # the delivery row's foreign key holds it
         outcome = _bring_up_to_date(session, settings, sender, delivery, incident, event, attempt)
@@ -235,8 +263,8 @@ def _bring_up_to_date(
     session: Session,
     settings: Settings,
     sender: Sender,
-    delivery: SlackDelivery,
-    incident: Incident,
+    delivery: SlackDeliveryRow,
+    incident: IncidentRow,
     event: str,
     attempt: int,
 ) -> Outcome:
@@ -251,12 +279,13 @@ def _bring_up_to_date(
     def plan(message: IncidentMessage) -> list[Step]:
         return _plan(delivery, sender, message, investigation.id, evidence, channel, incident.resolved_at)
 
-    if not plan(from_incident(incident, investigation, settings.public_url)):
+    if not plan(_said(session, incident_id, from_incident(incident, investigation, settings.public_url))):
         return Outcome("unchanged", detail="Slack already shows this evidence")
     # Only a message that will be sent needs the past incident most like this one (a search).
     signature = similar.signature(session, incident_id)
     last = similar.precedents(session, signature, limit=1) if signature else []
-    steps = plan(from_incident(incident, investigation, settings.public_url, last[0] if last else None))
+    message = from_incident(incident, investigation, settings.public_url, last[0] if last else None)
+    steps = plan(_said(session, incident_id, message))
     for step in steps:
         send = None
         if step.keyed:
@@ -289,10 +318,10 @@ def _bring_up_to_date(
     return Outcome("delivered", detail=", ".join(s.action for s in steps))
 
 
-def _store_call(delivery: SlackDelivery, event: str, action: str, result: SendResult) -> None:
+def _store_call(delivery: SlackDeliveryRow, event: str, action: str, result: SendResult) -> None:
     """One Slack call on the delivery row (its attempts) and in the metrics."""
     delivery.attempts.append(
-        SlackAttempt(
+        SlackAttemptRow(
             at=utcnow(),
             event=event,
             action=action,
@@ -307,7 +336,7 @@ def _store_call(delivery: SlackDelivery, event: str, action: str, result: SendRe
 
 
 def _stop(
-    settings: Settings, delivery: SlackDelivery, action: str, result: SendResult, incident_id: int, attempt: int
+    settings: Settings, delivery: SlackDeliveryRow, action: str, result: SendResult, incident_id: int, attempt: int
 ) -> Outcome:
     """How a run ends on a failed call: retrying (Slack's Retry-After, or backoff) or failed for good."""
     final = not result.retryable or attempt >= settings.slack_max_attempts
@@ -323,7 +352,7 @@ def _stop(
     )
     if final:
         return Outcome("failed", detail=result.error or "")
-    return Outcome("retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or "")
+    return Outcome("retrying", retry_delay(result, attempt, slack_backoff(settings)), result.error or "")
 
 
 def count_slack_call(action: str, result: SendResult) -> None:
@@ -341,8 +370,8 @@ def finished_incident(settings: Settings, investigation_id: int) -> int | None:
     backtest's incident, never posted): what to notify about."""
     with session_scope(settings.effective_database_url) as session:
         row = session.execute(
-            select(Investigation.incident_id, Investigation.status)
-            .join(Incident, Incident.id == Investigation.incident_id)
-            .where(Investigation.id == investigation_id, Incident.origin != early_warning.BACKTEST)
+            select(InvestigationRow.incident_id, InvestigationRow.status)
+            .join(IncidentRow, IncidentRow.id == InvestigationRow.incident_id)
+            .where(InvestigationRow.id == investigation_id, IncidentRow.origin != early_warning.BACKTEST)
         ).first()
     return row.incident_id if row is not None and row.status in FINISHED else None

@@ -11,7 +11,7 @@ from rca.domain.status import InvestigationStatus
 from rca.incidents.opened import open_incidents
 from rca.incidents.queue import ACTIVE, ALWAYS, REQUESTED, WAITING, Requested, investigate_again, queue, queue_new
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.helpers import factories
 from tests.helpers.databases import rows
 
@@ -23,7 +23,7 @@ def incident_with(url: str, *statuses: str) -> tuple[int, list[int]]:
     with session_scope(url) as session:
         [incident_id] = open_incidents(session, [factories.incident()], [[factories.alert()]])
         investigations = [
-            Investigation(incident_id=incident_id, status=status, reason="new_incident", attempts=0)
+            InvestigationRow(incident_id=incident_id, status=status, reason="new_incident", attempts=0)
             for status in statuses
         ]
         session.add_all(investigations)
@@ -32,8 +32,8 @@ def incident_with(url: str, *statuses: str) -> tuple[int, list[int]]:
 
 
 def investigations_of(url: str, incident_id: int) -> list[tuple[str, str]]:
-    query = select(Investigation.status, Investigation.reason).where(Investigation.incident_id == incident_id)
-    return [tuple(row) for row in rows(url, query.order_by(Investigation.id))]
+    query = select(InvestigationRow.status, InvestigationRow.reason).where(InvestigationRow.incident_id == incident_id)
+    return [tuple(row) for row in rows(url, query.order_by(InvestigationRow.id))]
 
 
 def queued(url: str, incident_id: int, unless: tuple[str, ...]) -> Requested:
@@ -87,8 +87,10 @@ def test_incidents_opened_now_get_one_queued_investigation_each(pg_db: str) -> N
         )
         ids = queue_new(session, incidents, "new_incident")
     assert len(ids) == 2 and ids[0] < ids[1]
-    query = select(Investigation.id, Investigation.incident_id, Investigation.status, Investigation.attempts)
-    assert [tuple(r) for r in rows(pg_db, query.order_by(Investigation.id))] == [
+    query = select(
+        InvestigationRow.id, InvestigationRow.incident_id, InvestigationRow.status, InvestigationRow.attempts
+    )
+    assert [tuple(r) for r in rows(pg_db, query.order_by(InvestigationRow.id))] == [
         (ids[0], incidents[0], QUEUED, 0),
         (ids[1], incidents[1], QUEUED, 0),
     ]
@@ -108,4 +110,4 @@ def test_investigating_again_records_who_asked_and_a_second_request_gets_the_fir
 def test_investigating_again_an_incident_that_does_not_exist_queues_nothing(pg_db: str) -> None:
     with session_scope(pg_db) as session:
         assert investigate_again(session, 12345) is None
-    assert rows(pg_db, select(Investigation.id)) == []
+    assert rows(pg_db, select(InvestigationRow.id)) == []
