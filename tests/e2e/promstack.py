@@ -205,13 +205,15 @@ def alertmanager_for(workdir: Path, receiver: dict, port: int | None = None) -> 
         "receivers": [receiver],
     }
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    port = port or free_port()
     return _start_ready(
         "alertmanager",
-        port or free_port(),
+        port,
         workdir,
         30,
         [
             ALERTMANAGER,
+            f"--web.external-url=http://127.0.0.1:{port}",  # the webhook's externalURL: this machine
             f"--config.file={workdir / 'alertmanager.yml'}",
             f"--storage.path={workdir / 'am-data'}",
             "--cluster.listen-address=",
