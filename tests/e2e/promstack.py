@@ -160,13 +160,15 @@ def start_prometheus(
     if alertmanager_port:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]}
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
     return _start_ready(
         "prometheus",
-        free_port(),
+        port,
         workdir,
         60,
         [
             PROMETHEUS,
+            f"--web.external-url=http://127.0.0.1:{port}",  # alerts' generatorURL: this machine, not its hostname
             f"--config.file={workdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={workdir / 'tsdb'}",
             "--storage.tsdb.retention.time=30d",
@@ -176,35 +178,42 @@ def start_prometheus(
 
 
 def start_alertmanager(workdir: Path, webhook_url: str, token: str, port: int | None = None) -> tuple[Process, str]:
+    receiver = {
+        "name": "rca",
+        "webhook_configs": [
+            {
+                "url": webhook_url,
+                "send_resolved": True,
+                "http_config": {"authorization": {"type": "Bearer", "credentials": token}},
+            }
+        ],
+    }
+    return alertmanager_for(workdir, receiver, port)
+
+
+def alertmanager_for(workdir: Path, receiver: dict, port: int | None = None) -> tuple[Process, str]:
+    """Alertmanager routing every alert to `receiver` (an Alertmanager `receivers:` entry), grouped
+    as the deploy kit's route groups them, with waits shortened for tests."""
     config = {
         "route": {
-            "receiver": "rca",
+            "receiver": receiver["name"],
             "group_by": ["alertname", "instance", "model_name"],
             "group_wait": "1s",
             "group_interval": "5s",
             "repeat_interval": "1h",
         },
-        "receivers": [
-            {
-                "name": "rca",
-                "webhook_configs": [
-                    {
-                        "url": webhook_url,
-                        "send_resolved": True,
-                        "http_config": {"authorization": {"type": "Bearer", "credentials": token}},
-                    }
-                ],
-            }
-        ],
+        "receivers": [receiver],
     }
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config))
+    port = port or free_port()
     return _start_ready(
         "alertmanager",
-        port or free_port(),
+        port,
         workdir,
         30,
         [
             ALERTMANAGER,
+            f"--web.external-url=http://127.0.0.1:{port}",  # the webhook's externalURL: this machine
             f"--config.file={workdir / 'alertmanager.yml'}",
             f"--storage.path={workdir / 'am-data'}",
             "--cluster.listen-address=",
