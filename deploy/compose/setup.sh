@@ -25,7 +25,7 @@ fi
   || echo "postgresql+psycopg://rca:$(cat "$secrets/postgres_password")@postgres:5432/rca" > "$secrets/database_url"
 [ -s "$secrets/webhook_token" ] || random > "$secrets/webhook_token"
 [ -s "$secrets/api_tokens" ] || random > "$secrets/api_tokens"
-for name in slack_webhook_url slack_bot_token llm_api_key traces_headers; do
+for name in slack_webhook_url slack_bot_token slack_signing_secret llm_api_key traces_headers; do
   [ -e "$secrets/$name" ] || : > "$secrets/$name"
 done
 echo "settings: $dir/rca.env (set RCA_PROMETHEUS_URL there); secrets: $secrets/"

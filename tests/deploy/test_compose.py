@@ -39,6 +39,7 @@ COMPOSE_SECRETS = (
     "llm_api_key",
     "slack_webhook_url",
     "slack_bot_token",
+    "slack_signing_secret",
     "traces_headers",
 )
 

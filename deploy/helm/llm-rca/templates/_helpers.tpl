@@ -51,7 +51,7 @@ volumes:
 - name: {{ $name }}
   valueFrom: {secretKeyRef: {name: {{ $secret }}, key: {{ $key }}}}
 {{- end }}
-{{- range $name, $key := dict "RCA_LLM_API_KEY" "llm-api-key" "RCA_SLACK_WEBHOOK_URL" "slack-webhook-url" "RCA_SLACK_BOT_TOKEN" "slack-bot-token" }}
+{{- range $name, $key := dict "RCA_LLM_API_KEY" "llm-api-key" "RCA_SLACK_WEBHOOK_URL" "slack-webhook-url" "RCA_SLACK_BOT_TOKEN" "slack-bot-token" "RCA_SLACK_SIGNING_SECRET" "slack-signing-secret" }}
 - name: {{ $name }}
   valueFrom: {secretKeyRef: {name: {{ $secret }}, key: {{ $key }}, optional: true}}
 {{- end }}
