@@ -36,7 +36,8 @@ from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
 from rca.incidents import feedback as incident_feedback
 from rca.incidents.queue import investigate_again
-from rca.jobs.dispatch import Dispatcher
+from rca.intake.service import fleet_of
+from rca.jobs.dispatch import Dispatcher, enqueue_all
 from rca.queries import incidents as incident_queries
 from rca.queries.errors import QueryError
 from rca.queries.incidents import TOTAL_CAP
@@ -307,14 +308,15 @@ def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[Fee
 def request_investigation(
     settings: Settings, dispatcher: Dispatcher, incident_id: int, requested_by: str
 ) -> InvestigationRequestedOut | None:
-    """Queue an investigation of the incident now, in a transaction of its own, and hand a new one to
-    the dispatcher once it is committed (as intake does); None when there is no such incident. A
-    failed enqueue leaves it queued for the sweeper."""
+    """Queue an investigation of the incident now (a fleet incident's whole round again, one per
+    host), in a transaction of its own, and hand the new ones to the dispatcher once committed (as
+    intake does); None when there is no such incident. A failed enqueue leaves it queued for the
+    sweeper."""
     with session_scope(settings.effective_database_url) as session:
-        requested = investigate_again(session, incident_id, requested_by=requested_by)
+        requested = investigate_again(session, incident_id, requested_by=requested_by, fleet=fleet_of(settings))
     if requested is None:
         return None
-    enqueued = requested.created and dispatcher.enqueue(requested.investigation_id)
+    enqueued = requested.created and enqueue_all(dispatcher, requested.ids)
     return InvestigationRequestedOut(
         incident_id=incident_id,
         investigation_id=requested.investigation_id,

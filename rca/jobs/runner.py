@@ -28,7 +28,6 @@ from typing import Any
 from sqlalchemy.exc import OperationalError, StatementError
 
 from rca import metrics, pipeline
-from rca.analyst.summary import AlertText
 from rca.config import Settings
 from rca.domain.clock import utcnow
 from rca.domain.evidence import Hypothesis
@@ -127,17 +126,12 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         )
     if claim is None:
         return SKIPPED
-    alerts = [
-        AlertText(labels, annotations, start)
-        for labels, annotations, start in zip(
-            claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True
-        )
-    ]
+    scope = settings.file_config().target
     cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
     analysis = pipeline.analyse(
         settings,
-        pipeline.target_of(claim, settings.file_config().target),
-        alerts=alerts,
+        pipeline.target_of(claim, scope),
+        alerts=pipeline.alerts_of(claim, scope),
         cache=cache,
         history=partial(_precedents, url, claim),
     )
