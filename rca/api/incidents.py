@@ -316,7 +316,7 @@ def request_investigation(
         requested = investigate_again(session, incident_id, requested_by=requested_by, fleet=fleet_of(settings))
     if requested is None:
         return None
-    enqueued = requested.created and enqueue_all(dispatcher, requested.ids)
+    enqueued = enqueue_all(dispatcher, requested.ids)
     return InvestigationRequestedOut(
         incident_id=incident_id,
         investigation_id=requested.investigation_id,

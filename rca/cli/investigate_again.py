@@ -45,7 +45,7 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
         fail(f"no incident {args.incident_id}", code=EXIT_FAILED)
     hosts = f" and {len(requested.ids) - 1} more, one per host," if len(requested.ids) > 1 else ""
     which = f"investigation {requested.investigation_id}{hosts} of incident {args.incident_id}"
-    if not requested.created:
+    if not requested.ids:
         print(f"{which} is already {requested.status}; no other queued")
         return
     if settings.embedded_queue:

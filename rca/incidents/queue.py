@@ -9,7 +9,7 @@ host) one investigation of the incident as one target, its host NULL, as always.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +34,10 @@ REQUESTED = "requested"  # the reason of an investigation someone asked for (API
 
 @dataclass(frozen=True)
 class Requested:
-    """What asking for an investigation of an incident got: a new round to enqueue (`created`; its
-    `ids`, the first being `investigation_id`), or the one already there that answers the request
-    instead of another piling up."""
+    """What asking for an investigation of an incident got: a new round (`created`; its `ids`, the
+    first being `investigation_id`), or the one already there that answers the request instead of
+    another piling up, with the ids of the hosts that joined it (rca.domain.hosts). `ids`: what the
+    caller enqueues after the commit."""
 
     investigation_id: int
     created: bool
@@ -61,20 +62,11 @@ def _rows(incident_id: int, reason: str, plan: Round, requested_by: str | None =
     ]
 
 
-def _plans(session: Session, incident_ids: Sequence[int], fleet: Fleet | None) -> list[Round]:
-    """Each incident's round, from its firing alerts (all of them when none fires), the alerts the
-    investigation's claim reads."""
-    if fleet is None or not incident_ids:
-        return [Round() for _ in incident_ids]
-    rows = session.execute(
-        select(Alert.incident_id, Alert.labels, Alert.status).where(Alert.incident_id.in_(incident_ids))
-    ).all()
-    plans = []
-    for incident_id in incident_ids:
-        alerts = [row for row in rows if row.incident_id == incident_id]
-        firing = [row.labels for row in alerts if row.status == AlertStatus.FIRING] or [row.labels for row in alerts]
-        plans.append(fleet.round(firing))
-    return plans
+def round_of(fleet: Fleet | None, alerts: Sequence[tuple[Mapping[str, str], str]]) -> Round:
+    """The round for an incident's alerts (labels, status): its firing ones (all of them when none
+    fires), the alerts the investigation's claim reads; without a fleet, the incident as one."""
+    firing = [labels for labels, status in alerts if status == AlertStatus.FIRING] or [labels for labels, _ in alerts]
+    return fleet.round(firing) if fleet is not None else Round()
 
 
 def _insert(session: Session, rounds: Sequence[list[dict[str, Any]]]) -> list[tuple[int, ...]]:
@@ -94,11 +86,12 @@ def _insert(session: Session, rounds: Sequence[list[dict[str, Any]]]) -> list[tu
 
 
 def queue_new(
-    session: Session, incident_ids: Sequence[int], reason: str, fleet: Fleet | None = None
+    session: Session, incident_ids: Sequence[int], reason: str, rounds: Sequence[Round] | None = None
 ) -> list[tuple[int, ...]]:
     """Queue a round for each of these incidents, opened in this transaction (so none has one to
-    guard against), in one INSERT: intake's hot path. Each round's ids, in order."""
-    plans = _plans(session, incident_ids, fleet)
+    guard against), in one INSERT: intake's hot path, which knows their alerts (`round_of` them;
+    default: each incident as one target). Each round's ids, in order."""
+    plans = rounds if rounds is not None else [Round() for _ in incident_ids]
     return _insert(session, [_rows(i, reason, plan) for i, plan in zip(incident_ids, plans, strict=True)])
 
 
@@ -125,11 +118,36 @@ def queue(
         if unless  # ALWAYS asks nothing
         else None
     )
+    plan = Round()
+    if fleet is not None:
+        alerts = session.execute(select(Alert.labels, Alert.status).where(Alert.incident_id == incident_id)).all()
+        plan = round_of(fleet, [(row.labels, row.status) for row in alerts])
     if waiting is not None:
-        return Requested(waiting.id, False, waiting.status, waiting.requested_by)
-    [plan] = _plans(session, [incident_id], fleet)
+        joined = _join(session, waiting.id, plan, fleet.max_hosts) if fleet is not None and plan.fleet else ()
+        return Requested(waiting.id, False, waiting.status, waiting.requested_by, joined)
     [ids] = _insert(session, [_rows(incident_id, reason, plan, requested_by)])
     return Requested(ids[0], True, InvestigationStatus.QUEUED, requested_by, ids)
+
+
+def _join(session: Session, waiting_id: int, plan: Round, max_hosts: int) -> tuple[int, ...]:
+    """The hosts the waiting round does not cover join it, up to `max_hosts` in all: a host whose
+    alerts arrive while its incident's round waits is investigated in that round, not never. A
+    whole-incident investigation still queued becomes the round's first host's; a running one
+    answers as it is. The ids that joined."""
+    first = session.get_one(Investigation, waiting_id)
+    if first.round_id is None:
+        if first.host is not None or first.status != InvestigationStatus.QUEUED:
+            return ()
+        first.host, first.round_id = plan.hosts[0], first.id
+        session.flush()
+    round_id = first.round_id
+    covered = set(session.scalars(select(Investigation.host).where(Investigation.round_id == round_id)))
+    missing = [host for host in plan.hosts if host not in covered][: max(0, max_hosts - len(covered))]
+    rows = _rows(first.incident_id, first.reason, Round(tuple(missing)), first.requested_by)
+    ids = bulk.insert_rows(session, INVESTIGATIONS, [row | {"round_id": round_id} for row in rows])
+    skipped = max(0, len(plan.hosts) + plan.skipped - len(covered) - len(missing))
+    session.execute(update(INVESTIGATIONS).where(INVESTIGATIONS.c.round_id == round_id).values(round_skipped=skipped))
+    return tuple(ids)
 
 
 def investigate_again(

@@ -4,15 +4,27 @@ ALWAYS for a warning again), and the newest guarded investigation answering inst
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import select
 
 from rca.domain.hosts import Fleet
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.incidents.opened import open_incidents
-from rca.incidents.queue import ACTIVE, ALWAYS, REQUESTED, WAITING, Requested, investigate_again, queue, queue_new
+from rca.incidents.queue import (
+    ACTIVE,
+    ALWAYS,
+    REQUESTED,
+    WAITING,
+    Requested,
+    investigate_again,
+    queue,
+    queue_new,
+    round_of,
+)
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import Alert, Investigation
 from tests.helpers import factories
 from tests.helpers.databases import rows
 
@@ -118,7 +130,7 @@ def test_investigating_again_an_incident_that_does_not_exist_queues_nothing(pg_d
 FLEET = Fleet(("instance", "Hostname"))
 
 
-def host_alerts(*hosts: str, status: str = AlertStatus.FIRING) -> list[dict[str, object]]:
+def host_alerts(*hosts: str, status: str = AlertStatus.FIRING) -> list[dict[str, Any]]:
     """One alert of the group per host, as vLLM's `instance` names it."""
     return [
         factories.alert(f"fp-{host}", status=status, labels={"alertname": "QueueHigh", "instance": f"{host}:8000"})
@@ -126,7 +138,7 @@ def host_alerts(*hosts: str, status: str = AlertStatus.FIRING) -> list[dict[str,
     ]
 
 
-def fleet_incident(url: str, alerts: list[dict[str, object]]) -> int:
+def fleet_incident(url: str, alerts: list[dict[str, Any]]) -> int:
     with session_scope(url) as session:
         [incident_id] = open_incidents(session, [factories.incident()], [alerts])
         return incident_id
@@ -150,12 +162,10 @@ def test_a_group_of_six_hosts_queues_one_investigation_per_host_in_one_round(pg_
 
 def test_new_incidents_queue_their_rounds_in_one_insert(pg_db: str) -> None:
     with session_scope(pg_db) as session:
-        incidents = open_incidents(
-            session,
-            [factories.incident("g-fleet"), factories.incident("g-one")],
-            [host_alerts("gpu-node-1", "gpu-node-2"), host_alerts("gpu-node-3")],
-        )
-        fleet_round, single = queue_new(session, incidents, "new_incident", FLEET)
+        alerts = [host_alerts("gpu-node-1", "gpu-node-2"), host_alerts("gpu-node-3")]
+        incidents = open_incidents(session, [factories.incident("g-fleet"), factories.incident("g-one")], alerts)
+        rounds = [round_of(FLEET, [(a["labels"], a["status"]) for a in group]) for group in alerts]
+        fleet_round, single = queue_new(session, incidents, "new_incident", rounds)
     assert [row[1:] for row in rounds_of(pg_db, incidents[0])] == [
         ("gpu-node-1", fleet_round[0], 0),
         ("gpu-node-2", fleet_round[0], 0),
@@ -173,9 +183,7 @@ def test_new_incidents_queue_their_rounds_in_one_insert(pg_db: str) -> None:
         host_alerts("gpu-node-1") + host_alerts("gpu-node-2", status=AlertStatus.RESOLVED),
     ],
 )
-def test_a_group_of_one_host_is_investigated_as_one_target_as_before(
-    pg_db: str, alerts: list[dict[str, object]]
-) -> None:
+def test_a_group_of_one_host_is_investigated_as_one_target_as_before(pg_db: str, alerts: list[dict[str, Any]]) -> None:
     incident_id = fleet_incident(pg_db, alerts)
     with session_scope(pg_db) as session:
         answer = queue(session, incident_id, "new_alerts", unless=WAITING, fleet=FLEET)
@@ -208,3 +216,26 @@ def test_investigating_a_fleet_incident_again_queues_its_whole_round_again(pg_db
     assert [(row[1], row[2]) for row in rerun] == [(f"gpu-node-{n}", again.investigation_id) for n in (1, 2, 3)]
     with session_scope(pg_db) as session:  # one of the round still queued answers a second request
         assert investigate_again(session, incident_id, fleet=FLEET) == Requested(again.ids[-1], False, QUEUED, "alice")
+
+
+def test_hosts_joining_while_the_incident_waits_turn_its_investigation_into_a_round(pg_db: str) -> None:
+    incident_id = fleet_incident(pg_db, host_alerts("gpu-node-1"))
+    with session_scope(pg_db) as session:
+        first = queue(session, incident_id, "new_incident", unless=WAITING, fleet=FLEET)
+    with session_scope(pg_db) as session:  # the group's next notification names two more hosts
+        session.add_all(Alert(incident_id=incident_id, **a) for a in host_alerts("gpu-node-2", "gpu-node-3"))
+        session.flush()
+        joined = queue(session, incident_id, "new_alerts", unless=WAITING, fleet=FLEET)
+    assert joined.investigation_id == first.investigation_id and not joined.created
+    round_id = first.investigation_id
+    assert rounds_of(pg_db, incident_id) == [
+        (round_id, "gpu-node-1", round_id, 0),
+        (joined.ids[0], "gpu-node-2", round_id, 0),
+        (joined.ids[1], "gpu-node-3", round_id, 0),
+    ]
+    with session_scope(pg_db) as session:  # a fourth host past a bound of three is counted, not queued
+        session.add_all(Alert(incident_id=incident_id, **a) for a in host_alerts("gpu-node-4"))
+        session.flush()
+        bounded = queue(session, incident_id, "new_alerts", unless=WAITING, fleet=Fleet(("instance",), max_hosts=3))
+    assert bounded.ids == ()
+    assert {row[3] for row in rounds_of(pg_db, incident_id)} == {1}
