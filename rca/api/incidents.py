@@ -21,6 +21,7 @@ from rca.api.schemas import (
     EvidenceSeriesOut,
     FeedbackIn,
     FeedbackOut,
+    FleetOut,
     IncidentOut,
     IncidentPage,
     IncidentSummary,
@@ -47,6 +48,7 @@ from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
 from rca.store.models import Feedback, Incident
+from rca.store.rounds import latest_round
 
 router = APIRouter(
     route_class=StrictJSONRoute,  # feedback's body: NaN, 1e999, deep nesting, bad UTF-8 are 422s at their field
@@ -138,6 +140,7 @@ def incident_out(incident: Incident) -> IncidentOut:
         alerts=[AlertOut.model_validate(a) for a in incident.alerts],
         investigations=investigations,
         investigation=investigations[-1] if investigations else None,
+        fleet=FleetOut.of(fleet) if (fleet := latest_round(incident.investigations)) else None,
         slack=SlackDeliveryOut.model_validate(incident.slack_delivery) if incident.slack_delivery else None,
     )
 
