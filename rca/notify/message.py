@@ -7,13 +7,16 @@ and other analysts (the LLM writes `model`, `tokens`, `cost_usd`) fill it withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 
 from rca.domain import early_warning
 from rca.domain.coverage import DataGap, data_gap
+from rca.domain.fleet import FleetSummary, count, host_list
 from rca.domain.result import change_key
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.store.models import Incident, Investigation
+from rca.store.rounds import FleetRound
 from rca.store.similar import Precedent
 
 
@@ -58,6 +61,9 @@ class IncidentMessage:
     precedent: Precedent | None = None  # the past incident most like this one ("Last time")
     precedent_url: str | None = None
     failure: str | None = None  # why the investigation failed, when it did (there is no answer then)
+    # A fleet incident's latest round, its hosts grouped by cause (rca.domain.fleet): shown instead
+    # of one host's causes and breached signals, which are then empty.
+    fleet: FleetSummary | None = None
 
 
 def _why(title: str, explanation: str) -> str:
@@ -92,10 +98,17 @@ def _summary(incident: Incident, annotations: dict[str, str]) -> str | None:
 
 
 def from_incident(
-    incident: Incident, investigation: Investigation, public_url: str | None, precedent: Precedent | None = None
+    incident: Incident,
+    investigation: Investigation,
+    public_url: str | None,
+    precedent: Precedent | None = None,
+    fleet: FleetRound | None = None,
 ) -> IncidentMessage:
     """The message for an incident and its latest finished investigation (and the past incident
-    most like it, when one is alike enough to cite)."""
+    most like it, when one is alike enough to cite); for a fleet incident, its round's summary
+    (`fleet`) in place of one host's answer."""
+    if fleet is not None:
+        return _fleet_message(from_incident(incident, investigation, public_url, precedent), fleet)
     labels = incident_labels(incident)
     failed = investigation.status == InvestigationStatus.FAILED
     annotations = {**next((a.annotations for a in incident.alerts), {}), **(incident.common_annotations or {})}
@@ -130,6 +143,28 @@ def from_incident(
     )
 
 
+def _fleet_message(one: IncidentMessage, fleet: FleetRound) -> IncidentMessage:
+    """The message of a fleet incident: its hosts by cause, its time the longest host's, its
+    tokens and cost all hosts' together; no single host's causes, signals, gap or failure."""
+    rows = fleet.investigations
+    hosts = [row.host or "" for row in rows]
+    tokens = [t for row in rows if (t := _tokens(row)) is not None]
+    costs = [row.estimated_cost for row in rows if row.estimated_cost is not None]
+    skipped = f" of {len(hosts) + fleet.summary.skipped}" if fleet.summary.skipped else ""
+    return replace(
+        one,
+        target=f"{count(len(hosts))}{skipped} ({host_list(hosts)})",
+        hypotheses=[],
+        breached=[],
+        data_gap=None,
+        failure=None,
+        seconds=max((row.total_seconds for row in rows if row.total_seconds is not None), default=None),
+        tokens=sum(tokens) if tokens else None,
+        cost_usd=sum(costs) if costs else None,
+        fleet=fleet.summary,
+    )
+
+
 def _data_gap(investigation: Investigation) -> DataGap | None:
     if not investigation.findings and not investigation.error:
         return None  # nothing was judged at all: not an investigation of the pipeline
@@ -148,3 +183,9 @@ def change_key_of(investigation: Investigation) -> str:
     if investigation.change_key:
         return investigation.change_key
     return change_key(list(investigation.findings), [h.category for h in investigation.hypotheses])
+
+
+def fleet_change_key(fleet: FleetRound) -> str:
+    """What a fleet incident's message shows: each host's status and its own change key."""
+    shown = sorted(f"{row.host}:{row.status}:{change_key_of(row)}" for row in fleet.investigations)
+    return hashlib.sha256("\n".join(shown).encode()).hexdigest()
