@@ -32,10 +32,11 @@ from rca.config import Settings
 from rca.domain.clock import utcnow
 from rca.domain.evidence import Hypothesis
 from rca.domain.status import Analyst, InvestigationStatus
+from rca.incidents import investigations
 from rca.jobs.policy import JOB_RETRIES, RetryPolicy
 from rca.jobs.slack import queue_notice_of
 from rca.signals.findings import Finding
-from rca.store import evidence, investigations, similar
+from rca.store import similar
 from rca.store.answers import DatabaseAnswerCache
 from rca.store.db import session_scope
 
@@ -194,10 +195,11 @@ def _precedents(
 
 
 def _save(url: str, investigation_id: int, analysis: pipeline.Analysis, total_seconds: float, owe_slack: bool) -> None:
-    """The result and the findings' series in one transaction."""
+    """The result and the findings' series in one transaction, with what the incident owes after it."""
     with session_scope(url) as session:
-        investigations.save_result(session, investigation_id, analysis.result(total_seconds), owe_slack=owe_slack)
-        evidence.save(session, investigation_id, analysis.evidence)
+        investigations.finish(
+            session, investigation_id, analysis.result(total_seconds), analysis.evidence, owe_slack=owe_slack
+        )
 
 
 @contextmanager
@@ -242,7 +244,5 @@ def record_failure(settings: Settings, investigation_id: int, exc: Exception, se
     log has the traceback."""
     log.exception("investigation %s failed", investigation_id)
     with session_scope(settings.effective_database_url) as session:
-        investigations.mark_failed(
-            session, investigation_id, f"{type(exc).__name__}: {exc}", owe_slack=settings.slack_enabled
-        )
+        investigations.fail(session, investigation_id, f"{type(exc).__name__}: {exc}", owe_slack=settings.slack_enabled)
     metrics.investigation_finished(InvestigationStatus.FAILED, seconds)

@@ -1,6 +1,6 @@
 """The sweep job: find investigations whose enqueue was lost or whose worker died, and Slack
 notices owed that no task delivered, for their runner to enqueue again. An investigation handed
-out RCA_INVESTIGATION_MAX_ATTEMPTS times is closed as failed instead (rca.store.investigations)."""
+out RCA_INVESTIGATION_MAX_ATTEMPTS times is closed as failed instead (rca.incidents.investigations)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from datetime import timedelta
 from rca import metrics
 from rca.config import Settings
 from rca.domain.status import InvestigationStatus
-from rca.incidents import notices
-from rca.store import investigations
+from rca.incidents import investigations, notices
 from rca.store.db import session_scope
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ The application rewrites the digest, rather than database triggers, because the 
 assembled from five tables and JSON label maps: one Python function does that identically on
 Postgres and SQLite, where triggers would need the flattening written twice in two SQL dialects.
 Every write path calls `refresh` in its own transaction: the incidents room's (intake, the scan,
-feedback: `rca.incidents.search`) and a finished analysis (`rca.store.investigations.save_result`).
+feedback: `rca.incidents.search`; a finished analysis: `rca.incidents.investigations.finish`).
 Intake, the hot path, writes new incidents' digests from the rows in hand (`write_new`) and leaves
 it alone when a notification changed nothing the digest is built from (a plain re-send).
 """

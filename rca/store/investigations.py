@@ -4,7 +4,8 @@ One run at a time. A claim is leased (`lease_until`, renewed by the running job)
 while the lease holds is refused, so a message that Redis redelivers while its run is still alive
 starts no second run. `attempts` counts the runs handed out (claims of a `queued` investigation);
 once `max_attempts` of them were stranded, the sweep closes it as failed instead of re-queueing
-it forever, and owes Slack the notice that says so."""
+it forever. What the incident owes after each change (its Slack notice, its search digest) is
+rca.incidents.investigations'."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from rca.domain.clock import utcnow
 from rca.domain.result import InvestigationResult
 from rca.domain.status import AlertStatus, Analyst, InvestigationStatus
 from rca.domain.waiting import Waiting
-from rca.store import digests, notices
 from rca.store.models import Alert, Investigation
 from rca.store.models import Finding as FindingRow
 from rca.store.models import Hypothesis as HypothesisRow
@@ -84,13 +84,11 @@ RECORD_COLUMNS = {
 NOT_STORED = {"score"}  # the rules' internal score of a hypothesis
 
 
-def save_result(
-    session: Session, investigation_id: int, result: InvestigationResult, *, owe_slack: bool = False
-) -> None:
+def save_result(session: Session, investigation_id: int, result: InvestigationResult) -> int:
     """Replace the investigation's findings and hypotheses with this result, and close it: `done`,
-    or `inconclusive` with its reason and no hypotheses when the result read no evidence. With
-    `owe_slack` (Slack is configured), the incident's Slack notice is owed in the same transaction
-    (rca/store/notices.py), so that no lost enqueue can drop it."""
+    or `inconclusive` with its reason and no hypotheses when the result read no evidence. Returns
+    its incident's id: what the incident owes after it (Slack, the search digest) is the incidents
+    room's (rca.incidents.investigations.finish)."""
     inv = session.get(Investigation, investigation_id, with_for_update=True)
     if inv is None:
         raise LookupError(f"investigation {investigation_id} vanished")
@@ -115,9 +113,7 @@ def save_result(
         inv.analyst = None  # nobody wrote a cause
     inv.window_start, inv.window_end, inv.step_seconds = result.window_start, result.window_end, result.step_seconds
     inv.target, inv.error, inv.change_key = result.target, result.error, result.change_key
-    if owe_slack:
-        notices.owe(session, inv.incident_id)  # the incident's row before its digest's, as intake locks them
-    digests.refresh(session, inv.incident_id)
+    return inv.incident_id
 
 
 def renew_lease(session: Session, investigation_id: int, lease: timedelta) -> bool:
@@ -151,17 +147,15 @@ def _stored(data: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in data.items() if name not in NOT_STORED}
 
 
-def mark_failed(session: Session, investigation_id: int, error: str, *, owe_slack: bool = False) -> bool:
-    """Close the investigation as `failed` with its reason; with `owe_slack`, the incident's Slack
-    notice (which says it failed) is owed in the same transaction. False when it was already finished."""
+def mark_failed(session: Session, investigation_id: int, error: str) -> int | None:
+    """Close the investigation as `failed` with its reason; its incident's id, or None when it was
+    already finished (the notice that says it failed is the incidents room's to owe)."""
     inv = session.get(Investigation, investigation_id, with_for_update=True)
     if inv is None or inv.status in FINISHED:
-        return False
+        return None
     inv.status, inv.error = InvestigationStatus.FAILED, error[:2000]
     inv.finished_at, inv.lease_until = utcnow(), None
-    if owe_slack:
-        notices.owe(session, inv.incident_id)
-    return True
+    return inv.incident_id
 
 
 @dataclass(frozen=True)
@@ -177,7 +171,6 @@ def stranded(
     older_than: timedelta,
     max_attempts: int = 3,
     *,
-    owe_slack: bool = False,
     held: Callable[[], Collection[int] | None] | None = None,
 ) -> Stranded:
     """Claim investigations still queued after `older_than` (their enqueue was lost, e.g. because
@@ -187,7 +180,8 @@ def stranded(
     worker running it died: its heartbeat stopped). A claim from before leases is judged by its age.
 
     Those already handed out `max_attempts` times are not re-queued: they are closed as failed,
-    saying why (the last error, or that their worker stopped each time), and owe their notice."""
+    saying why (the last error, or that their worker stopped each time); their incidents are
+    `gave_up`, for the caller to owe their notice."""
     now = utcnow()
     cutoff = now - older_than
     queued = (Investigation.status == InvestigationStatus.QUEUED) & (Investigation.queued_at < cutoff)
@@ -209,7 +203,7 @@ def stranded(
     for inv in found:
         if inv.attempts >= max_attempts:
             reason = f"gave up after {inv.attempts} attempts: {inv.error or CRASHED}"
-            mark_failed(session, inv.id, reason, owe_slack=owe_slack)
+            mark_failed(session, inv.id, reason)
             result.gave_up.append(inv.incident_id)
         else:
             # Re-queued now, so the next sweep leaves it alone unless this enqueue is lost too.

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
+from rca.incidents import investigations
 from rca.jobs.celery_app import INVESTIGATE, INVESTIGATIONS_QUEUE
-from rca.store import investigations
 from rca.store.db import session_scope
 from rca.store.models import Investigation
 from tests.faults.stack import FaultStack
@@ -64,7 +64,7 @@ def test_the_sweep_gives_a_poison_investigation_up_with_its_reason_and_owes_slac
                 investigations.release(session, investigation_id, "OperationalError: boom", EPOCH)
             investigations.renew_lease(session, investigation_id, timedelta(seconds=-1))  # its worker died
         with session_scope(db_url) as session:
-            found = investigations.stranded(session, timedelta(seconds=60), max_attempts=2, owe_slack=True)
+            found = investigations.stranded(session, timedelta(seconds=60), 2, owe_slack=True)
         if attempt == 1:
             assert (found.requeued, found.gave_up) == ([investigation_id], [])
     assert (found.requeued, found.gave_up) == ([], [incident_id])
@@ -72,7 +72,7 @@ def test_the_sweep_gives_a_poison_investigation_up_with_its_reason_and_owes_slac
     assert (inv.status, inv.attempts, inv.error) == ("failed", 2, "gave up after 2 attempts: OperationalError: boom")
     assert inv.finished_at is not None and slack_owed(db_url, incident_id)[0] == 1
     with session_scope(db_url) as session:
-        assert investigations.stranded(session, timedelta(0), max_attempts=2, owe_slack=True).requeued == []
+        assert investigations.stranded(session, timedelta(0), 2, owe_slack=True).requeued == []
         assert investigations.claim(session, investigation_id, lease=LEASE) is None  # failed is final
 
 

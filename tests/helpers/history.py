@@ -1,5 +1,5 @@
 """Helpers for the history tests: finish an investigation through the real write path
-(`claim` + `save_result`), with chosen findings and ranked causes, or blind."""
+(`claim` + `finish`), with chosen findings and ranked causes, or blind."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from rca.config import TargetConfig
 from rca.domain.coverage import NO_PROMETHEUS
 from rca.domain.evidence import Finding
 from rca.domain.status import FindingStatus
+from rca.incidents import investigations
 from rca.pipeline import Analysis, target_of
-from rca.store import digests, investigations
+from rca.store import digests
 from rca.store.db import session_scope
 from rca.store.models import Investigation
 from tests.helpers import factories
@@ -70,7 +71,7 @@ def finish_blind(
         collect_seconds=0.1,
     )
     with session_scope(url) as session:
-        investigations.save_result(session, inv_id, analysis.result(total_seconds=0.2))
+        investigations.finish(session, inv_id, analysis.result(total_seconds=0.2), [], owe_slack=False)
     return inv_id
 
 
@@ -109,7 +110,7 @@ def finish_investigation(
         collect_seconds=0.1,
     )
     with session_scope(url) as session:
-        investigations.save_result(session, inv_id, analysis.result(total_seconds=0.2))
+        investigations.finish(session, inv_id, analysis.result(total_seconds=0.2), [], owe_slack=False)
         if analyst != "rules":  # the LLM analyst's own write path lands on another branch
             session.get(Investigation, inv_id).analyst = analyst
             digests.refresh(session, incident_id)

@@ -127,4 +127,4 @@ def test_an_inconclusive_result_is_finished_with_its_reason_and_stores_no_cause(
         assert inv is not None and (inv.status, inv.inconclusive_reason) == ("inconclusive", "no_data")
         assert inv.hypotheses == [] and inv.analyst is None and len(inv.findings) == 1
         assert investigations.claim(session, inv_id) is None
-        assert investigations.mark_failed(session, inv_id, "late") is False
+        assert investigations.mark_failed(session, inv_id, "late") is None
