@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy import select  # noqa: E402
 
-from rca.store.models import Investigation  # noqa: E402
+from rca.store.models import InvestigationRow  # noqa: E402
 from tests.faults.ledger import Audit, Burst  # noqa: E402
 from tests.faults.services import PrivatePostgres, PrivateRedis  # noqa: E402
 from tests.faults.stack import COMPRESSED, FaultStack, fault_stack  # noqa: E402
@@ -63,7 +63,7 @@ class Row:
 
 
 def finished(db_url: str, ids: list[int]) -> bool:
-    query = select(Investigation.status).where(Investigation.id.in_(ids))
+    query = select(InvestigationRow.status).where(InvestigationRow.id.in_(ids))
     return all(r.status in ("done", "inconclusive", "failed") for r in rows(db_url, query))
 
 

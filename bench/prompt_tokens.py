@@ -39,7 +39,7 @@ from rca.analyst.summary import (  # noqa: E402
 )
 from rca.analyst.validate import answer_schema  # noqa: E402
 from rca.collect.target import target_from_alerts  # noqa: E402
-from rca.config import Settings, TargetConfig  # noqa: E402
+from rca.config import ScopeConfig, Settings  # noqa: E402
 from rca.pipeline import analyse  # noqa: E402
 from tests.e2e.suite import suite_prometheus  # noqa: E402
 
@@ -74,7 +74,7 @@ def main() -> None:
         settings = Settings(prometheus_url=url, llm_prompt_token_budget=args.budget)
         for scenario in suite:
             start = datetime.now(UTC) - timedelta(minutes=2)
-            target = target_from_alerts([scenario.alert], [start], TargetConfig())
+            target = target_from_alerts([scenario.alert], [start], ScopeConfig())
             began = time.perf_counter()
             analysis = analyse(settings, target)
             alerts = [AlertText(scenario.alert, {k: v.format(host=target.host) for k, v in ANNOTATION.items()}, start)]

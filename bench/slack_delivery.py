@@ -45,7 +45,7 @@ def worst_case() -> None:
     message = IncidentMessage(
         incident_id=1,
         alertname="A" * 400,
-        target="t" * 200,
+        subject="t" * 200,
         status="firing",
         severity="critical",
         summary=long * 20,

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rca.api.app import create_app  # noqa: E402
 from rca.jobs.celery_app import create_app as create_celery_app  # noqa: E402
 from rca.store.db import migrate  # noqa: E402
-from rca.store.models import Investigation  # noqa: E402
+from rca.store.models import InvestigationRow  # noqa: E402
 from tests.fakes.prometheus import StubPrometheus  # noqa: E402
 from tests.fakes.slack import TOKEN, FakeSlack  # noqa: E402
 from tests.helpers.brokers import claim_redis_db  # noqa: E402
@@ -40,7 +40,7 @@ from tests.helpers.slack import CHANNEL, slack_settings  # noqa: E402
 
 
 def done(db: str, ids: list[int]) -> bool:
-    found = rows(db, select(Investigation.status).where(Investigation.id.in_(ids)))
+    found = rows(db, select(InvestigationRow.status).where(InvestigationRow.id.in_(ids)))
     return len(found) == len(ids) and all(r.status == "done" for r in found)
 
 

@@ -20,7 +20,7 @@ from rca.collect.profile import profile_for
 from rca.collect.prometheus import Collection, PrometheusSource, SeriesResult, choose_window
 from rca.collect.promql import query_params
 from rca.collect.target import Target, scope_candidates, target_from_alerts
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
 from rca.domain.coverage import NO_PROMETHEUS, DataGap, data_gap
@@ -90,7 +90,7 @@ class Analysis:
         )
 
 
-def _mine(claim: investigations.Claim, config: TargetConfig) -> list[int]:
+def _mine(claim: investigations.Claim, config: ScopeConfig) -> list[int]:
     """Which of the claim's alerts the investigation looks at: all, or a fleet incident's one host's
     (the claim's `host`, named by the config's host labels as the target reads them)."""
     return [
@@ -100,7 +100,7 @@ def _mine(claim: investigations.Claim, config: TargetConfig) -> list[int]:
     ]
 
 
-def alerts_of(claim: investigations.Claim, config: TargetConfig) -> list[AlertText]:
+def alerts_of(claim: investigations.Claim, config: ScopeConfig) -> list[AlertText]:
     """A claimed investigation's firing alerts as they arrived (its host's), for the LLM to read."""
     return [
         AlertText(claim.alert_labels[i], claim.alert_annotations[i], claim.alert_starts[i])
@@ -108,7 +108,7 @@ def alerts_of(claim: investigations.Claim, config: TargetConfig) -> list[AlertTe
     ]
 
 
-def target_of(claim: investigations.Claim, config: TargetConfig) -> Target:
+def target_of(claim: investigations.Claim, config: ScopeConfig) -> Target:
     """The target a claimed investigation looks at, from its firing alerts; a fleet incident's
     host from its own alerts alone and the scope labels they agree on, so that each host gets the
     evidence and ranking a single-host incident gets."""

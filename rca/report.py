@@ -99,7 +99,7 @@ def no_data_hint(reason: str, prometheus_url: str | None) -> str | None:
 
 
 def render(
-    target: str,
+    subject: str,
     findings: list[dict[str, Any]],
     hypotheses: list[dict[str, Any]],
     *,
@@ -109,7 +109,7 @@ def render(
     """Findings and hypotheses as dicts (API shape), formatted for a human. `no_data` (why
     nothing was measured, see `no_data_reason`) replaces the ranking, which judged nothing."""
     style = _Style(colour)
-    lines = [f"Target: {target}", ""]
+    lines = [f"Target: {subject}", ""]
     if no_data is not None:
         lines.append(style(f"no data: {no_data}", "yellow"))
         lines.append(f"  nothing was measured ({len(findings)} findings unavailable), so no cause is ranked")

@@ -770,14 +770,14 @@ def _stored_incident(url: str, group: str, status: str = "done") -> tuple[int, i
     from rca.intake.schema import WebhookPayload
     from rca.intake.service import record_notification
     from rca.store.db import session_scope
-    from rca.store.models import Investigation
+    from rca.store.models import InvestigationRow
     from tests.helpers.payloads import make_alert, make_payload
 
     payload = make_payload(group, alerts=[make_alert(f"fp-{group}")])
     with session_scope(url) as session:
         result = record_notification(session, WebhookPayload.model_validate(payload), payload)
         assert result.investigation_id is not None
-        session.get_one(Investigation, result.investigation_id).status = status
+        session.get_one(InvestigationRow, result.investigation_id).status = status
     return result.incident_id, result.investigation_id
 
 
@@ -785,13 +785,13 @@ def _investigations(url: str, incident_id: int) -> list[tuple[int, str, str, str
     from sqlalchemy import select
 
     from rca.store.db import session_scope
-    from rca.store.models import Investigation
+    from rca.store.models import InvestigationRow
 
     with session_scope(url) as session:
         rows = session.execute(
-            select(Investigation.id, Investigation.status, Investigation.reason, Investigation.requested_by)
-            .where(Investigation.incident_id == incident_id)
-            .order_by(Investigation.id)
+            select(InvestigationRow.id, InvestigationRow.status, InvestigationRow.reason, InvestigationRow.requested_by)
+            .where(InvestigationRow.incident_id == incident_id)
+            .order_by(InvestigationRow.id)
         ).all()
     return [(row.id, row.status, row.reason, row.requested_by) for row in rows]
 

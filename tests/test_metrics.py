@@ -32,7 +32,7 @@ from rca.notify.service import deliver
 from rca.pipeline import analyse
 from rca.store import tokens
 from rca.store.db import get_engine, session_scope
-from rca.store.models import Incident, Investigation
+from rca.store.models import IncidentRow, InvestigationRow
 from rca.traces.evidence import trace_findings
 from tests.e2e.promstack import free_port
 from tests.fakes.llm import SURGE_ANSWER, FakeLLM, completion, error, surge_findings, surge_rules, surge_target
@@ -210,8 +210,8 @@ def test_queue_age_is_the_oldest_queued_investigation_and_zero_once_it_runs(clie
     post_webhook(client, make_payload("g-queued-too", alerts=[make_alert("fp-q2")]))
     with get_engine(db_url).begin() as conn:  # queued two minutes ago by some other process
         conn.execute(
-            update(Investigation)
-            .where(Investigation.id == investigation_id)
+            update(InvestigationRow)
+            .where(InvestigationRow.id == investigation_id)
             .values(queued_at=datetime.now(UTC) - timedelta(seconds=120))
         )
 
@@ -220,7 +220,7 @@ def test_queue_age_is_the_oldest_queued_investigation_and_zero_once_it_runs(clie
     assert value(samples, "rca_queue_depth", queue="investigations") == 2
 
     with get_engine(db_url).begin() as conn:
-        conn.execute(update(Investigation).values(status="running"))
+        conn.execute(update(InvestigationRow).values(status="running"))
     samples = scrape(client)
     assert value(samples, "rca_queue_oldest_age_seconds", queue="investigations") == 0
     assert value(samples, "rca_queue_depth", queue="investigations") == 0
@@ -233,7 +233,7 @@ def test_the_slack_queue_is_the_notices_owed_and_how_long_the_oldest_has_waited(
     with get_engine(db_url).begin() as conn:  # two owed, the older for 90 s; the third up to date
         for incident_id, since in zip(ids, (90, 10, None), strict=True):
             owed_since = datetime.now(UTC) - timedelta(seconds=since) if since is not None else None
-            conn.execute(update(Incident).where(Incident.id == incident_id).values(slack_owed_since=owed_since))
+            conn.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(slack_owed_since=owed_since))
     samples = scrape(client)
     assert value(samples, "rca_queue_depth", queue="slack") == 2
     assert 90 <= value(samples, "rca_queue_oldest_age_seconds", queue="slack") < 120
@@ -452,8 +452,8 @@ def test_the_worker_port_serves_what_its_pool_children_counted(
             assert wait_for_investigation(api, reply.json()["incident_id"])["investigation"]["status"] == "done"
         with get_engine(pg_db).begin() as conn:  # as if its enqueue had been lost
             conn.execute(
-                update(Investigation)
-                .where(Investigation.id == reply.json()["investigation_id"])
+                update(InvestigationRow)
+                .where(InvestigationRow.id == reply.json()["investigation_id"])
                 .values(status="queued", queued_at=datetime.now(UTC) - timedelta(minutes=5))
             )
         worker.app.send_task("rca.sweep")

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, pool, text
 from rca.analyst import client as llm_client
 from rca.analyst.explain import NOT_CONFIGURED
 from rca.api.app import create_app
-from rca.config import TargetConfig
+from rca.config import ScopeConfig
 from rca.pipeline import alerts_of, target_of
 from rca.store import investigations
 from tests.e2e.promstack import free_port
@@ -319,7 +319,7 @@ def fleet_claim(host: str | None) -> investigations.Claim:
 
 
 def test_a_fleet_hosts_investigation_looks_at_that_host_with_its_own_alerts_scope() -> None:
-    config = TargetConfig()
+    config = ScopeConfig()
     target = target_of(fleet_claim("gpu-node-2"), config)
     assert (target.host, target.hosts, target.instance) == ("gpu-node-2", ["gpu-node-2"], "gpu-node-2:8000")
     assert target.labels == {"pod": "vllm-2", "model_name": "llama"}  # its pod: the others' are not mixed in
@@ -331,5 +331,5 @@ def test_a_fleet_hosts_investigation_looks_at_that_host_with_its_own_alerts_scop
 
 
 def test_a_host_whose_alerts_stopped_firing_is_still_looked_at_by_name() -> None:
-    target = target_of(fleet_claim("gpu-node-9"), TargetConfig())
+    target = target_of(fleet_claim("gpu-node-9"), ScopeConfig())
     assert (target.host, target.hosts, target.labels) == ("gpu-node-9", ["gpu-node-9"], {})

@@ -40,12 +40,12 @@ sys.path.insert(0, str(REPO))
 
 from rca.jobs.runner import run_investigation  # noqa: E402
 from rca.pages.site import create_site  # noqa: E402
-from rca.scan.fleet import ServingTarget  # noqa: E402
+from rca.scan.fleet import ServingInstance  # noqa: E402
 from rca.scan.forecast import Limit, SignalForecast  # noqa: E402
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition  # noqa: E402
 from rca.scan.warnings import Actions, record  # noqa: E402
 from rca.store.db import migrate, session_scope  # noqa: E402
-from rca.store.models import Incident  # noqa: E402
+from rca.store.models import IncidentRow  # noqa: E402
 from tests.helpers.demo_incident import demo_payload, replayed_window  # noqa: E402
 from tests.helpers.payloads import make_alert, make_payload  # noqa: E402
 from tests.helpers.service import API_AUTH, API_TOKEN, WEBHOOK_AUTH, LiveServer, make_settings  # noqa: E402
@@ -121,12 +121,12 @@ def warn(url: str, host: str, at: float) -> int:
     )
     figures = {"signals": [s.figures() for s in assessment.signals], "slo_probability": 0.87}
     reason = "queue_median beyond threshold and own baseline for 3 scans"
-    target = ServingTarget(f"{host}:8000", host, host, "vllm", "vllm_v1")
+    serving = ServingInstance(f"{host}:8000", host, host, "vllm", "vllm_v1")
     actions = Actions()
     with session_scope(url) as session:
         memory = record(
             session,
-            target,
+            serving,
             Transition(ScanState.WATCH, ScanState.WARNING, at, reason, figures),
             TargetMemory(),
             assessment,
@@ -135,7 +135,7 @@ def warn(url: str, host: str, at: float) -> int:
             actions=actions,
         )
         # `record` stamps the wall clock; the scan ran at `at`, the seed's past.
-        incident = session.get(Incident, memory.incident_id)
+        incident = session.get(IncidentRow, memory.incident_id)
         assert incident is not None
         when = datetime.fromtimestamp(at, UTC)
         incident.created_at = incident.updated_at = when

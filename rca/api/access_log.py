@@ -21,20 +21,21 @@ CREDENTIAL = re.compile(
 )
 
 
-def redact(target: str) -> str:
-    """A request target with the values of credential-like query parameters replaced."""
-    path, sep, query = target.partition("?")
+def redact(path: str) -> str:
+    """A request's path and query (HTTP's request-target) with the values of credential-like query
+    parameters replaced."""
+    head, sep, query = path.partition("?")
     if not sep:
-        return target
+        return path
     pairs = []
     for pair in query.split("&"):
         name, eq, _value = pair.partition("=")
         pairs.append(f"{name}={REDACTED}" if eq and CREDENTIAL.search(unquote_plus(name)) else pair)
-    return f"{path}?{'&'.join(pairs)}"
+    return f"{head}?{'&'.join(pairs)}"
 
 
 class RedactQueryCredentials(logging.Filter):
-    """Rewrites the request target among an access-log record's arguments."""
+    """Rewrites the request's path and query among an access-log record's arguments."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):

@@ -47,7 +47,7 @@ from rca.store import feedback as feedback_store
 from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
-from rca.store.models import Feedback, Incident
+from rca.store.models import FeedbackRow, IncidentRow
 from rca.store.rounds import latest_round
 
 router = APIRouter(
@@ -119,7 +119,7 @@ def list_incidents(
         raise refused_query(exc) from None
 
 
-def incident_out(incident: Incident) -> IncidentOut:
+def incident_out(incident: IncidentRow) -> IncidentOut:
     investigations = [InvestigationOut.from_row(inv) for inv in incident.investigations]
     return IncidentOut(
         id=incident.id,
@@ -172,10 +172,10 @@ def get_incident(session: DatabaseSession, incident_id: IncidentId) -> IncidentO
 def similar_incidents(
     session: DatabaseSession, incident_id: IncidentId, limit: Annotated[int, Query(ge=1, le=50)] = 10
 ) -> SimilarPage:
-    target = similar_store.signature(session, incident_id)
-    if target is None:
+    signature = similar_store.signature(session, incident_id)
+    if signature is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
-    matches = similar_store.find(session, target, limit)
+    matches = similar_store.find(session, signature, limit)
     items = [
         SimilarIncident(
             incident=IncidentSummary.of(m.hit),
@@ -189,10 +189,10 @@ def similar_incidents(
     ]
     return SimilarPage(
         incident_id=incident_id,
-        breached=target.breached,
-        onset_order=target.onset_order,
-        stack=target.stack,
-        categories=target.categories,
+        breached=signature.breached,
+        onset_order=signature.onset_order,
+        stack=signature.stack,
+        categories=signature.categories,
         items=items,
     )
 
@@ -214,7 +214,7 @@ def incident_evidence(
         Query(ge=1, le=2**31 - 1, description="an investigation id of this incident; default: its latest finished one"),
     ] = None,
 ) -> EvidenceOut:
-    if session.get(Incident, incident_id) is None:
+    if session.get(IncidentRow, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     chosen = evidence_store.investigation_of(session, incident_id, investigation)
     if chosen is None and investigation is not None:
@@ -239,7 +239,7 @@ def incident_evidence(
     )
 
 
-def feedback_out(row: Feedback) -> FeedbackOut:
+def feedback_out(row: FeedbackRow) -> FeedbackOut:
     return FeedbackOut(
         id=row.id,
         incident_id=row.incident_id,
@@ -252,7 +252,7 @@ def feedback_out(row: Feedback) -> FeedbackOut:
     )
 
 
-def record_feedback(session: Session, incident_id: int, body: FeedbackIn, author: str) -> Feedback:
+def record_feedback(session: Session, incident_id: int, body: FeedbackIn, author: str) -> FeedbackRow:
     """The request's verdict handed to the incidents room, judged against the taxonomy (the API
     and the pages' form both record through it); `FeedbackError` when the room refuses it."""
     return incident_feedback.record(
@@ -286,7 +286,7 @@ def post_feedback(
     body: FeedbackIn,
     principal: Annotated[Principal, Depends(require_api_token)],
 ) -> FeedbackOut:
-    if session.get(Incident, incident_id) is None:
+    if session.get(IncidentRow, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     try:
         row = record_feedback(session, incident_id, body, principal.name)
@@ -303,7 +303,7 @@ def post_feedback(
     responses={404: {"model": ErrorOut, "description": "no such incident"}},
 )
 def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[FeedbackOut]:
-    if session.get(Incident, incident_id) is None:
+    if session.get(IncidentRow, incident_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"incident {incident_id} not found")
     return [feedback_out(row) for row in feedback_store.history(session, incident_id)]
 

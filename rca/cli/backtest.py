@@ -39,7 +39,7 @@ def add_parser(command: Command) -> None:
     )
     backtest.add_argument("--since", required=True, type=parse_duration, help="how far back: 90m, 6h, 7d")
     backtest.add_argument("--until", type=parse_duration, help="stop this long before now (default: now)")
-    backtest.add_argument("--target", help="one serving instance (host:port) instead of the whole fleet")
+    backtest.add_argument("--target", dest="only", help="one serving instance (host:port) instead of the whole fleet")
     backtest.add_argument("--json", action="store_true", help="print the result as JSON")
     backtest.add_argument(
         "--store",
@@ -84,7 +84,7 @@ def _replayed(settings: Settings, args: argparse.Namespace, start: datetime, end
     source = prometheus_fleet_source(settings)
     try:
         source.instant("vector(1)", end)
-        return backtest(settings, source, start, end, args.target)
+        return backtest(settings, source, start, end, args.only)
     except QUERY_ERRORS as exc:
         fail(
             f"Prometheus at {settings.prometheus_url} is unavailable: {short_error(exc)} (check RCA_PROMETHEUS_URL)",
@@ -100,8 +100,8 @@ def _no_targets(settings: Settings, args: argparse.Namespace, result: BacktestRe
         f"from {datetime.fromtimestamp(result.start, UTC):%Y-%m-%d %H:%M} "
         f"to {datetime.fromtimestamp(result.end, UTC):%Y-%m-%d %H:%M} UTC"
     )
-    if args.target:
-        return f"{args.target} is not a serving target of Prometheus at {settings.prometheus_url} {span}"
+    if args.only:
+        return f"{args.only} is not a serving target of Prometheus at {settings.prometheus_url} {span}"
     serving = profile_for(settings.file_config()).scopes["serving"].probe.split("|")
     return (
         f"Prometheus at {settings.prometheus_url} has no serving target {span} "

@@ -16,7 +16,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_USAGE}  usage or configuration error (bad option, bad RCA_* setting, database unreachable or
      not migrated, port in use)
   {EXIT_NO_DATA}  no data: nothing could be measured (no or unreachable Prometheus, no series for
-     the target; backtest: no serving target in the history; gpu-probe: no NVIDIA GPU), so no cause
+     the target; backtest: no serving instance in the history; gpu-probe: no NVIDIA GPU), so no cause
      was ranked"""
 
 # A command's sub-parser, made by the top-level parser: name, one-line help, description.

@@ -192,9 +192,9 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
             print(f"Incident {incident_id}: {incident['title']}{since}")
             stored = inv.get("target") or {}
             named = ({"host": stored["host"]} if stored.get("host") else {}) | stored.get("labels", {})
-            target = " ".join(f"{k}={v}" for k, v in named.items()) or "-"
+            subject = " ".join(f"{k}={v}" for k, v in named.items()) or "-"
             no_data = no_data_reason(inv["findings"], inv.get("error"))
-            print(render(target, inv["findings"], inv["hypotheses"], colour=use_colour(sys.stdout), no_data=no_data))
+            print(render(subject, inv["findings"], inv["hypotheses"], colour=use_colour(sys.stdout), no_data=no_data))
             if no_data is None:
                 print("\n" + written_by(inv.get("analyst"), inv.get("llm_model"), inv.get("fallback_reason")))
             if replay.misses and not args.payload:

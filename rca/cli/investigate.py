@@ -128,10 +128,10 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
         _no_data(target.describe(), no_data, settings.prometheus_url)
 
 
-def _no_data(target: str, reason: str, prometheus_url: str | None) -> None:
+def _no_data(subject: str, reason: str, prometheus_url: str | None) -> None:
     """ "No data" is its own answer: one line saying why, and exit code 3 (never a confidence)."""
     from rca.report import no_data_hint
 
     hint = no_data_hint(reason, prometheus_url)
-    print(f"no data for {target}: {reason}" + (f" ({hint})" if hint else ""), file=sys.stderr)
+    print(f"no data for {subject}: {reason}" + (f" ({hint})" if hint else ""), file=sys.stderr)
     raise SystemExit(EXIT_NO_DATA)

@@ -23,6 +23,16 @@ from rca.collect.health import failure_kind, short_error
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
 from rca.domain.answer import answer_line
 
+# Prometheus' retry policy, urllib3's inside prometheus-api-client's session (every query of an
+# investigation and of the scan): one retry, at once, after a refused connection or a 502, 503 or
+# 504 (urllib3 waits nothing before a first retry, so no backoff applies). A query has seconds,
+# not minutes: a Prometheus that fails twice in a row is reported (an `unavailable` finding, the
+# scan's error), not waited for. The last 5xx comes back as an answer (raise_on_status=False), so
+# that the error quotes it rather than urllib3's "too many 503 error responses".
+PROMETHEUS_RETRY = Retry(
+    total=1, connect=1, status_forcelist=[502, 503, 504], allowed_methods=None, raise_on_status=False
+)
+
 Samples = list[tuple[float, float]]
 Series = list[tuple[dict[str, str], Samples]]
 
@@ -85,22 +95,14 @@ class PrometheusSource:
     than 200 raises `RefusedAnswer` with the server's words in one line."""
 
     def __init__(self, url: str, timeout: float, concurrency: int) -> None:
-        # The last 5xx of the retries comes back as an answer (raise_on_status=False), so that the
-        # error quotes it rather than urllib3's "too many 503 error responses".
-        retry = Retry(
-            total=1,
-            connect=1,
-            backoff_factor=0.2,
-            status_forcelist=[502, 503, 504],
-            allowed_methods=None,
-            raise_on_status=False,
-        )
         session = requests.Session()
         session.hooks["response"].append(_refuse_non_200)
         self.url = url
         self.timeout = timeout
         self.concurrency = concurrency
-        self.client = PrometheusConnect(url=url, retry=retry, timeout=timeout, method="POST", session=session)
+        self.client = PrometheusConnect(
+            url=url, retry=PROMETHEUS_RETRY, timeout=timeout, method="POST", session=session
+        )
 
     def _instant(self, promql: str, at: datetime) -> list[dict[str, Any]]:
         """The instant vector's elements, each with its `metric` labels."""

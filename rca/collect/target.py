@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from rca.collect.promql import promql_string
-from rca.config import TargetConfig
+from rca.config import ScopeConfig
 from rca.domain.hosts import IPV4, hosts_named
 from rca.domain.hosts import host_from_label as host_from_label  # where rca.scan reads it
 
@@ -68,7 +68,7 @@ class Target:
         return data
 
 
-def target_from_alerts(alerts: list[dict[str, str]], starts: list[datetime], config: TargetConfig) -> Target:
+def target_from_alerts(alerts: list[dict[str, str]], starts: list[datetime], config: ScopeConfig) -> Target:
     """Reduce the incident's alert label sets to one target.
 
     The most common host among the firing alerts wins (an alert group normally shares it); scope
@@ -100,7 +100,7 @@ def _matchers(**equal: str | None) -> list[str]:
     return [f'{name}="{promql_string(value)}"' for name, value in equal.items() if value]
 
 
-def scope_candidates(target: Target, config: TargetConfig) -> dict[str, list[str]]:
+def scope_candidates(target: Target, config: ScopeConfig) -> dict[str, list[str]]:
     """Candidate selectors (the inside of `{...}`) per scope, most specific first.
 
     The serving scope tries the alert's exact `instance` first (an alert from the engine itself),

@@ -7,7 +7,7 @@ The names below are the ones the stages use; they import them from `rca.config`.
 """
 
 from rca.config.errors import ConfigError, first_error
-from rca.config.files import FileConfig, SlackFileConfig, SlackRoute, TargetConfig, TracesConfig, load_file_config
+from rca.config.files import FileConfig, ScopeConfig, SlackFileConfig, SlackRoute, TracesConfig, load_file_config
 from rca.config.settings import Settings, check_slack_url, get_settings, load_settings
 
 __all__ = [
@@ -16,7 +16,7 @@ __all__ = [
     "Settings",
     "SlackFileConfig",
     "SlackRoute",
-    "TargetConfig",
+    "ScopeConfig",
     "TracesConfig",
     "check_slack_url",
     "first_error",

@@ -12,7 +12,7 @@ from rca.config.cpus import parse_cpu_list
 from rca.config.loader import load_yaml
 
 
-class TargetConfig(BaseModel):
+class ScopeConfig(BaseModel):
     """How alert labels are turned into the scope of an investigation."""
 
     model_config = {"extra": "forbid"}  # a misspelt key must not silently fall back to the default
@@ -121,7 +121,7 @@ class FileConfig(BaseModel):
         gt=0,
         allow_inf_nan=False,
         description="TTFT p95 SLO for the violation-probability model (seconds); written here, it is also the "
-        "fleet scan's SLO for every target, over the operator's alerting rules (rca/scan/slo_rules.py)",
+        "fleet scan's SLO for every serving instance, over the operator's alerting rules (rca/scan/slo_rules.py)",
     )
     slo_probability_threshold: float = Field(
         default=0.5, gt=0, le=1, description="P(SLO violation | queue depth) that breaches that finding"
@@ -135,7 +135,7 @@ class FileConfig(BaseModel):
         min_length=1,
         description="process-exporter group names of the serving engine, matched case-insensitively as substrings",
     )
-    target: TargetConfig = Field(default_factory=TargetConfig)
+    target: ScopeConfig = Field(default_factory=ScopeConfig)  # the YAML key `target`: how alerts are scoped
     slack: SlackFileConfig = Field(default_factory=SlackFileConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)
 

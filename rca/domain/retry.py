@@ -3,7 +3,10 @@
 together (workers after a database failover, investigations after an LLM outage) spread out,
 and the waits keep a floor, half the exponential value, so a run of retries cannot all land
 within a few seconds as with full jitter. Each dependency declares its own bases and bounds once:
-the jobs in `rca.jobs.policy`, the LLM in `rca.analyst.client`.
+the jobs in `rca.jobs.policy` (`JOB_RETRIES`), the LLM in `rca.analyst.client` (`BACKOFF`, after
+the server's Retry-After), Slack in `rca.notify.service` (`slack_backoff`, after Slack's
+Retry-After). Prometheus alone does not wait: one immediate retry, urllib3's, declared as
+`rca.collect.prometheus.PROMETHEUS_RETRY`.
 """
 
 from __future__ import annotations

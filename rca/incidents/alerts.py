@@ -32,7 +32,7 @@ from rca.incidents.opened import open_incidents
 from rca.incidents.queue import WAITING, queue, queue_new, round_of
 from rca.incidents.status import resolve
 from rca.store import early_warnings
-from rca.store.models import Alert, Base, Incident
+from rca.store.models import AlertRow, Base, IncidentRow
 
 NOTIFICATIONS = Base.metadata.tables["notifications"]
 BATCH = 500  # fingerprints per SELECT: well under any backend's limit on bound parameters
@@ -40,12 +40,12 @@ BATCH = 500  # fingerprints per SELECT: well under any backend's limit on bound 
 # Statements are built once: one built per webhook cost more Python (building it, coercing each value
 # into a bound parameter, hashing it for the compiled cache) than its round trip to the database.
 NEW_NOTIFICATIONS = insert(NOTIFICATIONS)
-ALERTS_OF = select(Alert).where(
-    Alert.incident_id.in_(bindparam("incident_ids", expanding=True)),
-    Alert.fingerprint.in_(bindparam("fingerprints", expanding=True)),
+ALERTS_OF = select(AlertRow).where(
+    AlertRow.incident_id.in_(bindparam("incident_ids", expanding=True)),
+    AlertRow.fingerprint.in_(bindparam("fingerprints", expanding=True)),
 )
 LATEST_INCIDENT = (
-    select(Incident).where(Incident.group_key == bindparam("group_key")).order_by(Incident.id.desc()).limit(1)
+    select(IncidentRow).where(IncidentRow.group_key == bindparam("group_key")).order_by(IncidentRow.id.desc()).limit(1)
 )
 
 
@@ -119,11 +119,11 @@ class IntakeResult:
 Naming = Callable[[NotificationIn], early_warnings.Named]
 
 
-def _existing_alerts(session: Session, wanted: dict[int, set[str]]) -> dict[int, dict[str, Alert]]:
+def _existing_alerts(session: Session, wanted: dict[int, set[str]]) -> dict[int, dict[str, AlertRow]]:
     """The stored alerts of these incidents with these fingerprints (incident id -> fingerprints),
     in one SELECT per `BATCH` fingerprints for all of them rather than one per alert or incident (a
     storm's notification carries up to RCA_WEBHOOK_MAX_ALERTS of them)."""
-    found: dict[int, dict[str, Alert]] = {incident_id: {} for incident_id in wanted}
+    found: dict[int, dict[str, AlertRow]] = {incident_id: {} for incident_id in wanted}
     fingerprints = sorted({f for named in wanted.values() for f in named})
     for start in range(0, len(fingerprints), BATCH):
         chunk = {"incident_ids": list(wanted), "fingerprints": fingerprints[start : start + BATCH]}
@@ -166,7 +166,7 @@ def _new_alert(alert: AlertIn, raw: dict[str, Any], now: datetime) -> dict[str, 
 
 
 def _upsert_alerts(
-    session: Session, incident: Incident, notice: Notice, rows: dict[str, Alert], now: datetime
+    session: Session, incident: IncidentRow, notice: Notice, rows: dict[str, AlertRow], now: datetime
 ) -> tuple[bool, bool]:
     """Insert or refresh the alerts of a known incident; `rows` holds its stored ones (by
     fingerprint) among the notification's, and gains the new ones. Returns whether any is newly
@@ -175,7 +175,7 @@ def _upsert_alerts(
     for fingerprint, (alert, raw) in _latest_copies(notice.payload.alerts, notice.raw["alerts"]).items():
         row = rows.get(fingerprint)
         if row is None:
-            rows[fingerprint] = Alert(incident_id=incident.id, **_new_alert(alert, raw, now))
+            rows[fingerprint] = AlertRow(incident_id=incident.id, **_new_alert(alert, raw, now))
             session.add(rows[fingerprint])
             newly_firing |= alert.status == AlertStatus.FIRING
             text_changed = True
@@ -236,13 +236,13 @@ def _record_new_groups(session: Session, batch: Sequence[Notice], fleet: Fleet |
     return [IntakeResult(i, created=True, investigation_ids=investigations.get(i, ())) for i in ids]
 
 
-def _incidents_of(session: Session, batch: Sequence[Notice], named: Naming) -> list[Incident | None]:
+def _incidents_of(session: Session, batch: Sequence[Notice], named: Naming) -> list[IncidentRow | None]:
     """The incident each notification (of a different group each) folds into, locked, or None for a
     new group: the group's open incident, else the early warning its alerts join, else, for a
     resolve notice, the group's latest incident. One round trip for the open incidents of the whole
     batch, one for the early warnings of those left."""
     keys = [notice.payload.groupKey for notice in batch]
-    found: dict[str, Incident | None] = dict.fromkeys(keys)
+    found: dict[str, IncidentRow | None] = dict.fromkeys(keys)
     found.update((row.group_key, row) for row in lock_groups(session, keys))
     unopened = [notice.payload for notice in batch if found[notice.payload.groupKey] is None]
     joined = early_warnings.joined_incidents(session, [named(payload) for payload in unopened])
@@ -297,10 +297,10 @@ def _insert(session: Session, notifications: list[dict[str, Any]]) -> None:
 
 def _fold(
     session: Session,
-    incident: Incident,
+    incident: IncidentRow,
     notice: Notice,
     owe_slack: bool,
-    alerts: dict[str, Alert],
+    alerts: dict[str, AlertRow],
     notifications: list[dict[str, Any]],
     fleet: Fleet | None,
 ) -> IntakeResult:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from rca.domain.clock import utcnow
 from rca.domain.status import InvestigationStatus
 from rca.incidents.locks import after_change
-from rca.store.models import Feedback, Hypothesis, Investigation
+from rca.store.models import FeedbackRow, HypothesisRow, InvestigationRow
 
 
 class FeedbackError(ValueError):
@@ -34,7 +34,7 @@ def record(
     verdicts: list[dict[str, Any]],
     author: str,
     categories: Collection[str],
-) -> Feedback:
+) -> FeedbackRow:
     """Store one verdict about the incident's latest finished investigation and refresh its digest.
     `categories` are the taxonomy's ids, which the confirmed cause must be one of."""
     if category not in categories:
@@ -47,13 +47,13 @@ def record(
     if len(set(judged)) != len(judged):
         raise FeedbackError("each hypothesis rank may be judged only once", "hypotheses", "duplicate_rank")
     investigation_id = session.scalar(
-        select(Investigation.id)
-        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
-        .order_by(Investigation.id.desc())
+        select(InvestigationRow.id)
+        .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status == InvestigationStatus.DONE)
+        .order_by(InvestigationRow.id.desc())
         .limit(1)
     )
     ranks = (
-        set(session.scalars(select(Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id)))
+        set(session.scalars(select(HypothesisRow.rank).where(HypothesisRow.investigation_id == investigation_id)))
         if investigation_id
         else set()
     )
@@ -62,7 +62,7 @@ def record(
         have = ", ".join(map(str, sorted(ranks))) or "none (no finished investigation)"
         message = f"hypotheses {unknown} do not exist; the latest investigation has ranks {have}"
         raise FeedbackError(message, "hypotheses", "unknown_rank")
-    row = Feedback(
+    row = FeedbackRow(
         incident_id=incident_id,
         investigation_id=investigation_id,
         category=category,

@@ -21,30 +21,30 @@ from sqlalchemy.orm import Session
 
 from rca.domain.status import AlertStatus
 from rca.store import digests, notices
-from rca.store.models import Incident
+from rca.store.models import IncidentRow
 
 # The open incidents of several groups, locked in the order of their keys. Built once: intake asks
 # for every batch of webhooks.
 OPEN_INCIDENTS = (
-    select(Incident)
-    .where(Incident.group_key.in_(bindparam("group_keys", expanding=True)), Incident.status == AlertStatus.FIRING)
-    .order_by(Incident.group_key)
+    select(IncidentRow)
+    .where(IncidentRow.group_key.in_(bindparam("group_keys", expanding=True)), IncidentRow.status == AlertStatus.FIRING)
+    .order_by(IncidentRow.group_key)
     .with_for_update()
 )
 
 
-def lock_groups(session: Session, group_keys: Sequence[str]) -> list[Incident]:
+def lock_groups(session: Session, group_keys: Sequence[str]) -> list[IncidentRow]:
     """The open incidents of these groups, locked in the order of their keys, in one round trip."""
     return list(session.scalars(OPEN_INCIDENTS, {"group_keys": sorted(group_keys)}))
 
 
-def lock_incident(session: Session, incident_id: int) -> Incident | None:
+def lock_incident(session: Session, incident_id: int) -> IncidentRow | None:
     """The incident's row, locked until the transaction ends; None when there is no such incident."""
     if session.get_bind().dialect.name == "sqlite":
         # No row locks, and the driver begins a transaction only at a write: write first (a no-op),
         # so that transactions at once take the database's one write lock in turn, each seeing the last's.
-        session.execute(update(Incident).where(Incident.id == incident_id).values(id=Incident.id))
-    return session.get(Incident, incident_id, with_for_update=True)
+        session.execute(update(IncidentRow).where(IncidentRow.id == incident_id).values(id=IncidentRow.id))
+    return session.get(IncidentRow, incident_id, with_for_update=True)
 
 
 def after_change(session: Session, incident_id: int, *, owe_slack: bool, reindex: bool = True) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from rca.incidents.search import index_new
 from rca.store import bulk
-from rca.store.models import Alert, Base, Incident
+from rca.store.models import AlertRow, Base, IncidentRow
 
 INCIDENTS, ALERTS = (Base.metadata.tables[name] for name in ("incidents", "alerts"))
 # Built once: one built per webhook cost more Python than its round trip to the database.
@@ -33,7 +33,7 @@ def open_incidents(
     index_new(
         session,
         [
-            (Incident(id=i, **columns), [Alert(**row) for row in rows])  # outside the session
+            (IncidentRow(id=i, **columns), [AlertRow(**row) for row in rows])  # outside the session
             for i, columns, rows in zip(ids, incidents, alerts, strict=True)
         ],
     )

@@ -20,7 +20,7 @@ from rca.domain.hosts import Fleet, Round
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.incidents.locks import lock_incident
 from rca.store import bulk
-from rca.store.models import Alert, Base, Investigation
+from rca.store.models import AlertRow, Base, InvestigationRow
 
 INVESTIGATIONS = Base.metadata.tables["investigations"]
 # The guard's statuses, by caller. WAITING (new alerts): a queued one will see them; a running one
@@ -110,9 +110,9 @@ def queue(
     `investigate_again` do."""
     waiting = (
         session.execute(
-            select(Investigation.id, Investigation.status, Investigation.requested_by)
-            .where(Investigation.incident_id == incident_id, Investigation.status.in_(unless))
-            .order_by(Investigation.id.desc())
+            select(InvestigationRow.id, InvestigationRow.status, InvestigationRow.requested_by)
+            .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status.in_(unless))
+            .order_by(InvestigationRow.id.desc())
             .limit(1)
         ).first()
         if unless  # ALWAYS asks nothing
@@ -120,7 +120,9 @@ def queue(
     )
     plan = Round()
     if fleet is not None:
-        alerts = session.execute(select(Alert.labels, Alert.status).where(Alert.incident_id == incident_id)).all()
+        alerts = session.execute(
+            select(AlertRow.labels, AlertRow.status).where(AlertRow.incident_id == incident_id)
+        ).all()
         plan = round_of(fleet, [(row.labels, row.status) for row in alerts])
     if waiting is not None:
         joined = _join(session, waiting.id, plan, fleet.max_hosts) if fleet is not None and plan.fleet else ()
@@ -134,14 +136,14 @@ def _join(session: Session, waiting_id: int, plan: Round, max_hosts: int) -> tup
     alerts arrive while its incident's round waits is investigated in that round, not never. A
     whole-incident investigation still queued becomes the round's first host's; a running one
     answers as it is. The ids that joined."""
-    first = session.get_one(Investigation, waiting_id)
+    first = session.get_one(InvestigationRow, waiting_id)
     if first.round_id is None:
         if first.host is not None or first.status != InvestigationStatus.QUEUED:
             return ()
         first.host, first.round_id = plan.hosts[0], first.id
         session.flush()
     round_id = first.round_id
-    covered = set(session.scalars(select(Investigation.host).where(Investigation.round_id == round_id)))
+    covered = set(session.scalars(select(InvestigationRow.host).where(InvestigationRow.round_id == round_id)))
     missing = [host for host in plan.hosts if host not in covered][: max(0, max_hosts - len(covered))]
     rows = _rows(first.incident_id, first.reason, Round(tuple(missing)), first.requested_by)
     ids = bulk.insert_rows(session, INVESTIGATIONS, [row | {"round_id": round_id} for row in rows])

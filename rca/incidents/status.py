@@ -2,7 +2,7 @@
 
 "Resolve unless another alert still fires" is written here once. An Alertmanager group's incident
 resolves with its group's resolve notice (Alertmanager says the whole group resolved). An early
-warning's is joined by SLA alerts about its target (rca.store.early_warnings), so it resolves only
+warning's is joined by SLA alerts about its serving instance (rca.store.early_warnings), so it resolves only
 once none of its alerts fires: neither the warning clearing nor the SLA alert resolving alone
 closes it.
 """
@@ -16,21 +16,21 @@ from sqlalchemy.orm import Session
 
 from rca.domain.early_warning import ORIGIN
 from rca.domain.status import AlertStatus
-from rca.store.models import Alert, Incident
+from rca.store.models import AlertRow, IncidentRow
 
 
-def _still_firing(session: Session, incident: Incident) -> bool:
+def _still_firing(session: Session, incident: IncidentRow) -> bool:
     """Whether another alert of an incident that alerts join still fires (as this session has it)."""
     if incident.origin != ORIGIN:
         return False
     session.flush()
     found = session.scalar(
-        select(Alert.id).where(Alert.incident_id == incident.id, Alert.status == AlertStatus.FIRING).limit(1)
+        select(AlertRow.id).where(AlertRow.incident_id == incident.id, AlertRow.status == AlertStatus.FIRING).limit(1)
     )
     return found is not None
 
 
-def resolve(session: Session, incident: Incident, at: datetime) -> bool:
+def resolve(session: Session, incident: IncidentRow, at: datetime) -> bool:
     """Resolve the incident at `at`, unless it is resolved already or another alert still fires;
     True when it resolved now (Slack is then owed the resolve notice)."""
     if incident.status == AlertStatus.RESOLVED or _still_firing(session, incident):
@@ -39,7 +39,7 @@ def resolve(session: Session, incident: Incident, at: datetime) -> bool:
     return True
 
 
-def fire(incident: Incident) -> bool:
+def fire(incident: IncidentRow) -> bool:
     """The incident fires (again); True when it was resolved."""
     changed = incident.status != AlertStatus.FIRING
     incident.status, incident.resolved_at = AlertStatus.FIRING, None

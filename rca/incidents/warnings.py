@@ -14,7 +14,7 @@ from rca.domain.early_warning import ALERTNAME
 from rca.domain.status import AlertStatus
 from rca.incidents.opened import open_incidents
 from rca.incidents.status import fire, resolve
-from rca.store.models import Incident
+from rca.store.models import IncidentRow
 
 RECEIVER = "rca-scan"
 
@@ -29,7 +29,7 @@ def open_warning(
     text: str,
     warned_at: datetime,
     created_at: datetime | None = None,
-) -> Incident:
+) -> IncidentRow:
     """A warning's incident (group `key`) with its one firing alert, which starts when the scan
     warned; `created_at` (default now) places it in time (a backtest's: when it would have warned)."""
     now = utcnow()
@@ -63,13 +63,13 @@ def open_warning(
         "last_seen_at": now,
     }
     [incident_id] = open_incidents(session, [incident], [[alert]])
-    opened = session.get(Incident, incident_id)
+    opened = session.get(IncidentRow, incident_id)
     assert opened is not None  # inserted just now, in this transaction
     return opened
 
 
 def set_warning(
-    session: Session, incident: Incident, status: AlertStatus, text: str | None = None, at: datetime | None = None
+    session: Session, incident: IncidentRow, status: AlertStatus, text: str | None = None, at: datetime | None = None
 ) -> bool:
     """Fire or resolve the warning's own alert, and the incident with it unless an SLA alert that
     joined it still fires (`rca.incidents.status.resolve`), `at` that time (default now); True when

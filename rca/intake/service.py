@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.domain.hosts import Fleet, host_from_label
 from rca.incidents import alerts
 from rca.incidents.alerts import IntakeResult, Notice, NotificationIn
@@ -39,7 +39,7 @@ def record_notifications(
     With a `fleet` (`fleet_of` the settings), an incident whose alerts name several hosts queues one
     investigation per host; without, one investigation per incident, hosts named by the default
     host labels."""
-    names = fleet.host_labels if fleet else TargetConfig().host_labels
+    names = fleet.host_labels if fleet else ScopeConfig().host_labels
     return alerts.record(session, batch, owe_slack=owe_slack, named=lambda payload: _named(payload, names), fleet=fleet)
 
 

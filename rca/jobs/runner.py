@@ -176,11 +176,11 @@ def _precedents(
     url: str, claim: investigations.Claim, findings: list[Finding], rules: list[Hypothesis], stack: str | None
 ) -> list[dict[str, Any]]:
     """Past incidents alike enough to cite, as the LLM prompt lists them."""
-    target = similar.signature_of(
+    signature = similar.signature_of(
         claim.incident_id, claim.incident_created_at, findings, [h.category for h in rules], stack
     )
     with session_scope(url) as session:
-        found = similar.precedents(session, target)
+        found = similar.precedents(session, signature)
     return [
         {
             "incident_id": p.incident_id,

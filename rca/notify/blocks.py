@@ -160,7 +160,7 @@ def _last_time(message: IncidentMessage) -> Block | None:
 def header_text(message: IncidentMessage) -> str:
     """The header's plain_text: not mrkdwn, so nothing is escaped (Slack would show `&lt;`)."""
     icon = ":white_check_mark:" if message.status == AlertStatus.RESOLVED else ":rotating_light:"
-    return cut(f"{icon} {single_line(message.alertname)} on {single_line(message.target)}", MAX_HEADER_TEXT, "…")
+    return cut(f"{icon} {single_line(message.alertname)} on {single_line(message.subject)}", MAX_HEADER_TEXT, "…")
 
 
 def _blind(message: IncidentMessage) -> bool:
@@ -189,7 +189,7 @@ def fallback_text(message: IncidentMessage) -> str:
     if message.failure:
         cause = ": the investigation failed"
     state = "resolved" if message.status == AlertStatus.RESOLVED else "firing"
-    text = f"[{state}] {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.target))}{cause}"
+    text = f"[{state}] {mrkdwn(single_line(message.alertname))} on {mrkdwn(single_line(message.subject))}{cause}"
     return cut(text, MAX_FALLBACK_TEXT, "…")
 
 
@@ -254,6 +254,6 @@ def resolved_reply(message: IncidentMessage, resolved_at: datetime | None) -> Pa
     when = f" at {resolved_at:%Y-%m-%d %H:%M} UTC" if resolved_at else ""
     text = (
         f":white_check_mark: Resolved{when}: {mrkdwn(single_line(message.alertname))} on "
-        f"{mrkdwn(single_line(message.target))} (incident #{message.incident_id})"
+        f"{mrkdwn(single_line(message.subject))} (incident #{message.incident_id})"
     )
     return {"text": cut(text, MAX_FALLBACK_TEXT, "…"), "blocks": [_section(text)]}

@@ -15,7 +15,7 @@ from rca.domain.coverage import DataGap, data_gap
 from rca.domain.fleet import FleetSummary, count, host_list
 from rca.domain.result import change_key
 from rca.domain.status import AlertStatus, InvestigationStatus
-from rca.store.models import Incident, Investigation
+from rca.store.models import IncidentRow, InvestigationRow
 from rca.store.rounds import FleetRound
 from rca.store.similar import Precedent
 
@@ -42,7 +42,7 @@ class BreachedLine:
 class IncidentMessage:
     incident_id: int
     alertname: str
-    target: str
+    subject: str  # the investigated target in a few words: its instance, else its host
     status: str  # firing | resolved
     severity: str | None = None
     summary: str | None = None
@@ -71,19 +71,19 @@ def _why(title: str, explanation: str) -> str:
     return first or title
 
 
-def _target(incident: Incident, investigation: Investigation) -> str:
+def _subject(incident: IncidentRow, investigation: InvestigationRow) -> str:
     target = investigation.target or {}
     labels = incident.common_labels or {}
     return target.get("instance") or target.get("host") or labels.get("instance") or "unknown target"
 
 
-def incident_labels(incident: Incident) -> dict[str, str]:
+def incident_labels(incident: IncidentRow) -> dict[str, str]:
     """The labels routing sees: the group's common labels over the first firing alert's."""
     firing = [a for a in incident.alerts if a.status == AlertStatus.FIRING] or list(incident.alerts)
     return {**(firing[0].labels if firing else {}), **(incident.common_labels or {})}
 
 
-def _summary(incident: Incident, annotations: dict[str, str]) -> str | None:
+def _summary(incident: IncidentRow, annotations: dict[str, str]) -> str | None:
     """The alert's summary; for an early warning, the scan's (signals, since when, forecast) and
     how long before the SLA alert it came, once one joined."""
     summary = annotations.get("summary") or annotations.get("description")
@@ -98,8 +98,8 @@ def _summary(incident: Incident, annotations: dict[str, str]) -> str | None:
 
 
 def from_incident(
-    incident: Incident,
-    investigation: Investigation,
+    incident: IncidentRow,
+    investigation: InvestigationRow,
     public_url: str | None,
     precedent: Precedent | None = None,
     fleet: FleetRound | None = None,
@@ -115,7 +115,7 @@ def from_incident(
     return IncidentMessage(
         incident_id=incident.id,
         alertname=incident.alertname or incident.title,
-        target=_target(incident, investigation),
+        subject=_subject(incident, investigation),
         status=incident.status,
         severity=labels.get("severity"),
         summary=_summary(incident, annotations),
@@ -153,7 +153,7 @@ def _fleet_message(one: IncidentMessage, fleet: FleetRound) -> IncidentMessage:
     skipped = f" of {len(hosts) + fleet.summary.skipped}" if fleet.summary.skipped else ""
     return replace(
         one,
-        target=f"{count(len(hosts))}{skipped} ({host_list(hosts)})",
+        subject=f"{count(len(hosts))}{skipped} ({host_list(hosts)})",
         hypotheses=[],
         breached=[],
         data_gap=None,
@@ -165,18 +165,18 @@ def _fleet_message(one: IncidentMessage, fleet: FleetRound) -> IncidentMessage:
     )
 
 
-def _data_gap(investigation: Investigation) -> DataGap | None:
+def _data_gap(investigation: InvestigationRow) -> DataGap | None:
     if not investigation.findings and not investigation.error:
         return None  # nothing was judged at all: not an investigation of the pipeline
     return data_gap(investigation.findings, investigation.error)
 
 
-def _tokens(investigation: Investigation) -> int | None:
+def _tokens(investigation: InvestigationRow) -> int | None:
     counts = [investigation.prompt_tokens, investigation.completion_tokens]
     return sum(c for c in counts if c is not None) if any(c is not None for c in counts) else None
 
 
-def change_key_of(investigation: Investigation) -> str:
+def change_key_of(investigation: InvestigationRow) -> str:
     """What the message shows, as the pipeline keyed it when it finished the investigation.
     Investigations finished before migration 0007 have no key: theirs is taken from the stored
     findings and hypotheses (the analyst's ranking, which equals the rules' unless an LLM wrote it)."""

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from rca.config import Settings
 from rca.notify.delivery import Sender, SendResult
 from rca.store import sends
-from rca.store.models import SlackSend
+from rca.store.models import SlackSendRow
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +95,12 @@ def look_for_earlier(
 
 def begin(
     session: Session, settings: Settings, incident_id: int, action: str, channel: str, thread_ts: str | None
-) -> SlackSend:
+) -> SlackSendRow:
     """Commit the send about to be made; raises (and nothing is posted) if the database cannot."""
     return sends.record(session, settings.effective_database_url, incident_id, action, channel, thread_ts)
 
 
-def end(session: Session, send: SlackSend, result: SendResult) -> None:
+def end(session: Session, send: SlackSendRow, result: SendResult) -> None:
     """Record Slack's answer to the send, unless it may have posted without saying so."""
     if result.ok:
         sends.settle(session, [send.key], sends.POSTED, result.channel, result.ts)

@@ -41,6 +41,7 @@ from rca import metrics
 from rca.config import Settings
 from rca.domain import early_warning
 from rca.domain.clock import utcnow
+from rca.domain.retry import Backoff
 from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
 from rca.incidents import notices
 from rca.notify import blocks, once
@@ -50,7 +51,7 @@ from rca.notify.routing import route
 from rca.store import rounds, similar
 from rca.store.db import session_scope
 from rca.store.investigations import FINISHED
-from rca.store.models import Incident, Investigation, SlackAttempt, SlackDelivery
+from rca.store.models import IncidentRow, InvestigationRow, SlackAttemptRow, SlackDeliveryRow
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class Outcome:
 class Step:
     action: str  # post | update | reply
     send: Callable[[str | None], SendResult]  # given the key of a keyed step
-    done: Callable[[SlackDelivery, SendResult], None]
+    done: Callable[[SlackDeliveryRow, SendResult], None]
     # Bot-mode posts and replies: recorded with a key before they are sent (rca/notify/once.py).
     channel: str | None = None
     thread_ts: str | None = None
@@ -80,18 +81,18 @@ class Step:
         return self.channel is not None
 
 
-def _lock(session: Session, incident_id: int) -> SlackDelivery | None:
-    return session.scalar(select(SlackDelivery).where(SlackDelivery.incident_id == incident_id).with_for_update())
+def _lock(session: Session, incident_id: int) -> SlackDeliveryRow | None:
+    return session.scalar(select(SlackDeliveryRow).where(SlackDeliveryRow.incident_id == incident_id).with_for_update())
 
 
-def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDelivery:
+def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliveryRow:
     """The incident's delivery row, created if missing, locked until the transaction ends."""
     row = _lock(session, incident_id)
     if row is None:
         try:
             with session.begin_nested():
                 session.add(
-                    SlackDelivery(
+                    SlackDeliveryRow(
                         incident_id=incident_id, mode=mode, status=DeliveryStatus.PENDING, messages=0, updates=0
                     )
                 )
@@ -103,14 +104,14 @@ def lock_delivery(session: Session, incident_id: int, mode: str) -> SlackDeliver
     return row
 
 
-def _latest_finished(session: Session, incident_id: int) -> Investigation | None:
+def _latest_finished(session: Session, incident_id: int) -> InvestigationRow | None:
     """The latest done investigation; without one, the latest inconclusive or failed (the message
     says it could not investigate, or failed): a newer blind run does not hide a diagnosis."""
     return session.scalar(
-        select(Investigation)
-        .where(Investigation.incident_id == incident_id, Investigation.status.in_(FINISHED))
-        .options(selectinload(Investigation.findings), selectinload(Investigation.hypotheses))
-        .order_by((Investigation.status == InvestigationStatus.DONE).desc(), Investigation.id.desc())
+        select(InvestigationRow)
+        .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status.in_(FINISHED))
+        .options(selectinload(InvestigationRow.findings), selectinload(InvestigationRow.hypotheses))
+        .order_by((InvestigationRow.status == InvestigationStatus.DONE).desc(), InvestigationRow.id.desc())
         .limit(1)
     )
 
@@ -121,7 +122,7 @@ def _main_fingerprint(evidence: str, status: str) -> str:
 
 
 def _plan(
-    delivery: SlackDelivery,
+    delivery: SlackDeliveryRow,
     sender: Sender,
     message: IncidentMessage,
     investigation_id: int,
@@ -133,22 +134,22 @@ def _plan(
     main = _main_fingerprint(evidence, message.status)
     resolved = message.status == AlertStatus.RESOLVED and delivery.resolved_notified_at is None
 
-    def posted(row: SlackDelivery, result: SendResult) -> None:
+    def posted(row: SlackDeliveryRow, result: SendResult) -> None:
         row.messages += 1
         row.channel, row.ts = result.channel or row.channel, result.ts or row.ts
         row.fingerprint, row.thread_fingerprint = main, evidence
         if message.status == AlertStatus.RESOLVED:
             row.resolved_notified_at = utcnow()  # the message itself says so
 
-    def updated(row: SlackDelivery, _result: SendResult) -> None:
+    def updated(row: SlackDeliveryRow, _result: SendResult) -> None:
         row.updates += 1
         row.fingerprint = main
 
-    def replied_change(row: SlackDelivery, _result: SendResult) -> None:
+    def replied_change(row: SlackDeliveryRow, _result: SendResult) -> None:
         row.messages += 1
         row.thread_fingerprint = evidence
 
-    def replied_resolved(row: SlackDelivery, _result: SendResult) -> None:
+    def replied_resolved(row: SlackDeliveryRow, _result: SendResult) -> None:
         row.messages += 1
         row.resolved_notified_at = utcnow()
 
@@ -188,11 +189,18 @@ def _plan(
     return steps
 
 
-def retry_delay(result: SendResult, attempt: int, backoff: float) -> float:
-    """Slack's Retry-After when it gave one, else exponential backoff from `backoff` seconds."""
+def slack_backoff(settings: Settings) -> Backoff:
+    """Slack's retry policy where it gives no Retry-After: the service's backoff with jitter
+    (rca.domain.retry) from RCA_SLACK_RETRY_BACKOFF_SECONDS, doubling, capped at MAX_RETRY_DELAY."""
+    return Backoff(base=settings.slack_retry_backoff_seconds, cap=MAX_RETRY_DELAY)
+
+
+def retry_delay(result: SendResult, attempt: int, backoff: Backoff) -> float:
+    """Slack's Retry-After when it gave one (Slack asks for exactly that wait), else `backoff`'s
+    wait before attempt `attempt + 1`."""
     if result.retry_after is not None:
         return min(result.retry_after, MAX_RETRY_DELAY)
-    return min(backoff * 2 ** (attempt - 1), MAX_RETRY_DELAY)
+    return backoff.delay(attempt - 1)
 
 
 def deliver(
@@ -209,7 +217,7 @@ def deliver(
     if sender is None:
         return Outcome("skipped", detail="Slack is not configured")
     with session_scope(settings.effective_database_url) as session:
-        origin = session.scalar(select(Incident.origin).where(Incident.id == incident_id))
+        origin = session.scalar(select(IncidentRow.origin).where(IncidentRow.id == incident_id))
         if origin is None:
             return Outcome("skipped", detail=f"incident {incident_id} not found")
         if origin == early_warning.BACKTEST:
@@ -218,7 +226,7 @@ def deliver(
         # Read after the lock: a notice owed before this point is answered (and settled) here, one
         # owed later changes the count and stays owed.
         incident = session.scalar(
-            select(Incident).where(Incident.id == incident_id).options(selectinload(Incident.alerts))
+            select(IncidentRow).where(IncidentRow.id == incident_id).options(selectinload(IncidentRow.alerts))
         )
         assert incident is not None  # the delivery row's foreign key holds it
         outcome = _bring_up_to_date(session, settings, sender, delivery, incident, event, attempt)
@@ -235,8 +243,8 @@ def _bring_up_to_date(
     session: Session,
     settings: Settings,
     sender: Sender,
-    delivery: SlackDelivery,
-    incident: Incident,
+    delivery: SlackDeliveryRow,
+    incident: IncidentRow,
     event: str,
     attempt: int,
 ) -> Outcome:
@@ -292,10 +300,10 @@ def _bring_up_to_date(
     return Outcome("delivered", detail=", ".join(s.action for s in steps))
 
 
-def _store_call(delivery: SlackDelivery, event: str, action: str, result: SendResult) -> None:
+def _store_call(delivery: SlackDeliveryRow, event: str, action: str, result: SendResult) -> None:
     """One Slack call on the delivery row (its attempts) and in the metrics."""
     delivery.attempts.append(
-        SlackAttempt(
+        SlackAttemptRow(
             at=utcnow(),
             event=event,
             action=action,
@@ -310,7 +318,7 @@ def _store_call(delivery: SlackDelivery, event: str, action: str, result: SendRe
 
 
 def _stop(
-    settings: Settings, delivery: SlackDelivery, action: str, result: SendResult, incident_id: int, attempt: int
+    settings: Settings, delivery: SlackDeliveryRow, action: str, result: SendResult, incident_id: int, attempt: int
 ) -> Outcome:
     """How a run ends on a failed call: retrying (Slack's Retry-After, or backoff) or failed for good."""
     final = not result.retryable or attempt >= settings.slack_max_attempts
@@ -326,7 +334,7 @@ def _stop(
     )
     if final:
         return Outcome("failed", detail=result.error or "")
-    return Outcome("retrying", retry_delay(result, attempt, settings.slack_retry_backoff_seconds), result.error or "")
+    return Outcome("retrying", retry_delay(result, attempt, slack_backoff(settings)), result.error or "")
 
 
 def count_slack_call(action: str, result: SendResult) -> None:
@@ -344,8 +352,8 @@ def finished_incident(settings: Settings, investigation_id: int) -> int | None:
     backtest's incident, never posted): what to notify about."""
     with session_scope(settings.effective_database_url) as session:
         row = session.execute(
-            select(Investigation.incident_id, Investigation.status)
-            .join(Incident, Incident.id == Investigation.incident_id)
-            .where(Investigation.id == investigation_id, Incident.origin != early_warning.BACKTEST)
+            select(InvestigationRow.incident_id, InvestigationRow.status)
+            .join(IncidentRow, IncidentRow.id == InvestigationRow.incident_id)
+            .where(InvestigationRow.id == investigation_id, IncidentRow.origin != early_warning.BACKTEST)
         ).first()
     return row.incident_id if row is not None and row.status in FINISHED else None

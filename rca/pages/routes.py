@@ -69,13 +69,13 @@ def signin_page(request: Request, next_path: Annotated[str, Query(alias="next")]
 async def signin(request: Request) -> Response:
     form = await _form(request)
     web_session.check_csrf(request, form.get(web_session.CSRF_FIELD))
-    target = web_session.safe_next(form.get("next"))
+    destination = web_session.safe_next(form.get("next"))
     secret = form.get("token", "").strip()
     found = await run_in_threadpool(principal_for, _settings(request), secret) if secret else None
     if found is None:
-        context = {"next": target, "error": "That is not an API token of this service."}
+        context = {"next": destination, "error": "That is not an API token of this service."}
         return render(request, "signin.html", context, status.HTTP_401_UNAUTHORIZED)
-    response = RedirectResponse(site_url(request, target), status.HTTP_303_SEE_OTHER)
+    response = RedirectResponse(site_url(request, destination), status.HTTP_303_SEE_OTHER)
     web_session.set_cookie(request, response, web_session.SESSION_COOKIE, secret)
     response.delete_cookie(web_session.NONCE_COOKIE, path="/")
     return response
@@ -167,8 +167,8 @@ def _incident_context(settings: Settings, incident_id: int) -> dict[str, Any] | 
         inv = found[-1] if found else incident.investigation
         series = evidence_store.load(session, inv.id) if inv else {}
         similar = (
-            similar_store.find(session, target, limit=5)
-            if (target := similar_store.signature(session, incident_id))
+            similar_store.find(session, signature, limit=5)
+            if (signature := similar_store.signature(session, incident_id))
             else []
         )
         feedback = [incident_api.feedback_out(f) for f in feedback_store.history(session, incident_id)]

@@ -50,8 +50,8 @@ def principal(request: Request) -> Principal:
         secret = request.cookies.get(SESSION_COOKIE)
         found = principal_for(settings, secret) if secret else None
     if found is None:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise SignInRequired(target)
+        destination = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise SignInRequired(destination)
     require_scope(found, "read")
     return found
 

@@ -17,7 +17,7 @@ from rca.domain.series import EvidenceSeries
 from rca.domain.status import InconclusiveReason
 from rca.scan.slo_rules import slo_words
 from rca.signals.slo import TTFT_SIGNAL
-from rca.store.models import ScanTransition
+from rca.store.models import ScanTransitionRow
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def _warned_at(incident: IncidentOut) -> datetime:
     return incident.created_at
 
 
-def _moving_since(transitions: list[ScanTransition]) -> datetime | None:
+def _moving_since(transitions: list[ScanTransitionRow]) -> datetime | None:
     """When the signals of the first warning started to leave their normal range, as the scan
     stored it in that transition's figures."""
     for move in transitions:
@@ -43,7 +43,7 @@ def _moving_since(transitions: list[ScanTransition]) -> datetime | None:
     return None
 
 
-def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: list[ScanTransition]) -> list[Event]:
+def timeline(incident: IncidentOut, feedback: list[FeedbackOut], transitions: list[ScanTransitionRow]) -> list[Event]:
     """Everything that happened to the incident, oldest first."""
     warning = incident.origin in early_warning.SCANNED
     opened = {early_warning.ORIGIN: "early warning raised", early_warning.BACKTEST: "backtest: the scan would warn"}
@@ -170,7 +170,7 @@ def _moved(figures: dict[str, Any], findings: dict[str, FindingOut]) -> list[Mov
 
 
 def warning_view(
-    incident: IncidentOut, transitions: list[ScanTransition], findings: dict[str, FindingOut]
+    incident: IncidentOut, transitions: list[ScanTransitionRow], findings: dict[str, FindingOut]
 ) -> WarningView | None:
     """The early warning's header, from its annotations and the scan's latest move to `warning`;
     None for an incident an Alertmanager alert opened."""

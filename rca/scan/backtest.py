@@ -1,12 +1,12 @@
 """Replay the scan over history: which warnings it would have raised, how far ahead of the TTFT
 SLO breach, which breaches it missed and which warnings no breach followed. The breach is the
-raw one: TTFT p95 (the scan's own TTFT signal, over 5 minutes) first beyond the target's SLO,
+raw one: TTFT p95 (the scan's own TTFT signal, over 5 minutes) first beyond the instance's SLO,
 not an alert's `for:`, which would add its own delay to every lead.
 
 The scan runs at each step of [start, end] exactly as it runs live (same queries, forecasts and
 states, `at` set in the past), and nothing is written here: `rca.scan.stored` keeps the warnings
 as incidents when asked (`rca backtest --store`). The SLO condition is the scan's own TTFT
-signal beyond the target's own SLO over the same history (the one the scan judges it against:
+signal beyond the instance's own SLO over the same history (the one the scan judges it against:
 the config file's, else the operator's rule that covers it as the rules read now, else 2 s;
 `rca.scan.slo_rules`); a breach starts when it holds after at least RCA_SCAN_CALM_SECONDS
 without it. An operator tunes horizons and thresholds on their own
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from rca.config import Settings
-from rca.scan.fleet import FleetSource, ServingTarget
+from rca.scan.fleet import FleetSource, ServingInstance
 from rca.scan.scanner import Scanner
 from rca.scan.service import policy_of
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition, advance
@@ -30,15 +30,15 @@ from rca.signals.slo import TTFT_SIGNAL
 
 @dataclass
 class Episode:
-    """One target's warning, from when to when it cleared (unix seconds; no end: still warning),
-    with what storing it needs: the target, the assessment it warned on (its summary) and its
+    """One instance's warning, from when to when it cleared (unix seconds; no end: still warning),
+    with what storing it needs: the instance, the assessment it warned on (its summary) and its
     transitions, from leaving `ok` (or from `cleared`, warning again) to `ok` or the next warning."""
 
     instance: str
     start: float
     end: float | None = None
     reason: str = ""
-    target: ServingTarget | None = field(default=None, repr=False, compare=False)
+    serving: ServingInstance | None = field(default=None, repr=False, compare=False)
     assessment: Assessment | None = field(default=None, repr=False, compare=False)
     transitions: list[Transition] = field(default_factory=list, repr=False, compare=False)
 
@@ -81,7 +81,7 @@ class BacktestResult:
 
     @property
     def false_per_week(self) -> float | None:
-        """False warnings per 7 target-days of the replay."""
+        """False warnings per 7 instance-days of the replay."""
         days = self.targets * (self.end - self.start) / 86400
         return len(self.false_warnings) / days * 7 if days > 0 else None
 
@@ -120,11 +120,11 @@ def _ttft_breached(assessment: Assessment) -> bool:
 
 @dataclass(frozen=True)
 class Frame:
-    """One scan of the history: its time, every target's assessment and the targets by instance."""
+    """One scan of the history: its time, every instance's assessment and the targets by instance."""
 
     at: float
     assessments: dict[str, Assessment]
-    targets: dict[str, ServingTarget] = field(default_factory=dict)
+    targets: dict[str, ServingInstance] = field(default_factory=dict)
 
 
 def scan_frames(
@@ -136,7 +136,7 @@ def scan_frames(
 ) -> list[Frame]:
     """The scan at every RCA_SCAN_INTERVAL_SECONDS of [start, end]: the slow half of a backtest
     (Prometheus), kept apart so that a policy can be replayed over the same scans (`replay`).
-    Its first scan reads the whole windows at once (no target warms): a replay has no scan
+    Its first scan reads the whole windows at once (no instance warms): a replay has no scan
     interval to keep to."""
     scanner = Scanner(settings, source, whole_reads=True)
     step = timedelta(seconds=settings.scan_interval_seconds)
@@ -151,9 +151,9 @@ def scan_frames(
     return frames
 
 
-def replay(frames: list[Frame], policy: Policy, target: str | None = None) -> BacktestResult:
+def replay(frames: list[Frame], policy: Policy, only: str | None = None) -> BacktestResult:
     """The states, warnings and breaches of these scans under `policy`; pure and fast (no
-    Prometheus), for tuning. `target` keeps one instance."""
+    Prometheus), for tuning. `only` keeps one instance."""
     memories: dict[str, TargetMemory] = {}
     open_warning: dict[str, Episode] = {}
     episode_of: dict[str, Episode] = {}  # while warning or cleared: the episode its transitions go to
@@ -164,7 +164,7 @@ def replay(frames: list[Frame], policy: Policy, target: str | None = None) -> Ba
     seen: set[str] = set()
     for frame in frames:
         for instance, assessment in frame.assessments.items():
-            if target and instance != target:
+            if only and instance != only:
                 continue
             seen.add(instance)
             now = assessment.at
@@ -204,10 +204,10 @@ def backtest(
     source: FleetSource,
     start: datetime,
     end: datetime,
-    target: str | None = None,
+    only: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> BacktestResult:
-    """Scan every RCA_SCAN_INTERVAL_SECONDS of [start, end]; `target` keeps one instance."""
-    result = replay(scan_frames(settings, source, start, end, progress), policy_of(settings), target)
+    """Scan every RCA_SCAN_INTERVAL_SECONDS of [start, end]; `only` keeps one instance."""
+    result = replay(scan_frames(settings, source, start, end, progress), policy_of(settings), only)
     result.start, result.end = start.timestamp(), end.timestamp()
     return result

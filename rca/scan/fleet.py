@@ -1,10 +1,11 @@
-"""The fleet as Prometheus shows it: every serving target, its machine, and its signals' recent
+"""The fleet as Prometheus shows it: every serving instance, its machine, and its signals' recent
 series, in a fixed number of queries whatever the fleet's size.
 
-A target is a serving instance (`instance` of an engine's series: two engines on one host are two
-targets). Its machine is joined to node-scope series (node_exporter, process-exporter) through the
-host name in their `instance` and through the profile's identity series, as an investigation
-joins an alert's host (`rca.collect.aliases`), but for the whole fleet at once.
+A serving instance is one engine (`instance` of its series: two engines on one host are two
+instances; `ServingInstance`, `serving` in code). Its machine is joined to node-scope series
+(node_exporter, process-exporter) through the host name in their `instance` and through the
+profile's identity series, as an investigation joins an alert's host (`rca.collect.aliases`),
+but for the whole fleet at once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ RulesQuery = Callable[[], list[dict[str, Any]]]  # the `data.groups` of Promethe
 
 
 @dataclass(frozen=True)
-class ServingTarget:
+class ServingInstance:
     """One serving instance and the machine it runs on."""
 
     instance: str
@@ -39,7 +40,7 @@ class ServingTarget:
     machine: str  # the machine's identity across exporters: one spelling chosen for all of them
     job: str | None
     stack: str | None  # the first profile stack whose own metric names it exports
-    # Labels its serving series carry, each with one value for the whole target (a label whose
+    # Labels its serving series carry, each with one value for the whole instance (a label whose
     # series disagree, one engine serving two models, is left out), among those discovery reads:
     # the ones the operator's SLO rules match on (`rca.scan.slo_rules`).
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -113,7 +114,7 @@ def machines(source: FleetSource, profile: Profile, at: datetime) -> Machines:
 
 def discover(
     source: FleetSource, profile: Profile, at: datetime, joined: Machines, labels: Iterable[str] = ()
-) -> list[ServingTarget]:
+) -> list[ServingInstance]:
     """Every instance exporting a serving metric, with its stack and machine, sorted by instance;
     with the values its serving series give these `labels` (read by the same query)."""
     serving = re.compile(profile.scopes["serving"].probe)
@@ -142,13 +143,13 @@ def discover(
         stack = next((name for name, probe in stacks if any(probe.fullmatch(n) for n in exported)), None)
         host = host_from_label(instance)
         own = {label: next(iter(v)) for label, v in values.get(instance, {}).items() if len(v) == 1}
-        targets.append(ServingTarget(instance, host, joined.of(host), jobs[instance], stack, own))
+        targets.append(ServingInstance(instance, host, joined.of(host), jobs[instance], stack, own))
     return targets
 
 
 @dataclass(frozen=True)
 class SignalSeries:
-    """A target's samples of one signal and the alternative that gave them."""
+    """An instance's samples of one signal and the alternative that gave them."""
 
     samples: Samples
     source: str
@@ -165,9 +166,9 @@ def _samples(values: list[list]) -> Samples:
 
 
 def assign(
-    query: FleetQuery, rows: list[dict], targets: list[ServingTarget], joined: Machines
+    query: FleetQuery, rows: list[dict], targets: list[ServingInstance], joined: Machines
 ) -> dict[str, SignalSeries]:
-    """Each target's series of the signal: the first alternative, in the profile's order, that
+    """Each instance's series of the signal: the first alternative, in the profile's order, that
     applies to its stack and has samples for it (its instance, or its machine for node series)."""
     scopes = {alternative.tag: alternative.scope for alternative in query.alternatives}
     by_key: dict[tuple[str, str], Samples] = {}
@@ -181,25 +182,25 @@ def assign(
         if samples:
             by_key.setdefault((tag, key), samples)
     found: dict[str, SignalSeries] = {}
-    for target in targets:
+    for serving in targets:
         for alternative in query.alternatives:
-            if alternative.stacks is not None and target.stack not in alternative.stacks:
+            if alternative.stacks is not None and serving.stack not in alternative.stacks:
                 continue
-            key = target.instance if alternative.scope == "serving" else target.machine
+            key = serving.instance if alternative.scope == "serving" else serving.machine
             kept = by_key.get((alternative.tag, key))
             if kept:
-                found[target.instance] = SignalSeries(kept, alternative.source)
+                found[serving.instance] = SignalSeries(kept, alternative.source)
                 break
     return found
 
 
 def fetch(
     source: FleetSource,
-    targets: list[ServingTarget],
+    targets: list[ServingInstance],
     joined: Machines,
     reads: list[tuple[list[FleetQuery], datetime, datetime, int]],
 ) -> list[dict[str, dict[str, SignalSeries]]]:
-    """Each read's queries over its span (queries, start, end, step) for every target: one range
+    """Each read's queries over its span (queries, start, end, step) for every instance: one range
     query per query and span, all run concurrently. Returns, per read, {series id: {instance: series}}."""
     with ThreadPoolExecutor(max_workers=source.concurrency) as pool:
         futures = [

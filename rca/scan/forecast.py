@@ -1,12 +1,12 @@
-"""Where each signal of a target stands and where it is heading: current value against its
-threshold, a robust trend (Theil-Sen, `rca.scan.trend`, every target at once), the time left before it
-crosses, and whether it has left the target's own normal range at all.
+"""Where each signal of an instance stands and where it is heading: current value against its
+threshold, a robust trend (Theil-Sen, `rca.scan.trend`, every instance at once), the time left before it
+crosses, and whether it has left the instance's own normal range at all.
 
-The normal range is the target's history, not the fleet's: a host that always runs its cores at
+The normal range is the instance's history, not the fleet's: a host that always runs its cores at
 85 % is past the 82 % threshold but not degrading, and only a departure from its own baseline
 (the same hour yesterday when Prometheus still has it, else the history before the trend window)
 counts. The probability of a TTFT SLO breach comes from the queue-depth Weibull model of
-`rca.signals.slo`, fitted on the target's own violations or, when it has too few, the fleet's.
+`rca.signals.slo`, fitted on the instance's own violations or, when it has too few, the fleet's.
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ class Limit:
 
 @dataclass(frozen=True)
 class SignalForecast:
-    """One signal of one target at one scan."""
+    """One signal of one instance at one scan."""
 
     limit: Limit
     source: str
     current: float
-    baseline: float | None  # the target's own normal level; None without enough history
+    baseline: float | None  # the instance's own normal level; None without enough history
     slope_per_minute: float | None  # Theil-Sen over the trend window; None when too few points
     cross_in_seconds: float | None  # until it crosses the threshold at this trend; None: not heading there
     breached: bool  # beyond the threshold now
@@ -112,7 +112,7 @@ def trends(windows: Sequence[Samples], now: float, trend_seconds: float) -> list
 
 @dataclass(frozen=True)
 class NormalRange:
-    """A target's normal level of one signal."""
+    """An instance's normal level of one signal."""
 
     centre: float  # the same hour yesterday when known, else the history's median
     spread: float  # the history's noise: a departure is further than this from the centre
@@ -132,7 +132,7 @@ class NormalRange:
 def normal_range(
     normal: list[float], yesterday: HourLevel | None, sign: float = 1.0, resolution: float = 0.0
 ) -> NormalRange | None:
-    """The target's normal level from its history and the same hour yesterday; None without
+    """The instance's normal level from its history and the same hour yesterday; None without
     history to tell. `sign` is the threshold's side (+1 above, -1 below). `resolution` is the
     least step its values move by: the median of a count of requests steps by whole requests, so
     one step is within its noise however flat the history (a median that sat at 4 all hour and
@@ -155,9 +155,9 @@ def forecast_signal(
     yesterday: HourLevel | None = None,
 ) -> SignalForecast | None:
     """The signal's forecast at `now` from its samples (oldest first, as Prometheus returns them); None when it has no
-    sample in the last CURRENT_SECONDS (a target that stopped reporting is not judged on old data).
+    sample in the last CURRENT_SECONDS (an instance that stopped reporting is not judged on old data).
 
-    `yesterday` is the target's level at the same hour the day before, when known: its median is
+    `yesterday` is the instance's level at the same hour the day before, when known: its median is
     the baseline then, the history before the trend window otherwise."""
     [trend] = trends([samples], now, trend_seconds)
     return _forecast(limit, samples, source, now, trend_seconds, yesterday, trend)
@@ -171,8 +171,8 @@ def forecast_fleet(
     trend_seconds: float,
     per_target: Mapping[str, Limit] | None = None,
 ) -> dict[str, SignalForecast]:
-    """`forecast_signal` for one signal of every target (by instance), the trends in one batch;
-    a target in `per_target` is judged against its own limit there (its TTFT SLO)."""
+    """`forecast_signal` for one signal of every instance (by instance), the trends in one batch;
+    an instance in `per_target` is judged against its own limit there (its TTFT SLO)."""
     instances = list(series)
     fitted = trends([series[i].samples for i in instances], now, trend_seconds)
     found: dict[str, SignalForecast] = {}
@@ -254,7 +254,7 @@ def slo_model(depths: list[float], scope: str) -> SloModel:
 
 
 def model_for(own: list[float], fleet: SloModel) -> SloModel:
-    """The target's own model when it has MIN_VIOLATIONS, else the fleet's (fitted once per scan)."""
+    """The instance's own model when it has MIN_VIOLATIONS, else the fleet's (fitted once per scan)."""
     return slo_model(own, "own") if len(own) >= MIN_VIOLATIONS else fleet
 
 

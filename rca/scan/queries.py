@@ -1,11 +1,11 @@
-"""The profile's signal queries, made fleet-wide: one PromQL query per signal for every target.
+"""The profile's signal queries, made fleet-wide: one PromQL query per signal for every instance.
 
-An investigation renders a signal's query for one target (`$serving` = that target's selector)
-and aggregates it to one value. The scan renders the same query for every target at once: each
+An investigation renders a signal's query for one instance (`$serving` = that instance's selector)
+and aggregates it to one value. The scan renders the same query for every instance at once: each
 aggregation is grouped `by (instance)` as well, and the selectors match every instance. The
 signal's alternatives are joined with `or`, each tagged with its position in a label of its own
 (`rca_alternative`), so one query returns every alternative that has data and the scan keeps, per
-target, the first one as an investigation would. Thresholds, comparisons and the queries
+instance, the first one as an investigation would. Thresholds, comparisons and the queries
 themselves stay where they are defined: the profile (`rca/profiles/`), with the operator's
 overrides (`profile_for`).
 """
@@ -113,8 +113,8 @@ def early_signals(profile: Profile) -> list[SignalSpec]:
 
 
 def discovery_query(profile: Profile, labels: list[str] | None = None) -> str:
-    """Which metric names each instance exports, among those that prove a serving target and
-    those that tell its stack apart: one query finds every target and its stack (and the values of
+    """Which metric names each instance exports, among those that prove a serving instance and
+    those that tell its stack apart: one query finds every instance and its stack (and the values of
     these other `labels`, the ones the operator's SLO rules match on)."""
     names = [profile.scopes["serving"].probe, *(stack.probe for stack in profile.stacks.values())]
     grouped = ", ".join([GROUP_LABEL, "job", "__name__", *(labels or [])])

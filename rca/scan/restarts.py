@@ -1,11 +1,11 @@
-"""When each serving target's engine process started, in one query for the whole fleet.
+"""When each serving instance's engine process started, in one query for the whole fleet.
 
 A restart (a deploy, a crash) empties the engine's caches and queue and resets its counters: for
 a while its prefix-cache hit rate is cold, its rates straddle two processes and its trend window
 compares the old process with the new one. The states (`rca.scan.states`) hold the early signals
-of a target that started less than the warm-up ago; its TTFT against the SLO still counts.
+of an instance that started less than the warm-up ago; its TTFT against the SLO still counts.
 Read from `process_start_time_seconds`, which every Python engine (vLLM, SGLang) exports through
-prometheus_client; a target without it is never taken for restarted.
+prometheus_client; an instance without it is never taken for restarted.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def started(source: FleetSource, at: datetime) -> dict[str, float]:
 
 
 def with_starts(assessments: dict[str, Assessment], starts: dict[str, float]) -> dict[str, Assessment]:
-    """The assessments, each with its target's process start when known."""
+    """The assessments, each with its instance's process start when known."""
     return {
         instance: replace(assessment, started_at=starts[instance]) if instance in starts else assessment
         for instance, assessment in assessments.items()

@@ -47,7 +47,7 @@ from functools import cached_property
 from statistics import NormalDist
 
 from rca.collect.prometheus import Samples
-from rca.scan.fleet import ServingTarget, SignalSeries, sample_time
+from rca.scan.fleet import ServingInstance, SignalSeries, sample_time
 from rca.scan.forecast import MIN_TREND_POINTS, TREND_CONFIDENCE, normal_range
 from rca.scan.trend import Trend, theil_sen
 from rca.signals.findings import MAD_TO_SIGMA
@@ -65,7 +65,7 @@ PLATEAU = 0.98  # a step with a queue is at the ceiling when its batch is within
 TURN_SIGMAS = 2.0
 TURN_FLOOR = 0.01
 TURN_LOOKBACK_SECONDS = 120  # a fall is from the highest it stood in these seconds before the latest
-_NORMAL = NormalDist()  # the stdlib's: scipy's per-call overhead is 30 times its, every target every scan
+_NORMAL = NormalDist()  # the stdlib's: scipy's per-call overhead is 30 times its, every instance every scan
 _Z = _NORMAL.inv_cdf(0.5 + TREND_CONFIDENCE / 2)  # half-width of the trend interval in standard deviations
 
 
@@ -79,7 +79,7 @@ class Ceiling:
 
 @dataclass(frozen=True)
 class Headroom:
-    """One target's use of its engine's room at one scan."""
+    """One instance's use of its engine's room at one scan."""
 
     utilisation: float  # now: the short trend line's value
     trend_seconds: float
@@ -228,33 +228,33 @@ def slot_ceiling(running: Samples, waiting: Samples, used: Samples | None) -> fl
 
 
 def ceilings(
-    targets: list[ServingTarget],
+    targets: list[ServingInstance],
     series: Mapping[str, Mapping[str, SignalSeries]],
     running_id: str,
     waiting_id: str,
     used_id: str,
 ) -> dict[str, Ceiling]:
-    """Each target's batch ceiling: its own, else the highest of its job's engines of its stack."""
+    """Each instance's batch ceiling: its own, else the highest of its job's engines of its stack."""
     own: dict[str, float] = {}
-    for target in targets:
-        running = series.get(running_id, {}).get(target.instance)
-        waiting = series.get(waiting_id, {}).get(target.instance)
+    for serving in targets:
+        running = series.get(running_id, {}).get(serving.instance)
+        waiting = series.get(waiting_id, {}).get(serving.instance)
         if running and waiting:
-            used = series.get(used_id, {}).get(target.instance)
+            used = series.get(used_id, {}).get(serving.instance)
             found = slot_ceiling(running.samples, waiting.samples, used.samples if used else None)
             if found is not None:
-                own[target.instance] = found
+                own[serving.instance] = found
     by_group: dict[tuple[str | None, str | None], float] = {}
-    for target in targets:
-        if target.instance in own:
-            key = (target.job, target.stack)
-            by_group[key] = max(by_group.get(key, 0.0), own[target.instance])
+    for serving in targets:
+        if serving.instance in own:
+            key = (serving.job, serving.stack)
+            by_group[key] = max(by_group.get(key, 0.0), own[serving.instance])
     found_ceilings: dict[str, Ceiling] = {}
-    for target in targets:
-        if target.instance in own:
-            found_ceilings[target.instance] = Ceiling(own[target.instance], "own history")
-        elif target.job is not None and (target.job, target.stack) in by_group:
-            found_ceilings[target.instance] = Ceiling(by_group[(target.job, target.stack)], f"job {target.job}")
+    for serving in targets:
+        if serving.instance in own:
+            found_ceilings[serving.instance] = Ceiling(own[serving.instance], "own history")
+        elif serving.job is not None and (serving.job, serving.stack) in by_group:
+            found_ceilings[serving.instance] = Ceiling(by_group[(serving.job, serving.stack)], f"job {serving.job}")
     return found_ceilings
 
 
@@ -274,29 +274,29 @@ def _latest(series: SignalSeries | None, now: float) -> float | None:
 
 
 def headrooms(
-    targets: list[ServingTarget],
+    targets: list[ServingInstance],
     series: Mapping[str, Mapping[str, SignalSeries]],
     ids: tuple[str, str, str],
     now: float,
     trend_seconds: float,
     horizon_seconds: float,
 ) -> dict[str, Headroom]:
-    """Every target's headroom at `now` (by instance), the trends in one batch; a target without
+    """Every instance's headroom at `now` (by instance), the trends in one batch; an instance without
     a KV share or a batch ceiling, or with too few recent steps, has none."""
     used_id, running_id, waiting_id = ids
     known = ceilings(targets, series, running_id, waiting_id, used_id)
-    rows: list[tuple[ServingTarget, Samples]] = []
+    rows: list[tuple[ServingInstance, Samples]] = []
     windows: list[Samples] = []
-    for target in targets:
-        used = series.get(used_id, {}).get(target.instance)
-        running = series.get(running_id, {}).get(target.instance)
+    for serving in targets:
+        used = series.get(used_id, {}).get(serving.instance)
+        running = series.get(running_id, {}).get(serving.instance)
         level = utilisation(
-            used.samples if used else None, running.samples if running else None, known.get(target.instance)
+            used.samples if used else None, running.samples if running else None, known.get(serving.instance)
         )
         level = level[: bisect_left(level, now + 1e-6, key=sample_time)]
         recent = level[bisect_left(level, now - trend_seconds, key=sample_time) :]
         if len(recent) >= MIN_TREND_POINTS:
-            rows.append((target, level))
+            rows.append((serving, level))
             windows.append(recent)
     sustained = [level[bisect_left(level, now - LONG_WINDOWS * trend_seconds, key=sample_time) :] for _, level in rows]
     fitted = theil_sen(
@@ -306,11 +306,11 @@ def headrooms(
     )
     found: dict[str, Headroom] = {}
     short_fits, long_fits = fitted[: len(rows)], fitted[len(rows) :]
-    for (target, level), window, trend, long in zip(rows, windows, short_fits, long_fits, strict=True):
+    for (serving, level), window, trend, long in zip(rows, windows, short_fits, long_fits, strict=True):
         slope = trend.slope if trend else 0.0
         now_level = statistics.median(v - slope * (ts - now) / 60 for ts, v in window)
         normal = normal_range([v for _, v in level[: len(level) - len(window)]], None)
-        instance = target.instance
+        instance = serving.instance
         found[instance] = Headroom(
             utilisation=now_level,
             trend_seconds=trend_seconds,

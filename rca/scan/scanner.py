@@ -1,20 +1,20 @@
 """One scan of the fleet at a given time: discover the targets, read what the kept windows lack
-of every signal's series, and assess each target (forecasts, P(SLO breach), its engine's start).
+of every signal's series, and assess each instance (forecasts, P(SLO breach), its engine's start).
 
-The scanner keeps two windows of every signal of every target (`rca.scan.window`): this hour at
+The scanner keeps two windows of every signal of every instance (`rca.scan.window`): this hour at
 the scan's step, and the hour around the same time yesterday at a minute, whose median is the
-target's baseline (moved on every 5 minutes). A scan reads each window's new steps (this
+instance's baseline (moved on every 5 minutes). A scan reads each window's new steps (this
 hour's last RE_READ_STEPS again: late scrapes change them) and, newest first, at most
-RCA_SCAN_FILL_POINTS points (targets x steps) of the history a window has never read: at the
-scanner's start, for a new target or after a gap, that history comes in pieces over several
-scans, and no scan costs much more than the next. A target whose windows still lack history is warming: judged on TTFT
-against its SLO only, as after a restart (`Assessment.warming`).
+RCA_SCAN_FILL_POINTS points (instances x steps) of the history a window has never read: at the
+scanner's start, for a new instance or after a gap, that history comes in pieces over several
+scans, and no scan costs much more than the next. An instance whose windows still lack history
+is warming: judged on TTFT against its SLO only, as after a restart (`Assessment.warming`).
 
 A scan costs a bounded number of queries whatever the fleet's size: one for discovery, one per
 identity series of the profile, one for the engines' start times (`rca.scan.restarts`), and one
 per signal and span read: this hour's new steps, yesterday's next 5 minutes (every 5 minutes),
-and while a target warms, a span of each window's missing history; and, at the first scan and
-every RCA_SCAN_RULES_REFRESH_SECONDS, one for Prometheus' rules, whose SLO rules give each target
+and while an instance warms, a span of each window's missing history; and, at the first scan and
+every RCA_SCAN_RULES_REFRESH_SECONDS, one for Prometheus' rules, whose SLO rules give each instance
 its own TTFT SLO (`rca.scan.slo_rules`).
 It reads Prometheus only; `rca.scan.warnings` turns the assessments into states and incidents.
 """
@@ -34,7 +34,7 @@ from rca.config import Settings
 from rca.scan.fleet import (
     FleetSource,
     Machines,
-    ServingTarget,
+    ServingInstance,
     SignalSeries,
     discover,
     fetch,
@@ -77,7 +77,7 @@ class ScanReport:
     """What one scan saw and what it cost."""
 
     at: datetime
-    targets: list[ServingTarget]
+    targets: list[ServingInstance]
     assessments: dict[str, Assessment]  # by instance
     queries: int
     seconds: float
@@ -155,7 +155,7 @@ class Scanner:
             for spec in early_signals(self.profile)
             if spec.threshold is not None
         }
-        # The config file's SLO wins only where the operator wrote it there; else each target's
+        # The config file's SLO wins only where the operator wrote it there; else each instance's
         # comes from the rules that cover it (`_slos`), and this one is the default.
         explicit = "slo_ttft_seconds" in file_config.model_fields_set
         self.rules = RuleBook(
@@ -190,12 +190,12 @@ class Scanner:
             return math.inf
         return max(1, self.settings.scan_fill_points // targets)
 
-    def _read(self, targets: list[ServingTarget], joined: Machines, end: float) -> set[str]:
+    def _read(self, targets: list[ServingInstance], joined: Machines, end: float) -> set[str]:
         """Both windows brought up to `end`: their new steps, and the newest span of what some
-        target has never read, this hour's before yesterday's, within the budget; returns the
+        instance has never read, this hour's before yesterday's, within the budget; returns the
         targets still warming. This hour holds the signals and the headroom series; yesterday's,
         whose medians are the signals' baselines, the signals only."""
-        instances = [target.instance for target in targets]
+        instances = [serving.instance for serving in targets]
         new_steps = RE_READ_STEPS + math.ceil(self.settings.scan_interval_seconds / self._today.step)
         # Each window, its queries, the span it needs, the steps it reads again, and the steps of
         # its usual read (never cut short by the budget: that is for history never read).
@@ -248,7 +248,7 @@ class Scanner:
             step = self._today.step
             end = at.timestamp() // step * step
             warming = self._read(targets, joined, end)
-            instances = [target.instance for target in targets]
+            instances = [serving.instance for serving in targets]
             series = self._today.of(instances)
             yesterday = self._baseline()
             assessments = self._assess(targets, series, yesterday, warming, at.timestamp(), step, slos)
@@ -265,22 +265,22 @@ class Scanner:
             },
         )
 
-    def _slos(self, targets: list[ServingTarget]) -> dict[str, Limit]:
-        """Each target's TTFT limit: its own SLO and where it came from (one Limit per distinct SLO)."""
+    def _slos(self, targets: list[ServingInstance]) -> dict[str, Limit]:
+        """Each instance's TTFT limit: its own SLO and where it came from (one Limit per distinct SLO)."""
         base = self.limits.get(TTFT_SIGNAL)
         if base is None:
             return {}
         limits: dict[Slo, Limit] = {}
         found: dict[str, Limit] = {}
-        for target in targets:
-            slo = self.rules.ttft_slo(target)
+        for serving in targets:
+            slo = self.rules.ttft_slo(serving)
             if slo not in limits:
                 limits[slo] = replace(base, threshold=slo.seconds, slo_source=slo.source)
-            found[target.instance] = limits[slo]
+            found[serving.instance] = limits[slo]
         return found
 
     def _model(self, instance: str, depths: list[float], fleet: SloModel) -> SloModel:
-        """The target's SLO model; its own is refitted only when its violation depths changed."""
+        """The instance's SLO model; its own is refitted only when its violation depths changed."""
         if len(depths) < MIN_VIOLATIONS:
             return model_for(depths, fleet)
         key = tuple(depths)
@@ -291,7 +291,7 @@ class Scanner:
 
     def _assess(
         self,
-        targets: list[ServingTarget],
+        targets: list[ServingInstance],
         series: dict[str, dict[str, SignalSeries]],
         yesterday: dict[str, dict[str, HourLevel]],
         warming: set[str],
@@ -302,12 +302,12 @@ class Scanner:
         trend_seconds = self.settings.scan_trend_minutes * 60
         horizon = self.settings.scan_horizon_minutes * 60
         own: dict[str, list[float]] = {}
-        for target in targets:
-            depth = series.get(DEPTH_SIGNAL, {}).get(target.instance)
-            ttft = series.get(TTFT_SIGNAL, {}).get(target.instance)
-            limit = slos.get(target.instance)
-            if depth and ttft and limit:  # the depths at which TTFT broke this target's own SLO
-                own[target.instance] = violation_depths(depth.samples, ttft.samples, limit.threshold, step)
+        for serving in targets:
+            depth = series.get(DEPTH_SIGNAL, {}).get(serving.instance)
+            ttft = series.get(TTFT_SIGNAL, {}).get(serving.instance)
+            limit = slos.get(serving.instance)
+            if depth and ttft and limit:  # the depths at which TTFT broke this instance's own SLO
+                own[serving.instance] = violation_depths(depth.samples, ttft.samples, limit.threshold, step)
         self._models = {instance: kept for instance, kept in self._models.items() if instance in own}
         fleet = slo_model([depth for depths in own.values() for depth in depths], "fleet")
         by_signal = {
@@ -330,17 +330,17 @@ class Scanner:
             self.settings.scan_saturation_horizon_minutes * 60,
         )
         assessments: dict[str, Assessment] = {}
-        for target in targets:
+        for serving in targets:
             forecasts = {
-                signal: found[target.instance] for signal, found in by_signal.items() if target.instance in found
+                signal: found[serving.instance] for signal, found in by_signal.items() if serving.instance in found
             }
-            model = self._model(target.instance, own.get(target.instance, []), fleet)
+            model = self._model(serving.instance, own.get(serving.instance, []), fleet)
             slo = slo_forecast(model, forecasts.get(DEPTH_SIGNAL), horizon)
-            assessments[target.instance] = Assessment(
+            assessments[serving.instance] = Assessment(
                 at=now,
                 signals=list(forecasts.values()),
                 slo=slo,
-                warming=target.instance in warming,
-                headroom=rooms.get(target.instance),
+                warming=serving.instance in warming,
+                headroom=rooms.get(serving.instance),
             )
         return assessments

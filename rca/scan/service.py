@@ -1,4 +1,4 @@
-"""The early-warning loop's body: scan the fleet, advance every target's state, store the
+"""The early-warning loop's body: scan the fleet, advance every instance's state, store the
 transitions and say what to dispatch. The runners (`rca.jobs.scan`) call `tick` on their
 schedule and enqueue what it returns after its commit."""
 
@@ -54,25 +54,25 @@ class EarlyWarnings:
             memories = self.memories if self.memories is not None else load_memories(session)
             stored = self.slos if self.slos is not None else load_slos(session)
             updated, slos = dict(memories), dict(stored)
-            # A target's SLO is stored when it changes (a rule edited, the first scan that judges it).
+            # An instance's SLO is stored when it changes (a rule edited, the first scan that judges it).
             changed = [
-                (target, slo)
-                for target in report.targets
-                if (slo := report.slos.get(target.instance)) is not None and slo != slos.get(target.instance)
+                (serving, slo)
+                for serving in report.targets
+                if (slo := report.slos.get(serving.instance)) is not None and slo != slos.get(serving.instance)
             ]
             keep_slos(session, changed, memories, report.at.timestamp())
-            for target, slo in changed:
-                slos[target.instance] = slo
-                log.info("scan: %s judged against a TTFT SLO of %g s (%s)", target.instance, slo.seconds, slo.source)
-            for target in report.targets:
-                assessment = report.assessments.get(target.instance)
+            for serving, slo in changed:
+                slos[serving.instance] = slo
+                log.info("scan: %s judged against a TTFT SLO of %g s (%s)", serving.instance, slo.seconds, slo.source)
+            for serving in report.targets:
+                assessment = report.assessments.get(serving.instance)
                 if assessment is None:
                     continue
-                memory, transition = advance(memories.get(target.instance, TargetMemory()), assessment, policy)
+                memory, transition = advance(memories.get(serving.instance, TargetMemory()), assessment, policy)
                 if transition is not None:
                     memory = record(
                         session,
-                        target,
+                        serving,
                         transition,
                         memory,
                         assessment,
@@ -82,9 +82,13 @@ class EarlyWarnings:
                     )
                     metrics.SCAN_TRANSITIONS.labels(state=transition.after).inc()
                     log.info(
-                        "scan: %s %s -> %s: %s", target.instance, transition.before, transition.after, transition.reason
+                        "scan: %s %s -> %s: %s",
+                        serving.instance,
+                        transition.before,
+                        transition.after,
+                        transition.reason,
                     )
-                updated[target.instance] = memory
+                updated[serving.instance] = memory
         self.memories, self.slos = updated, slos  # only once the transitions are committed
         metrics.scan_finished(len(report.targets), len(report.warming), report.queries, report.seconds)
         log.info(

@@ -2,11 +2,11 @@
 
 Operators have already written their latency SLO down, as the alerting rule that pages them
 (`rca:ttft_seconds:p95_rate5m > 1`, or the quantile itself with a `job` or `model_name`
-selector). Judging every target against one number in the config file warns too late where their
+selector). Judging every instance against one number in the config file warns too late where their
 SLO is stricter and falsely where it is looser, and has to be kept in step with the rules by hand.
 So the scan reads the rules (`GET /api/v1/rules`, one query every RCA_SCAN_RULES_REFRESH_SECONDS,
-`RuleBook`) and judges each target against, in this order: the config file's `slo_ttft_seconds`
-when the operator wrote it there; the most specific rule covering the target (most matchers that
+`RuleBook`) and judges each instance against, in this order: the config file's `slo_ttft_seconds`
+when the operator wrote it there; the most specific rule covering the instance (most matchers that
 pick series), the strictest among equally specific ones; the default, 2 s.
 
 A rule is read as an SLO (`slo_rules`, on a real PromQL parser: `promql_parser`) when it compares
@@ -33,7 +33,7 @@ from prometheus_api_client import PrometheusApiClientException
 
 from rca.collect.profile import Profile
 from rca.collect.prometheus import short_error
-from rca.scan.fleet import FleetSource, ServingTarget
+from rca.scan.fleet import FleetSource, ServingInstance
 from rca.scan.queries import FLEET_SELECTORS
 from rca.signals.slo import TTFT_SIGNAL
 
@@ -100,8 +100,8 @@ class SloRule:
         return f"rule {self.alert} ({where})"
 
     def covers(self, labels: Mapping[str, str], stack: str | None) -> bool:
-        """Whether the rule judges this target's series: every matcher matches its labels, and its
-        histogram is one the target's stack exports (any, when the stack is unknown)."""
+        """Whether the rule judges this instance's series: every matcher matches its labels, and its
+        histogram is one the instance's stack exports (any, when the stack is unknown)."""
         if self.stacks is not None and stack is not None and stack not in self.stacks:
             return False
         return all(m.matches(labels) for m in self.matchers)
@@ -114,16 +114,16 @@ class SloRule:
 
 @dataclass(frozen=True)
 class Slo:
-    """The SLO a target is judged against and where it came from ("rule X (group g, rules.yml)",
+    """The SLO an instance is judged against and where it came from ("rule X (group g, rules.yml)",
     "config file" or "default")."""
 
     seconds: float
     source: str
 
 
-def target_labels(target: ServingTarget) -> dict[str, str]:
-    """The labels a rule's matchers see on the target: its serving series' own, instance and job."""
-    return {**target.labels, "instance": target.instance, **({"job": target.job} if target.job else {})}
+def serving_labels(serving: ServingInstance) -> dict[str, str]:
+    """The labels a rule's matchers see on the instance: its serving series' own, instance and job."""
+    return {**serving.labels, "instance": serving.instance, **({"job": serving.job} if serving.job else {})}
 
 
 # ---- reading PromQL --------------------------------------------------------------------------
@@ -441,8 +441,8 @@ def _positive(seconds: float) -> bool:
 
 
 def choose(rules: Iterable[SloRule], labels: Mapping[str, str], stack: str | None) -> SloRule | None:
-    """The rule that sets this target's SLO: among those covering it, the most specific, and of
-    those the strictest (several rules at one level: the target must keep them all)."""
+    """The rule that sets this instance's SLO: among those covering it, the most specific, and of
+    those the strictest (several rules at one level: the instance must keep them all)."""
     covering = [rule for rule in rules if rule.covers(labels, stack)]
     if not covering:
         return None
@@ -513,20 +513,20 @@ class RuleBook:
         return True
 
     def labels(self) -> set[str]:
-        """The label names the rules' matchers look at (discovery reads them on every target)."""
+        """The label names the rules' matchers look at (discovery reads them on every instance)."""
         return {m.name for rule in self.rules for m in rule.matchers} - {"le"}
 
-    def rule_for(self, signal: str, target: ServingTarget) -> SloRule | None:
-        """The rule setting this signal's SLO for the target, if any."""
+    def rule_for(self, signal: str, serving: ServingInstance) -> SloRule | None:
+        """The rule setting this signal's SLO for the instance, if any."""
         quantile = self._quantiles.get(signal, SCAN_QUANTILE)
         usable = (rule for rule in self.rules if rule.signal == signal and rule.judges_quantile(quantile))
-        return choose(usable, target_labels(target), target.stack)
+        return choose(usable, serving_labels(serving), serving.stack)
 
-    def ttft_slo(self, target: ServingTarget) -> Slo:
-        """The TTFT SLO the target is judged against, and where it came from."""
+    def ttft_slo(self, serving: ServingInstance) -> Slo:
+        """The TTFT SLO the instance is judged against, and where it came from."""
         if self.explicit_ttft is not None:
             return Slo(self.explicit_ttft, CONFIG_SOURCE)
-        rule = self.rule_for(TTFT_SIGNAL, target)
+        rule = self.rule_for(TTFT_SIGNAL, serving)
         return Slo(rule.seconds, rule.source) if rule else Slo(self.default_ttft, DEFAULT_SOURCE)
 
 

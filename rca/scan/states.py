@@ -1,4 +1,4 @@
-"""A target's early-warning state, moved by each scan's assessment with hysteresis.
+"""An instance's early-warning state, moved by each scan's assessment with hysteresis.
 
     ok --(a signal forecast to cross within the horizon, degrading, or the engine's batch
           likely full within it)--> watch
@@ -10,7 +10,7 @@
     cleared --(degrading for `sustain` scans again)--> warning (the same incident, reopened)
     cleared --(calm for another `calm_seconds`)--> ok
 
-"Degrading" is a signal beyond its threshold and away from the target's own normal level
+"Degrading" is a signal beyond its threshold and away from the instance's own normal level
 (`SignalForecast.degrading`); "filling" is the engine's batch forecast full within the horizon
 with P >= `saturation_probability`, above its own normal level (`Headroom.filling`,
 `rca.scan.saturation`): the lead before a queue forms. The streak counts the scans the short
@@ -23,16 +23,16 @@ to cross and the batch not even likely (P >= WATCH_PROBABILITY) to fill.
 TTFT against its SLO is not held as long as the early signals: its p95 is already a quantile
 over five minutes of requests, so once it is beyond the SLO the users feel it, and a warning
 that waited as long as the SLA alert's own `for:` would tell nothing new (`slo_sustain`, 1 scan
-by default). The early signals and the headroom of a target whose engine started less than
+by default). The early signals and the headroom of an instance whose engine started less than
 `warmup_seconds` ago are held (`Assessment.started_at`): a restart empties the prefix cache, the
 queue and the batch, and its rates and trend window straddle two processes, so a cold cache or a
 batch filling again after a deploy is not a degradation; its TTFT still counts. So are those of a
-target still warming (`Assessment.warming`: the scanner has not yet read its whole hour and its
+instance still warming (`Assessment.warming`: the scanner has not yet read its whole hour and its
 baseline, `rca.scan.window`): without them every level would look new. The early signals warn on
 their own, without waiting for TTFT to move; only a signal whose own normal level is already
 beyond its threshold counts once TTFT feels it (`Assessment.ttft_felt`). Every
-leaving of a state waits for a streak or a calm period, so a target hovering at a threshold does
-not flap, and a target has at most one warning open (the scan stores it with its incident).
+leaving of a state waits for a streak or a calm period, so an instance hovering at a threshold does
+not flap, and an instance has at most one warning open (the scan stores it with its incident).
 Pure: no clock, no database; `rca.scan.warnings` stores what it returns.
 """
 
@@ -67,13 +67,13 @@ class Policy:
     calm_seconds: float = 300.0
     slo_probability: float = 0.8
     slo_sustain: int = 1  # scans TTFT must stay beyond its SLO (its p95 is already over 5 minutes)
-    warmup_seconds: float = 900.0  # early signals of a target started this recently are held
+    warmup_seconds: float = 900.0  # early signals of an instance started this recently are held
     saturation_probability: float = 0.7  # P(the batch full within the horizon) that counts as filling
 
 
 @dataclass(frozen=True)
 class Assessment:
-    """Everything one scan found about one target."""
+    """Everything one scan found about one instance."""
 
     at: float
     signals: list[SignalForecast]
@@ -87,7 +87,7 @@ class Assessment:
         return self.started_at is not None and self.at - self.started_at < policy.warmup_seconds
 
     def held(self, policy: Policy) -> Assessment:
-        """What the policy judges: only TTFT while the target warms up after a restart, or while
+        """What the policy judges: only TTFT while the instance warms up after a restart, or while
         the scanner has not read its history yet."""
         if not (self.warming or self.restarted(policy)):
             return self
@@ -154,7 +154,7 @@ class Assessment:
 
     def slo_likely(self, policy: Policy) -> bool:
         """A TTFT SLO breach forecast soon with high probability, at a queue deeper than the
-        target's own normal: the model's probability at the depth a host always runs at says
+        instance's own normal: the model's probability at the depth a host always runs at says
         how the model reads that host (a busy one lives at a depth the fleet breaks at), not that
         anything is coming."""
         probability = self.slo.probability if self.slo else None
@@ -178,7 +178,7 @@ def _lives_beyond(signal: SignalForecast) -> bool:
 
 @dataclass(frozen=True)
 class TargetMemory:
-    """What the scan remembers of a target between scans."""
+    """What the scan remembers of an instance between scans."""
 
     state: ScanState = ScanState.OK
     since: float | None = None  # when it entered `state`
@@ -237,7 +237,7 @@ def _reason_to_warn(assessment: Assessment, memory: TargetMemory, policy: Policy
 
 
 def advance(memory: TargetMemory, assessment: Assessment, policy: Policy) -> tuple[TargetMemory, Transition | None]:
-    """The target's memory after this scan, and the transition it made, if any."""
+    """The instance's memory after this scan, and the transition it made, if any."""
     assessment = assessment.held(policy)
     now = assessment.at
     calm = assessment.calm(policy.horizon_seconds)

@@ -4,7 +4,7 @@ raised over that history, browsable and searchable beside the live ones (`origin
 Each warning episode of the replay becomes one resolved incident of origin `backtest`: one
 `EarlyWarning` alert from when it warned to when it cleared (or to the replay's end), the live
 scan's summary, and the episode's transitions with their reasons and figures, so its page reads
-as a live warning's. Group key and alert fingerprint name the target and the time it warned:
+as a live warning's. Group key and alert fingerprint name the instance and the time it warned:
 storing the same episode again finds it and skips it (a unique index keeps it once even when two
 runs store it at the same moment: `store_all`), and no Alertmanager notification joins it
 (`rca.store.early_warnings` joins only incidents of origin `early_warning`). What the live scan
@@ -31,7 +31,7 @@ from rca.scan.backtest import BacktestResult, Episode
 from rca.scan.states import Policy
 from rca.scan.warnings import alert_labels, summary, transition_row
 from rca.store.db import session_scope
-from rca.store.models import Incident
+from rca.store.models import IncidentRow
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def _utc(ts: float) -> datetime:
 
 
 def group_key(episode: Episode) -> str:
-    """The episode's name: its target and when it warned (to the second, UTC)."""
+    """The episode's name: its instance and when it warned (to the second, UTC)."""
     return f"{BACKTEST}/{episode.instance}/{_utc(episode.start):%Y-%m-%dT%H:%M:%SZ}"
 
 
@@ -71,7 +71,7 @@ def store(session: Session, result: BacktestResult, policy: Policy) -> Stored:
     keys = {group_key(episode): episode for episode in result.warnings}
     there = set(
         session.scalars(
-            select(Incident.group_key).where(Incident.origin == BACKTEST, Incident.group_key.in_(list(keys)))
+            select(IncidentRow.group_key).where(IncidentRow.origin == BACKTEST, IncidentRow.group_key.in_(list(keys)))
         )
     )
     ids = [
@@ -81,8 +81,8 @@ def store(session: Session, result: BacktestResult, policy: Policy) -> Stored:
 
 
 def _store_episode(session: Session, key: str, episode: Episode, replay_end: float, policy: Policy) -> int:
-    if episode.target is None or episode.assessment is None:
-        raise ValueError(f"{episode.instance}: the episode has no target or assessment (frames without them)")
+    if episode.serving is None or episode.assessment is None:
+        raise ValueError(f"{episode.instance}: the episode has no instance or assessment (frames without them)")
     warned, resolved = _utc(episode.start), _utc(episode.end if episode.end is not None else replay_end)
     text = summary(episode.assessment, policy)
     if episode.end is None:
@@ -92,7 +92,7 @@ def _store_episode(session: Session, key: str, episode: Episode, replay_end: flo
         origin=BACKTEST,
         key=key,
         title=f"Backtest warning: {episode.instance}",
-        labels=alert_labels(episode.target) | {"backtest": "true"},
+        labels=alert_labels(episode.serving) | {"backtest": "true"},
         text=text,
         warned_at=warned,
         created_at=warned,  # the page and a search by time place it when it would have warned

@@ -2,7 +2,7 @@
 
 The estimate is `scipy.stats.theilslopes`'s (median of the pairwise slopes; the interval from the
 normal approximation of Kendall's tau with its tie correction), computed for the whole fleet in a
-few array operations: the scan trends every signal of every target each scan, and 4,000 calls of
+few array operations: the scan trends every signal of every instance each scan, and 4,000 calls of
 the scalar function spent 3 s in its per-call overhead. tests/scan/test_trend.py holds it equal to
 scipy's on random, tied and ragged series.
 """

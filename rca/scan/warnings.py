@@ -1,12 +1,12 @@
 """The scan's states kept in the database, and a warning turned into an incident.
 
-Each scan advances every target's state in memory (`rca.scan.states`); only transitions are
-written: the target's row in `scan_targets` and one `scan_transitions` row with the reason and
-figures. A target entering `warning` opens an incident of origin `early_warning` with one alert
-(labels naming the target, `startsAt` when its signals started to move) and a queued
+Each scan advances every instance's state in memory (`rca.scan.states`); only transitions are
+written: the instance's row in `scan_targets` and one `scan_transitions` row with the reason and
+figures. An instance entering `warning` opens an incident of origin `early_warning` with one alert
+(labels naming the instance, `startsAt` when its signals started to move) and a queued
 investigation: the same pipeline as an Alertmanager alert (ranking, analyst, Slack, search).
 `cleared` resolves it and owes Slack the resolve notice; a warning again while `cleared` reopens
-it, so a target has one early-warning incident however it flaps. The incident's rows are the
+it, so an instance has one early-warning incident however it flaps. The incident's rows are the
 incidents room's to write (rca/incidents/warnings.py); the scan's own tables are written here.
 
 Streaks and calm runs live in memory only: a restarted scheduler starts them again (a warning
@@ -28,11 +28,11 @@ from rca.domain.values import format_value
 from rca.incidents.locks import after_change
 from rca.incidents.queue import ALWAYS, queue
 from rca.incidents.warnings import open_warning, set_warning
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.slo_rules import Slo, slo_words
 from rca.scan.states import WATCH_PROBABILITY, Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.signals.slo import TTFT_SIGNAL
-from rca.store.models import Incident, ScanTarget, ScanTransition
+from rca.store.models import IncidentRow, ScanTargetRow, ScanTransitionRow
 
 
 @dataclass
@@ -47,37 +47,39 @@ def load_memories(session: Session) -> dict[str, TargetMemory]:
     """The stored states, as the scan's memory starts from them."""
     return {
         row.instance: TargetMemory(state=ScanState(row.state), since=row.since.timestamp(), incident_id=row.incident_id)
-        for row in session.scalars(select(ScanTarget))
+        for row in session.scalars(select(ScanTargetRow))
     }
 
 
 def load_slos(session: Session) -> dict[str, Slo | None]:
-    """The TTFT SLO stored with each target, as the scan last wrote it (None: none stored yet)."""
+    """The TTFT SLO stored with each instance, as the scan last wrote it (None: none stored yet)."""
     return {
         row.instance: Slo(row.slo_ttft_seconds, row.slo_source or "") if row.slo_ttft_seconds is not None else None
-        for row in session.scalars(select(ScanTarget))
+        for row in session.scalars(select(ScanTargetRow))
     }
 
 
 def keep_slos(
-    session: Session, changed: list[tuple[ServingTarget, Slo]], memories: dict[str, TargetMemory], at: float
+    session: Session, changed: list[tuple[ServingInstance, Slo]], memories: dict[str, TargetMemory], at: float
 ) -> None:
-    """Store each target's TTFT SLO and its source on its row (one query reads the rows); a target
-    that never left `ok` gets its row now, in its state since `at`, so that every target the scan
+    """Store each instance's TTFT SLO and its source on its row (one query reads the rows); an instance
+    that never left `ok` gets its row now, in its state since `at`, so that every instance the scan
     judges is listed with the SLO it is judged against (`GET /api/v1/scan/targets`)."""
     if not changed:
         return
-    instances = [target.instance for target, _ in changed]
-    rows = {row.instance: row for row in session.scalars(select(ScanTarget).where(ScanTarget.instance.in_(instances)))}
+    instances = [serving.instance for serving, _ in changed]
+    rows = {
+        row.instance: row for row in session.scalars(select(ScanTargetRow).where(ScanTargetRow.instance.in_(instances)))
+    }
     now = utcnow()
-    for target, slo in changed:
-        row = rows.get(target.instance)
+    for serving, slo in changed:
+        row = rows.get(serving.instance)
         if row is None:
-            memory = memories.get(target.instance, TargetMemory())
+            memory = memories.get(serving.instance, TargetMemory())
             since = memory.since if memory.since is not None else at
-            row = ScanTarget(
-                instance=target.instance,
-                host=target.host,
+            row = ScanTargetRow(
+                instance=serving.instance,
+                host=serving.host,
                 state=memory.state,
                 since=datetime.fromtimestamp(since, UTC),
                 incident_id=memory.incident_id,
@@ -125,15 +127,15 @@ def summary(assessment: Assessment, policy: Policy) -> str:
     return "Early warning, before the TTFT SLO breaks: " + "; ".join(parts + judged)
 
 
-def alert_labels(target: ServingTarget) -> dict[str, str]:
-    """The labels of a warning's own alert: the target, as an SLA alert about it would name it."""
-    labels = {"alertname": ALERTNAME, "instance": target.instance, "host": target.host, "severity": "warning"}
-    return labels | ({"job": target.job} if target.job else {})
+def alert_labels(serving: ServingInstance) -> dict[str, str]:
+    """The labels of a warning's own alert: the instance, as an SLA alert about it would name it."""
+    labels = {"alertname": ALERTNAME, "instance": serving.instance, "host": serving.host, "severity": "warning"}
+    return labels | ({"job": serving.job} if serving.job else {})
 
 
 def record(
     session: Session,
-    target: ServingTarget,
+    serving: ServingInstance,
     transition: Transition,
     memory: TargetMemory,
     assessment: Assessment,
@@ -144,7 +146,7 @@ def record(
 ) -> TargetMemory:
     """Store a transition and act on it (open, reopen or resolve the incident); returns the memory
     with the incident it now refers to."""
-    incident = session.get(Incident, memory.incident_id) if memory.incident_id is not None else None
+    incident = session.get(IncidentRow, memory.incident_id) if memory.incident_id is not None else None
     resolved = False
     if transition.after == ScanState.WARNING:
         text = summary(assessment, policy)
@@ -152,9 +154,9 @@ def record(
             incident = open_warning(
                 session,
                 origin=ORIGIN,
-                key=f"{ORIGIN}/{target.instance}",
-                title=f"Early warning: {target.instance}",
-                labels=alert_labels(target),
+                key=f"{ORIGIN}/{serving.instance}",
+                title=f"Early warning: {serving.instance}",
+                labels=alert_labels(serving),
                 text=text,
                 warned_at=datetime.fromtimestamp(assessment.at, UTC),
             )
@@ -172,24 +174,24 @@ def record(
     if incident is not None:
         after_change(session, incident.id, owe_slack=resolved and owe_slack)
     at = datetime.fromtimestamp(transition.at, UTC)
-    row = session.get(ScanTarget, target.instance)
+    row = session.get(ScanTargetRow, serving.instance)
     if row is None:
-        row = ScanTarget(instance=target.instance)
+        row = ScanTargetRow(instance=serving.instance)
         session.add(row)
     row.host, row.state, row.since, row.incident_id, row.updated_at = (
-        target.host,
+        serving.host,
         transition.after,
         at,
         incident_id,
         utcnow(),
     )
-    session.add(transition_row(target.instance, transition, incident.id if incident is not None else None))
+    session.add(transition_row(serving.instance, transition, incident.id if incident is not None else None))
     return replace(memory, incident_id=incident_id)
 
 
-def transition_row(instance: str, transition: Transition, incident_id: int | None) -> ScanTransition:
+def transition_row(instance: str, transition: Transition, incident_id: int | None) -> ScanTransitionRow:
     """A transition as stored, with its reason and figures: the incident page's timeline reads them."""
-    return ScanTransition(
+    return ScanTransitionRow(
         instance=instance,
         before=transition.before,
         after=transition.after,

@@ -1,12 +1,12 @@
-"""What the scanner keeps between scans: per signal and target, the samples of one window of
+"""What the scanner keeps between scans: per signal and instance, the samples of one window of
 history (this hour, or the hour around the same time yesterday), and which spans of it each
-target has had read.
+instance has had read.
 
 A scan asks Prometheus only for what its windows lack: the steps since the last read (`fresh`),
 and, newest first, at most a budget of the history never read (`fill`: the scanner's start, a new
-target, a gap). The newest history first, because the current value and TTFT against its SLO
+instance, a gap). The newest history first, because the current value and TTFT against its SLO
 need only the last minutes and the trend the last quarter hour, while the baseline needs the
-whole window anyway. A target whose windows still lack history is warming (`lacks`).
+whole window anyway. An instance whose windows still lack history is warming (`lacks`).
 Pure: the scanner reads Prometheus, the window splices what it read.
 """
 
@@ -77,7 +77,7 @@ def _with(spans: list[Span], span: Span, step: float) -> list[Span]:
 
 @dataclass
 class Window:
-    """One stretch of history at one step, for every target."""
+    """One stretch of history at one step, for every instance."""
 
     step: int
     series: dict[str, dict[str, SignalSeries]] = field(default_factory=dict)  # signal -> instance -> series
@@ -117,7 +117,7 @@ class Window:
         return (first, end)
 
     def lacks(self, instance: str, start: float, end: float) -> list[Span]:
-        """The spans of [start, end] never read for this target, oldest first."""
+        """The spans of [start, end] never read for this instance, oldest first."""
         gaps, at = [], start
         for a, b in self.covered.get(instance, []):
             if b < at:
@@ -132,7 +132,7 @@ class Window:
         return gaps
 
     def fill(self, instances: Iterable[str], start: float, end: float, most: float) -> Span | None:
-        """The newest `most` steps of [start, end] that some target lacks; None when none does."""
+        """The newest `most` steps of [start, end] that some instance lacks; None when none does."""
         newest = max((gaps[-1][1] for i in instances if (gaps := self.lacks(i, start, end))), default=None)
         if newest is None:
             return None
@@ -163,7 +163,7 @@ class Window:
         }
 
     def levels(self) -> dict[str, dict[str, HourLevel]]:
-        """Each signal's level over the window, per target kept: the baseline of the day before."""
+        """Each signal's level over the window, per instance kept: the baseline of the day before."""
         return {
             signal: {i: HourLevel.of([v for _, v in kept.samples]) for i, kept in by_instance.items()}
             for signal, by_instance in self.series.items()

@@ -64,7 +64,7 @@ def _weibull_mle(data: npt.NDArray[np.float64]) -> tuple[float, float]:
     score equation (unique, the score rises with k), then the scale in closed form.
 
     The same estimate as `weibull_min.fit(data, floc=0)`, whose general Nelder-Mead search took
-    25 ms a fit; the fleet scan fits one model per target every scan. Depths are divided by their
+    25 ms a fit; the fleet scan fits one model per serving instance every scan. Depths are divided by their
     maximum first (the equation is scale-free), so (x/max)^k never overflows.
     """
     top = float(data.max())

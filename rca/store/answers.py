@@ -13,8 +13,7 @@ from rca.domain.clock import utcnow
 from rca.domain.evidence import Hypothesis
 from rca.domain.status import Analyst, InvestigationStatus
 from rca.store.db import session_scope
-from rca.store.models import Hypothesis as HypothesisRow
-from rca.store.models import Investigation
+from rca.store.models import HypothesisRow, InvestigationRow
 
 
 class DatabaseAnswerCache:
@@ -54,20 +53,20 @@ def _hypothesis(row: HypothesisRow) -> Hypothesis:
 
 def recent_llm_answer(
     session: Session, answer_key: str, since: datetime, exclude_id: int | None = None
-) -> Investigation | None:
+) -> InvestigationRow | None:
     """The newest finished investigation since `since` with this answer key whose LLM gave an
     answer, valid or not."""
-    answered = (Investigation.analyst == Analyst.LLM) | Investigation.fallback_reason.startswith(INVALID_ANSWER)
+    answered = (InvestigationRow.analyst == Analyst.LLM) | InvestigationRow.fallback_reason.startswith(INVALID_ANSWER)
     query = (
-        select(Investigation)
+        select(InvestigationRow)
         .where(
-            Investigation.answer_key == answer_key,
+            InvestigationRow.answer_key == answer_key,
             answered,
-            Investigation.status == InvestigationStatus.DONE,
-            Investigation.finished_at >= since,
-            Investigation.id != (exclude_id or 0),
+            InvestigationRow.status == InvestigationStatus.DONE,
+            InvestigationRow.finished_at >= since,
+            InvestigationRow.id != (exclude_id or 0),
         )
-        .order_by(Investigation.finished_at.desc())
+        .order_by(InvestigationRow.finished_at.desc())
         .limit(1)
     )
     return session.scalars(query).first()

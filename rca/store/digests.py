@@ -22,7 +22,16 @@ from sqlalchemy.orm import Session
 from rca.domain.evidence import onset_order
 from rca.domain.status import InvestigationStatus
 from rca.store import fts
-from rca.store.models import Alert, Base, Feedback, Finding, Hypothesis, Incident, IncidentDigest, Investigation
+from rca.store.models import (
+    AlertRow,
+    Base,
+    FeedbackRow,
+    FindingRow,
+    HypothesisRow,
+    IncidentDigestRow,
+    IncidentRow,
+    InvestigationRow,
+)
 
 TOP_CATEGORIES = 3
 DIGESTS = Base.metadata.tables["incident_digests"]
@@ -57,11 +66,11 @@ def _cut(parts: list[str], budget: int) -> list[str]:
 
 
 def build_document(
-    incident: Incident,
-    alerts: list[Alert],
-    findings: list[Finding],
-    hypotheses: list[Hypothesis],
-    feedback: Feedback | None,
+    incident: IncidentRow,
+    alerts: list[AlertRow],
+    findings: list[FindingRow],
+    hypotheses: list[HypothesisRow],
+    feedback: FeedbackRow | None,
 ) -> str:
     """Everything one may search for, as plain text: titles, alert names, labels, annotations,
     findings and hypotheses (and the engineer's note), in at most `DOCUMENT_CHARS` characters. The
@@ -85,31 +94,33 @@ def build_document(
     return "\n".join(dict.fromkeys(parts))[:DOCUMENT_CHARS]
 
 
-def refresh(session: Session, incident_id: int) -> IncidentDigest:
+def refresh(session: Session, incident_id: int) -> IncidentDigestRow:
     """Recompute the digest of one incident from its current rows (inside the caller's transaction)."""
     session.flush()
-    incident = session.get(Incident, incident_id)
+    incident = session.get(IncidentRow, incident_id)
     if incident is None:
         raise LookupError(f"incident {incident_id} vanished")
-    alerts = list(session.scalars(select(Alert).where(Alert.incident_id == incident_id).order_by(Alert.id)))
+    alerts = list(session.scalars(select(AlertRow).where(AlertRow.incident_id == incident_id).order_by(AlertRow.id)))
     done = session.scalar(
-        select(Investigation)
-        .where(Investigation.incident_id == incident_id, Investigation.status == InvestigationStatus.DONE)
-        .order_by(Investigation.id.desc())
+        select(InvestigationRow)
+        .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status == InvestigationStatus.DONE)
+        .order_by(InvestigationRow.id.desc())
         .limit(1)
     )
-    findings = list(session.scalars(select(Finding).where(Finding.investigation_id == done.id))) if done else []
+    findings = list(session.scalars(select(FindingRow).where(FindingRow.investigation_id == done.id))) if done else []
     hypotheses = (
         list(
-            session.scalars(select(Hypothesis).where(Hypothesis.investigation_id == done.id).order_by(Hypothesis.rank))
+            session.scalars(
+                select(HypothesisRow).where(HypothesisRow.investigation_id == done.id).order_by(HypothesisRow.rank)
+            )
         )
         if done
         else []
     )
     feedback = session.scalar(
-        select(Feedback).where(Feedback.incident_id == incident_id).order_by(Feedback.id.desc()).limit(1)
+        select(FeedbackRow).where(FeedbackRow.incident_id == incident_id).order_by(FeedbackRow.id.desc()).limit(1)
     )
-    digest = session.get(IncidentDigest, incident_id) or IncidentDigest(incident_id=incident_id)
+    digest = session.get(IncidentDigestRow, incident_id) or IncidentDigestRow(incident_id=incident_id)
     for name, value in _columns(incident, alerts, done, findings, hypotheses, feedback).items():
         setattr(digest, name, value)
     session.add(digest)
@@ -117,7 +128,7 @@ def refresh(session: Session, incident_id: int) -> IncidentDigest:
     return digest
 
 
-def write_new(session: Session, new: Sequence[tuple[Incident, list[Alert]]]) -> None:
+def write_new(session: Session, new: Sequence[tuple[IncidentRow, list[AlertRow]]]) -> None:
     """Insert the digests of incidents created in this transaction, from the rows in hand, in one
     statement: nothing of them has been analysed or confirmed yet, so there is nothing to read
     back (intake's hot path)."""
@@ -130,12 +141,12 @@ def write_new(session: Session, new: Sequence[tuple[Incident, list[Alert]]]) -> 
 
 
 def _columns(
-    incident: Incident,
-    alerts: list[Alert],
-    done: Investigation | None,
-    findings: list[Finding],
-    hypotheses: list[Hypothesis],
-    feedback: Feedback | None,
+    incident: IncidentRow,
+    alerts: list[AlertRow],
+    done: InvestigationRow | None,
+    findings: list[FindingRow],
+    hypotheses: list[HypothesisRow],
+    feedback: FeedbackRow | None,
 ) -> dict[str, Any]:
     """The digest's columns, computed from its sources."""
     breached = sorted(f.key for f in findings if f.breached)

@@ -1,6 +1,6 @@
 """Which early-warning incident an Alertmanager notification joins (rca/scan opens them).
 
-When the SLA alert fires for a target the scan already warned about, its alerts join the
+When the SLA alert fires for a serving instance the scan already warned about, its alerts join the
 warning's incident instead of opening a second one: the warning's investigation is already there,
 and the alert's arrival shows how far ahead the warning was. Alerts already joined keep going
 there (a repeat, a resolve), by fingerprint.
@@ -16,7 +16,7 @@ from sqlalchemy import BindParameter, CompoundSelect, bindparam, literal, or_, s
 from sqlalchemy.orm import Session
 
 from rca.domain.early_warning import ORIGIN
-from rca.store.models import Alert, Incident, ScanTarget, ScanTransition
+from rca.store.models import AlertRow, IncidentRow, ScanTargetRow, ScanTransitionRow
 
 WARNING = "warning"  # rca.scan.states.ScanState.WARNING
 _FINGERPRINTS: BindParameter[list[str]] = bindparam("fingerprints", expanding=True)
@@ -27,13 +27,15 @@ _HOSTS: BindParameter[list[str]] = bindparam("hosts", expanding=True)
 # targets named by one of the instances or hosts. Which one each notification joins is chosen in
 # `joined_incidents`.
 _CANDIDATES: CompoundSelect[Any] = union_all(
-    select(literal("fingerprint"), Alert.fingerprint, literal(""), Incident.id)
-    .join(Alert, Alert.incident_id == Incident.id)
-    .where(Incident.origin == ORIGIN, Alert.fingerprint.in_(_FINGERPRINTS)),
-    select(literal("target"), ScanTarget.host, ScanTarget.instance, ScanTarget.incident_id.label("id")).where(
-        ScanTarget.state == WARNING,
-        ScanTarget.incident_id.is_not(None),
-        or_(ScanTarget.instance.in_(_INSTANCES), ScanTarget.host.in_(_HOSTS)),
+    select(literal("fingerprint"), AlertRow.fingerprint, literal(""), IncidentRow.id)
+    .join(AlertRow, AlertRow.incident_id == IncidentRow.id)
+    .where(IncidentRow.origin == ORIGIN, AlertRow.fingerprint.in_(_FINGERPRINTS)),
+    select(
+        literal("instance"), ScanTargetRow.host, ScanTargetRow.instance, ScanTargetRow.incident_id.label("id")
+    ).where(
+        ScanTargetRow.state == WARNING,
+        ScanTargetRow.incident_id.is_not(None),
+        or_(ScanTargetRow.instance.in_(_INSTANCES), ScanTargetRow.host.in_(_HOSTS)),
     ),
 )
 
@@ -49,7 +51,7 @@ class Named:
 
 def joined_incidents(session: Session, asks: Sequence[Named]) -> list[int | None]:
     """For each notification, the early-warning incident it joins: the latest one holding one of
-    its fingerprints, else the open warning of a target it names (its exact `instance` first, else
+    its fingerprints, else the open warning of a serving instance it names (its exact `instance` first, else
     its host; the first instance in order among several)."""
     if not asks:
         return []
@@ -78,19 +80,19 @@ def _chosen(ask: Named, holding: dict[str, int], warned: list[tuple[str, str, in
     return next(iter(exact or by_host), None)
 
 
-def transitions(session: Session, incident_id: int) -> list[ScanTransition]:
+def transitions(session: Session, incident_id: int) -> list[ScanTransitionRow]:
     """The scan's changes of state that concern this incident, oldest first: why it warned (the
     reason, and the figures of each signal then), cleared and warned again."""
     return list(
         session.scalars(
-            select(ScanTransition).where(ScanTransition.incident_id == incident_id).order_by(ScanTransition.id)
+            select(ScanTransitionRow).where(ScanTransitionRow.incident_id == incident_id).order_by(ScanTransitionRow.id)
         )
     )
 
 
-def targets(session: Session, state: str | None = None) -> list[ScanTarget]:
+def targets(session: Session, state: str | None = None) -> list[ScanTargetRow]:
     """The scan's targets as stored, by instance; only those in `state` when given."""
-    query = select(ScanTarget).order_by(ScanTarget.instance)
+    query = select(ScanTargetRow).order_by(ScanTargetRow.instance)
     if state is not None:
-        query = query.where(ScanTarget.state == state)
+        query = query.where(ScanTargetRow.state == state)
     return list(session.scalars(query))

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from rca.domain.series import MAX_SERIES, EvidenceSeries
 from rca.domain.status import InvestigationStatus
-from rca.store.models import EvidenceSeriesRow, Investigation
+from rca.store.models import EvidenceSeriesRow, InvestigationRow
 
 
 def save(session: Session, investigation_id: int, series: list[EvidenceSeries]) -> None:
@@ -52,8 +52,8 @@ def investigation_of(session: Session, incident_id: int, investigation_id: int |
     """The investigation whose series to read: `investigation_id` when it is one of the incident's,
     else (none asked) its latest finished one, whose evidence stays while a newer one runs; None
     when there is no such investigation."""
-    query = select(Investigation.id).where(Investigation.incident_id == incident_id)
+    query = select(InvestigationRow.id).where(InvestigationRow.incident_id == incident_id)
     if investigation_id is not None:
-        return session.scalar(query.where(Investigation.id == investigation_id))
-    done = query.where(Investigation.status == InvestigationStatus.DONE)
-    return session.scalar(done.order_by(Investigation.id.desc()).limit(1))
+        return session.scalar(query.where(InvestigationRow.id == investigation_id))
+    done = query.where(InvestigationRow.status == InvestigationStatus.DONE)
+    return session.scalar(done.order_by(InvestigationRow.id.desc()).limit(1))

@@ -18,11 +18,13 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from rca.store.models import Feedback, IncidentDigest
+from rca.store.models import FeedbackRow, IncidentDigestRow
 
 
-def history(session: Session, incident_id: int) -> list[Feedback]:
-    return list(session.scalars(select(Feedback).where(Feedback.incident_id == incident_id).order_by(Feedback.id)))
+def history(session: Session, incident_id: int) -> list[FeedbackRow]:
+    return list(
+        session.scalars(select(FeedbackRow).where(FeedbackRow.incident_id == incident_id).order_by(FeedbackRow.id))
+    )
 
 
 @dataclass
@@ -52,8 +54,8 @@ def accuracy(session: Session) -> dict[str, Any]:
     by_analyst: dict[str, Tally] = defaultdict(Tally)
     by_category: dict[str, Tally] = defaultdict(Tally)
     rows = session.execute(
-        select(IncidentDigest.confirmed_category, IncidentDigest.categories, IncidentDigest.analyst).where(
-            IncidentDigest.confirmed_category.is_not(None), IncidentDigest.analyst.is_not(None)
+        select(IncidentDigestRow.confirmed_category, IncidentDigestRow.categories, IncidentDigestRow.analyst).where(
+            IncidentDigestRow.confirmed_category.is_not(None), IncidentDigestRow.analyst.is_not(None)
         )
     )
     for confirmed, ranked, analyst in rows:
@@ -62,7 +64,9 @@ def accuracy(session: Session) -> dict[str, Any]:
         for tally in (overall, by_analyst[analyst], by_category[confirmed]):
             tally.add(confirmed, list(ranked))
     undiagnosed = session.scalar(
-        select(func.count()).where(IncidentDigest.confirmed_category.is_not(None), IncidentDigest.analyst.is_(None))
+        select(func.count()).where(
+            IncidentDigestRow.confirmed_category.is_not(None), IncidentDigestRow.analyst.is_(None)
+        )
     )
     return {
         "undiagnosed": undiagnosed or 0,

@@ -34,7 +34,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TSQUERY
 from sqlalchemy.orm import Session
 
 from rca.store import word_frequency
-from rca.store.models import IncidentDigest
+from rca.store.models import IncidentDigestRow
 
 FTS_TABLE = "incident_fts"
 SEARCH_VECTOR = "search_vector"
@@ -101,7 +101,7 @@ def prepare(session: Session, q: str) -> Query:
     """
     if not is_postgres(session):
         fts = table(FTS_TABLE, column("rowid"), column(FTS_TABLE))
-        condition = IncidentDigest.incident_id.in_(
+        condition = IncidentDigestRow.incident_id.in_(
             select(fts.c.rowid).where(fts.c[FTS_TABLE].op("MATCH")(_fts_query(q)))
         )
         return Query(condition=condition, indexed=condition, density=1.0)

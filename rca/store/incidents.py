@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from rca.domain.clock import utcnow
 from rca.store import fts, word_frequency
-from rca.store.models import Incident, IncidentDigest, Investigation, SlackDelivery
+from rca.store.models import IncidentDigestRow, IncidentRow, InvestigationRow, SlackDeliveryRow
 
 Sort = Literal["time", "relevance"]
 RELEVANCE_WINDOW = 250
@@ -74,7 +74,7 @@ def _conditions(
     """The filters but `q` as (ordered, checked) conditions. Ordered ones are equalities and ranges
     that a (column, created_at) B-tree serves while walking newest first; checked ones (labels,
     breached signals) are GIN-indexed containment, checked row by row during such a walk."""
-    d = IncidentDigest
+    d = IncidentDigestRow
     ordered: list[ColumnElement[bool]] = []
     if filters.status:
         ordered.append(d.status == filters.status)
@@ -94,7 +94,7 @@ def _conditions(
     checked += [fts.contains(session, d.labels, f"{name}={value}") for name, value in filters.labels]
     checked += [fts.contains(session, d.breached, key) for key in filters.signals]
     if filters.origin:
-        checked.append(d.incident_id.in_(select(Incident.id).where(Incident.origin == filters.origin)))
+        checked.append(d.incident_id.in_(select(IncidentRow.id).where(IncidentRow.origin == filters.origin)))
     return ordered, checked
 
 
@@ -120,7 +120,7 @@ def _newest(
     stages, checking the others row by row, and once the matches seen are too sparse for walking
     on to pay (`_walk_pays`), fetch the rest from below the walk with the GIN indexes.
     """
-    d = IncidentDigest
+    d = IncidentDigestRow
     ordered, checked = _conditions(session, filters)
     indexed = checked
     if filters.q:
@@ -237,13 +237,13 @@ def hits(session: Session, incident_ids: list[int], scores: Mapping[int, float |
     """The list view of these incidents, in the order given, in one query."""
     if not incident_ids:
         return []
-    d, i = IncidentDigest, Incident
+    d, i = IncidentDigestRow, IncidentRow
 
     def newest_run(column: Any, label: str) -> Any:
         return (
             select(column)
-            .where(Investigation.incident_id == d.incident_id)
-            .order_by(Investigation.id.desc())
+            .where(InvestigationRow.incident_id == d.incident_id)
+            .order_by(InvestigationRow.id.desc())
             .limit(1)
             .scalar_subquery()
             .label(label)
@@ -260,13 +260,13 @@ def hits(session: Session, incident_ids: list[int], scores: Mapping[int, float |
             i.updated_at,
             i.resolved_at,
             i.notification_count,
-            newest_run(Investigation.status, "investigation_status"),
+            newest_run(InvestigationRow.status, "investigation_status"),
             d.top_category,
             d.top_confidence,
             d.confirmed_category,
             d.breached,
             i.origin,
-            newest_run(Investigation.inconclusive_reason, "inconclusive_reason"),
+            newest_run(InvestigationRow.inconclusive_reason, "inconclusive_reason"),
         )
         .join(i, i.id == d.incident_id)
         .where(d.incident_id.in_(incident_ids))
@@ -281,19 +281,19 @@ def count(session: Session, *, filters: IncidentFilter, cap: int) -> int:
     ordered, checked = _conditions(session, filters)
     if filters.q:
         checked.append(fts.prepare(session, filters.q).indexed)
-    capped = select(IncidentDigest.incident_id).where(*ordered, *checked).limit(cap).subquery()
+    capped = select(IncidentDigestRow.incident_id).where(*ordered, *checked).limit(cap).subquery()
     return session.scalar(select(func.count()).select_from(capped)) or 0
 
 
-def get(session: Session, *, incident_id: int) -> Incident | None:
+def get(session: Session, *, incident_id: int) -> IncidentRow | None:
     """One incident with its alerts and every investigation's findings and hypotheses."""
     return session.scalar(
-        select(Incident)
-        .where(Incident.id == incident_id)
+        select(IncidentRow)
+        .where(IncidentRow.id == incident_id)
         .options(
-            selectinload(Incident.alerts),
-            selectinload(Incident.investigations).selectinload(Investigation.findings),
-            selectinload(Incident.investigations).selectinload(Investigation.hypotheses),
-            selectinload(Incident.slack_delivery).selectinload(SlackDelivery.attempts),
+            selectinload(IncidentRow.alerts),
+            selectinload(IncidentRow.investigations).selectinload(InvestigationRow.findings),
+            selectinload(IncidentRow.investigations).selectinload(InvestigationRow.hypotheses),
+            selectinload(IncidentRow.slack_delivery).selectinload(SlackDeliveryRow.attempts),
         )
     )

@@ -21,9 +21,7 @@ from rca.domain.clock import utcnow
 from rca.domain.result import InvestigationResult
 from rca.domain.status import AlertStatus, Analyst, InvestigationStatus
 from rca.domain.waiting import Waiting
-from rca.store.models import Alert, Investigation
-from rca.store.models import Finding as FindingRow
-from rca.store.models import Hypothesis as HypothesisRow
+from rca.store.models import AlertRow, FindingRow, HypothesisRow, InvestigationRow
 
 FINISHED = (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE, InvestigationStatus.FAILED)
 STRANDED_BATCH = 500
@@ -48,13 +46,13 @@ def claim(session: Session, investigation_id: int, lease: timedelta | None = Non
     a lease that has not lapsed (another run is alive: a redelivered message must not start a
     second). With `lease`, the claim lasts that long unless renewed (`renew_lease`): the sweep
     hands a running investigation whose lease lapsed to another worker."""
-    inv = session.get(Investigation, investigation_id, with_for_update=True)
+    inv = session.get(InvestigationRow, investigation_id, with_for_update=True)
     if inv is None or inv.status in FINISHED:
         return None
     now = utcnow()
     if inv.status == InvestigationStatus.RUNNING and inv.lease_until is not None and inv.lease_until > now:
         return None
-    alerts = session.scalars(select(Alert).where(Alert.incident_id == inv.incident_id)).all()
+    alerts = session.scalars(select(AlertRow).where(AlertRow.incident_id == inv.incident_id)).all()
     firing = [a for a in alerts if a.status == AlertStatus.FIRING] or list(alerts)
     if inv.status == InvestigationStatus.QUEUED:
         inv.attempts += 1  # a run handed out; a retry of the same run (still `running`) is not another
@@ -89,7 +87,7 @@ def save_result(session: Session, investigation_id: int, result: InvestigationRe
     or `inconclusive` with its reason and no hypotheses when the result read no evidence. Returns
     its incident's id: what the incident owes after it (Slack, the search digest) is the incidents
     room's (rca.incidents.investigations.finish)."""
-    inv = session.get(Investigation, investigation_id, with_for_update=True)
+    inv = session.get(InvestigationRow, investigation_id, with_for_update=True)
     if inv is None:
         raise LookupError(f"investigation {investigation_id} vanished")
     session.execute(delete(FindingRow).where(FindingRow.investigation_id == investigation_id))
@@ -119,8 +117,8 @@ def save_result(session: Session, investigation_id: int, result: InvestigationRe
 def renew_lease(session: Session, investigation_id: int, lease: timedelta) -> bool:
     """Extend a running investigation's lease to now + `lease`; False when it is no longer running."""
     result = session.execute(
-        update(Investigation)
-        .where(Investigation.id == investigation_id, Investigation.status == InvestigationStatus.RUNNING)
+        update(InvestigationRow)
+        .where(InvestigationRow.id == investigation_id, InvestigationRow.status == InvestigationStatus.RUNNING)
         .values(lease_until=utcnow() + lease)
         .execution_options(synchronize_session=False)
     )
@@ -132,11 +130,11 @@ def release(session: Session, investigation_id: int, error: str, claimed_since: 
     sweep) can claim it at once, and keep the error as the reason should it never finish. Only a
     claim made since `claimed_since` (the run's own) is released, never an earlier live run's."""
     session.execute(
-        update(Investigation)
+        update(InvestigationRow)
         .where(
-            Investigation.id == investigation_id,
-            Investigation.status == InvestigationStatus.RUNNING,
-            Investigation.started_at >= claimed_since,
+            InvestigationRow.id == investigation_id,
+            InvestigationRow.status == InvestigationStatus.RUNNING,
+            InvestigationRow.started_at >= claimed_since,
         )
         .values(lease_until=utcnow(), error=error[:2000])
         .execution_options(synchronize_session=False)
@@ -150,7 +148,7 @@ def _stored(data: dict[str, Any]) -> dict[str, Any]:
 def mark_failed(session: Session, investigation_id: int, error: str) -> int | None:
     """Close the investigation as `failed` with its reason; its incident's id, or None when it was
     already finished (the notice that says it failed is the incidents room's to owe)."""
-    inv = session.get(Investigation, investigation_id, with_for_update=True)
+    inv = session.get(InvestigationRow, investigation_id, with_for_update=True)
     if inv is None or inv.status in FINISHED:
         return None
     inv.status, inv.error = InvestigationStatus.FAILED, error[:2000]
@@ -184,18 +182,18 @@ def stranded(
     `gave_up`, for the caller to owe their notice."""
     now = utcnow()
     cutoff = now - older_than
-    queued = (Investigation.status == InvestigationStatus.QUEUED) & (Investigation.queued_at < cutoff)
+    queued = (InvestigationRow.status == InvestigationStatus.QUEUED) & (InvestigationRow.queued_at < cutoff)
     if held is not None and session.scalar(select(exists().where(queued))):
         in_broker = held()
         if in_broker:
-            queued = queued & Investigation.id.not_in(list(in_broker))
-    lapsed = Investigation.lease_until < now
-    unleased_and_old = Investigation.lease_until.is_(None) & (Investigation.started_at < cutoff - older_than * 4)
-    running = (Investigation.status == InvestigationStatus.RUNNING) & (lapsed | unleased_and_old)
+            queued = queued & InvestigationRow.id.not_in(list(in_broker))
+    lapsed = InvestigationRow.lease_until < now
+    unleased_and_old = InvestigationRow.lease_until.is_(None) & (InvestigationRow.started_at < cutoff - older_than * 4)
+    running = (InvestigationRow.status == InvestigationStatus.RUNNING) & (lapsed | unleased_and_old)
     found = session.scalars(
-        select(Investigation)
+        select(InvestigationRow)
         .where(queued | running)
-        .order_by(Investigation.id)
+        .order_by(InvestigationRow.id)
         .limit(STRANDED_BATCH)
         .with_for_update(skip_locked=True)
     ).all()
@@ -216,8 +214,8 @@ def queued(session: Session) -> Waiting:
     """The investigations still queued, and how long the oldest has waited: one query on the
     status index, cheap enough for every scrape."""
     count, oldest = session.execute(
-        select(func.count(), func.min(Investigation.queued_at)).where(
-            Investigation.status == InvestigationStatus.QUEUED
+        select(func.count(), func.min(InvestigationRow.queued_at)).where(
+            InvestigationRow.status == InvestigationStatus.QUEUED
         )
     ).one()
     return Waiting.since(count, oldest)

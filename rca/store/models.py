@@ -81,7 +81,7 @@ def _unique_group_key_where(name: str, where: str) -> Index:
     return Index(name, "group_key", unique=True, postgresql_where=text(where), sqlite_where=text(where))
 
 
-class Incident(Base):
+class IncidentRow(Base):
     """One Alertmanager alert group while it is open."""
 
     __tablename__ = "incidents"
@@ -109,9 +109,11 @@ class Incident(Base):
     # "backtest" (a warning of the scan's replay over history, `rca backtest --store`).
     origin: Mapped[str] = mapped_column(StorableString(16), default="alertmanager", server_default="alertmanager")
 
-    alerts: Mapped[list[Alert]] = relationship(back_populates="incident", order_by="Alert.id")
-    investigations: Mapped[list[Investigation]] = relationship(back_populates="incident", order_by="Investigation.id")
-    slack_delivery: Mapped[SlackDelivery | None] = relationship(viewonly=True)
+    alerts: Mapped[list[AlertRow]] = relationship(back_populates="incident", order_by="AlertRow.id")
+    investigations: Mapped[list[InvestigationRow]] = relationship(
+        back_populates="incident", order_by="InvestigationRow.id"
+    )
+    slack_delivery: Mapped[SlackDeliveryRow | None] = relationship(viewonly=True)
 
     __table_args__ = (
         # At most one open incident per alert group; a resolved group may open a new one later.
@@ -121,7 +123,7 @@ class Incident(Base):
     )
 
 
-class Notification(Base):
+class NotificationRow(Base):
     """Every accepted webhook body, verbatim, for audit and replay."""
 
     __tablename__ = "notifications"
@@ -133,7 +135,7 @@ class Notification(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
 
 
-class Alert(Base):
+class AlertRow(Base):
     """One alert (by fingerprint) within an incident, with its latest raw form."""
 
     __tablename__ = "alerts"
@@ -153,12 +155,12 @@ class Alert(Base):
     first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    incident: Mapped[Incident] = relationship(back_populates="alerts")
+    incident: Mapped[IncidentRow] = relationship(back_populates="alerts")
 
     __table_args__ = (UniqueConstraint("incident_id", "fingerprint", name="uq_alerts_incident_fingerprint"),)
 
 
-class Investigation(Base):
+class InvestigationRow(Base):
     """One run of the pipeline over an incident: when, how long, and how it ended."""
 
     __tablename__ = "investigations"
@@ -210,16 +212,16 @@ class Investigation(Base):
     llm_dropped: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)
     llm_exchange: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONType)  # exact prompts, raw responses
 
-    incident: Mapped[Incident] = relationship(back_populates="investigations")
-    findings: Mapped[list[Finding]] = relationship(
-        back_populates="investigation", order_by="Finding.id", cascade="all, delete-orphan"
+    incident: Mapped[IncidentRow] = relationship(back_populates="investigations")
+    findings: Mapped[list[FindingRow]] = relationship(
+        back_populates="investigation", order_by="FindingRow.id", cascade="all, delete-orphan"
     )
-    hypotheses: Mapped[list[Hypothesis]] = relationship(
-        back_populates="investigation", order_by="Hypothesis.rank", cascade="all, delete-orphan"
+    hypotheses: Mapped[list[HypothesisRow]] = relationship(
+        back_populates="investigation", order_by="HypothesisRow.rank", cascade="all, delete-orphan"
     )
 
 
-class Finding(Base):
+class FindingRow(Base):
     """What one check concluded from one signal's data."""
 
     __tablename__ = "findings"
@@ -242,12 +244,12 @@ class Finding(Base):
     series_labels: Mapped[dict[str, str] | None] = mapped_column(JSONType)
     detail: Mapped[str] = mapped_column(StorableText, default="")
 
-    investigation: Mapped[Investigation] = relationship(back_populates="findings")
+    investigation: Mapped[InvestigationRow] = relationship(back_populates="findings")
 
     __table_args__ = (UniqueConstraint("investigation_id", "key", name="uq_findings_investigation_key"),)
 
 
-class Hypothesis(Base):
+class HypothesisRow(Base):
     """One ranked root cause, pointing at the findings that support it."""
 
     __tablename__ = "hypotheses"
@@ -264,12 +266,12 @@ class Hypothesis(Base):
     explanation: Mapped[str] = mapped_column(StorableText, default="")
     analyst: Mapped[str] = mapped_column(StorableString(64))
 
-    investigation: Mapped[Investigation] = relationship(back_populates="hypotheses")
+    investigation: Mapped[InvestigationRow] = relationship(back_populates="hypotheses")
 
     __table_args__ = (UniqueConstraint("investigation_id", "rank", name="uq_hypotheses_investigation_rank"),)
 
 
-class SlackDelivery(Base):
+class SlackDeliveryRow(Base):
     """The one Slack message of an incident: where it is, what evidence it shows, how delivery went.
 
     Keyed (unique) on the incident, and locked while a delivery runs, so that a redelivered or
@@ -293,14 +295,14 @@ class SlackDelivery(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    attempts: Mapped[list[SlackAttempt]] = relationship(
-        back_populates="delivery", order_by="SlackAttempt.id", cascade="all, delete-orphan"
+    attempts: Mapped[list[SlackAttemptRow]] = relationship(
+        back_populates="delivery", order_by="SlackAttemptRow.id", cascade="all, delete-orphan"
     )
 
     __table_args__ = (UniqueConstraint("incident_id", name="uq_slack_deliveries_incident"),)
 
 
-class SlackAttempt(Base):
+class SlackAttemptRow(Base):
     """One HTTP call to Slack and how it ended, for the incident's delivery history."""
 
     __tablename__ = "slack_attempts"
@@ -315,10 +317,10 @@ class SlackAttempt(Base):
     error: Mapped[str | None] = mapped_column(StorableText)
     retry_after: Mapped[float | None] = mapped_column(Float)
 
-    delivery: Mapped[SlackDelivery] = relationship(back_populates="attempts")
+    delivery: Mapped[SlackDeliveryRow] = relationship(back_populates="attempts")
 
 
-class SlackSend(Base):
+class SlackSendRow(Base):
     """A message the service was about to post to Slack (bot mode), committed before the call with
     the key that the message carries in its metadata; `outcome` stays empty until Slack's answer
     is recorded, so an empty one after a lost commit means "look in the channel before posting
@@ -344,7 +346,7 @@ class SlackSend(Base):
     __table_args__ = (UniqueConstraint("key", name="uq_slack_sends_key"),)
 
 
-class IncidentDigest(Base):
+class IncidentDigestRow(Base):
     """What history search and similarity read about one incident, flattened into one row so that
     a query at a million incidents touches one table: the full-text document, the alert labels,
     the evidence signature of the latest finished investigation and the confirmed cause.
@@ -376,7 +378,7 @@ class IncidentDigest(Base):
     )
 
 
-class Feedback(Base):
+class FeedbackRow(Base):
     """An engineer's verdict on an incident: the confirmed cause and which hypotheses were right.
     The newest one per incident is the one that counts."""
 
@@ -392,7 +394,7 @@ class Feedback(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class ApiToken(Base):
+class ApiTokenRow(Base):
     """A named API token created by `rca token create`; only the SHA-256 of the secret is kept."""
 
     __tablename__ = "api_tokens"
@@ -410,8 +412,8 @@ class ApiToken(Base):
     )
 
 
-class ScanTarget(Base):
-    """The fleet scan's state of one serving target (rca/scan/states.py), written on each transition."""
+class ScanTargetRow(Base):
+    """The fleet scan's state of one serving instance (rca/scan/states.py), written on each transition."""
 
     __tablename__ = "scan_targets"
 
@@ -419,7 +421,7 @@ class ScanTarget(Base):
     host: Mapped[str] = mapped_column(StorableString(255))
     state: Mapped[str] = mapped_column(StorableString(16))  # ok | watch | warning | cleared
     since: Mapped[datetime] = mapped_column(UTCDateTime)
-    # The early-warning incident, while the target is in warning or cleared (at most one per target).
+    # The early-warning incident, while the instance is in warning or cleared (at most one per instance).
     incident_id: Mapped[int | None] = mapped_column(ForeignKey("incidents.id", ondelete="SET NULL"))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # The TTFT SLO the scan judges it against and where that came from (rca/scan/slo_rules.py: "rule
@@ -428,8 +430,8 @@ class ScanTarget(Base):
     slo_source: Mapped[str | None] = mapped_column(StorableText)
 
 
-class ScanTransition(Base):
-    """One change of a target's scan state, with the reason and the figures behind it."""
+class ScanTransitionRow(Base):
+    """One change of a serving instance's scan state, with the reason and the figures behind it."""
 
     __tablename__ = "scan_transitions"
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from rca.domain.clock import utcnow
 from rca.domain.early_warning import BACKTEST
 from rca.domain.waiting import Waiting
-from rca.store.models import Incident, UTCDateTime
+from rca.store.models import IncidentRow, UTCDateTime
 
 SWEEP_BATCH = 500
 
@@ -34,11 +34,11 @@ def owe(session: Session, incident_id: int) -> None:
     """Record, in the caller's transaction, that Slack is owed a notice about this incident; never
     about a backtest's (past warnings replayed: nobody is to be paged about them)."""
     session.execute(
-        update(Incident)
-        .where(Incident.id == incident_id, Incident.origin != BACKTEST)
+        update(IncidentRow)
+        .where(IncidentRow.id == incident_id, IncidentRow.origin != BACKTEST)
         .values(
-            slack_owed=Incident.slack_owed + 1,
-            slack_owed_since=func.coalesce(Incident.slack_owed_since, literal(utcnow(), UTCDateTime())),
+            slack_owed=IncidentRow.slack_owed + 1,
+            slack_owed_since=func.coalesce(IncidentRow.slack_owed_since, literal(utcnow(), UTCDateTime())),
         )
         .execution_options(synchronize_session=False)
     )
@@ -48,8 +48,8 @@ def settle(session: Session, incident_id: int, owed: int) -> bool:
     """Slack now shows everything owed up to count `owed` (read after the delivery row was locked):
     clear the marker, unless more was owed since. True when it was cleared."""
     result = session.execute(
-        update(Incident)
-        .where(Incident.id == incident_id, Incident.slack_owed == owed, Incident.slack_owed_since.is_not(None))
+        update(IncidentRow)
+        .where(IncidentRow.id == incident_id, IncidentRow.slack_owed == owed, IncidentRow.slack_owed_since.is_not(None))
         .values(slack_owed_since=None)
         .execution_options(synchronize_session=False)
     )
@@ -59,8 +59,8 @@ def settle(session: Session, incident_id: int, owed: int) -> bool:
 def defer(session: Session, incident_id: int, until: datetime) -> None:
     """A delivery will retry at `until` on its own: the sweeper leaves the notice to it till then."""
     session.execute(
-        update(Incident)
-        .where(Incident.id == incident_id, Incident.slack_owed_since.is_not(None))
+        update(IncidentRow)
+        .where(IncidentRow.id == incident_id, IncidentRow.slack_owed_since.is_not(None))
         .values(slack_owed_since=until)
         .execution_options(synchronize_session=False)
     )
@@ -73,9 +73,9 @@ def claim_owed(session: Session, older_than: timedelta) -> list[int]:
     now = utcnow()
     ids = list(
         session.scalars(
-            select(Incident.id)
-            .where(Incident.slack_owed_since < now - older_than)
-            .order_by(Incident.slack_owed_since, Incident.id)
+            select(IncidentRow.id)
+            .where(IncidentRow.slack_owed_since < now - older_than)
+            .order_by(IncidentRow.slack_owed_since, IncidentRow.id)
             .limit(SWEEP_BATCH)
             # NO KEY UPDATE: a delivery creating its row holds KEY SHARE on the incident (the
             # foreign key), which must not hide the incident from the sweep.
@@ -84,8 +84,8 @@ def claim_owed(session: Session, older_than: timedelta) -> list[int]:
     )
     if ids:
         session.execute(
-            update(Incident)
-            .where(Incident.id.in_(ids))
+            update(IncidentRow)
+            .where(IncidentRow.id.in_(ids))
             .values(slack_owed_since=now)
             .execution_options(synchronize_session=False)
         )
@@ -97,6 +97,6 @@ def owed(session: Session) -> Waiting:
     owed or last handed to a delivery (a claim and a deferral move the marker): one query on the
     marker's index, cheap enough for every scrape."""
     count, oldest = session.execute(
-        select(func.count(), func.min(Incident.slack_owed_since)).where(Incident.slack_owed_since.is_not(None))
+        select(func.count(), func.min(IncidentRow.slack_owed_since)).where(IncidentRow.slack_owed_since.is_not(None))
     ).one()
     return Waiting.since(count, oldest)

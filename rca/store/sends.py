@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
 from rca.store.db import session_scope
-from rca.store.models import SlackSend
+from rca.store.models import SlackSendRow
 
 UNKNOWN = None  # the outcome of a send whose answer was never recorded
 POSTED, FOUND, NOT_SENT, ABSENT, UNVERIFIED = "posted", "found", "not_sent", "absent", "unverified"
@@ -27,10 +27,12 @@ CHANNEL_ID = re.compile(r"[CGD][A-Z0-9]{6,}")  # a conversation ID, as conversat
 LOCK_TIMEOUT = "5s"  # the incident row's KEY SHARE is never held long; never wait on it for ever
 
 
-def record(session: Session, url: str, incident_id: int, action: str, channel: str, thread_ts: str | None) -> SlackSend:
+def record(
+    session: Session, url: str, incident_id: int, action: str, channel: str, thread_ts: str | None
+) -> SlackSendRow:
     """A new key for the message about to be posted, committed before it is (raises when the
     database cannot take it: then nothing is posted, and the notice stays owed)."""
-    send = SlackSend(
+    send = SlackSendRow(
         incident_id=incident_id, key=str(uuid.uuid4()), action=action, channel=channel, thread_ts=thread_ts, at=utcnow()
     )
     if session.get_bind().dialect.name == "sqlite":
@@ -43,18 +45,18 @@ def record(session: Session, url: str, incident_id: int, action: str, channel: s
     return send
 
 
-def unknown(session: Session, incident_id: int, action: str, thread_ts: str | None) -> list[SlackSend]:
+def unknown(session: Session, incident_id: int, action: str, thread_ts: str | None) -> list[SlackSendRow]:
     """Sends of this message whose outcome was never recorded, oldest first."""
     return list(
         session.scalars(
-            select(SlackSend)
+            select(SlackSendRow)
             .where(
-                SlackSend.incident_id == incident_id,
-                SlackSend.action == action,
-                SlackSend.thread_ts.is_(None) if thread_ts is None else SlackSend.thread_ts == thread_ts,
-                SlackSend.outcome.is_(UNKNOWN),
+                SlackSendRow.incident_id == incident_id,
+                SlackSendRow.action == action,
+                SlackSendRow.thread_ts.is_(None) if thread_ts is None else SlackSendRow.thread_ts == thread_ts,
+                SlackSendRow.outcome.is_(UNKNOWN),
             )
-            .order_by(SlackSend.id)
+            .order_by(SlackSendRow.id)
         )
     )
 
@@ -65,8 +67,8 @@ def settle(
     """Record how these sends ended, in the delivery's transaction (with what it sent)."""
     if keys:
         session.execute(
-            update(SlackSend)
-            .where(SlackSend.key.in_(keys))
+            update(SlackSendRow)
+            .where(SlackSendRow.key.in_(keys))
             .values(outcome=outcome, channel_id=channel_id, ts=ts)
             .execution_options(synchronize_session=False)
         )
@@ -78,13 +80,13 @@ def channel_id(session: Session, channel: str) -> str | None:
     if CHANNEL_ID.fullmatch(channel):
         return channel
     return session.scalar(
-        select(SlackSend.channel_id)
-        .where(SlackSend.channel == channel, SlackSend.channel_id.is_not(None))
-        .order_by(SlackSend.id.desc())
+        select(SlackSendRow.channel_id)
+        .where(SlackSendRow.channel == channel, SlackSendRow.channel_id.is_not(None))
+        .order_by(SlackSendRow.id.desc())
         .limit(1)
     )
 
 
-def age(send: SlackSend, now: datetime | None = None) -> float:
+def age(send: SlackSendRow, now: datetime | None = None) -> float:
     """Seconds since the send was recorded."""
     return ((now or utcnow()) - send.at).total_seconds()

@@ -28,19 +28,19 @@ from rca.domain.evidence import onset_order
 from rca.store import fts
 from rca.store.digests import breached_key
 from rca.store.incidents import Hit, hits
-from rca.store.models import IncidentDigest
+from rca.store.models import IncidentDigestRow
 
 CANDIDATES = 50
 CITE_SCORE = 0.6  # alike enough to cite in Slack and in the LLM prompt (`precedents`)
 WEIGHTS = {"breached": 0.5, "order": 0.2, "stack": 0.15, "categories": 0.15}
 SIGNATURE = (
-    IncidentDigest.incident_id,
-    IncidentDigest.created_at,
-    IncidentDigest.breached,
-    IncidentDigest.onset_order,
-    IncidentDigest.stack,
-    IncidentDigest.categories,
-    IncidentDigest.confirmed_category,
+    IncidentDigestRow.incident_id,
+    IncidentDigestRow.created_at,
+    IncidentDigestRow.breached,
+    IncidentDigestRow.onset_order,
+    IncidentDigestRow.stack,
+    IncidentDigestRow.categories,
+    IncidentDigestRow.confirmed_category,
 )
 
 
@@ -88,38 +88,38 @@ def _categories(a: list[str], b: list[str]) -> float:
     return _jaccard(set(a), set(b))
 
 
-def score(target: Signature, other: Signature) -> float:
+def score(signature: Signature, other: Signature) -> float:
     parts = {
-        "breached": _jaccard(set(target.breached), set(other.breached)),
-        "order": _order_agreement(target.onset_order, other.onset_order),
-        "stack": 1.0 if target.stack and target.stack == other.stack else 0.0,
-        "categories": _categories(target.categories, other.categories),
+        "breached": _jaccard(set(signature.breached), set(other.breached)),
+        "order": _order_agreement(signature.onset_order, other.onset_order),
+        "stack": 1.0 if signature.stack and signature.stack == other.stack else 0.0,
+        "categories": _categories(signature.categories, other.categories),
     }
     return round(sum(WEIGHTS[name] * value for name, value in parts.items()), 4)
 
 
 def signature(session: Session, incident_id: int) -> Signature | None:
-    d = IncidentDigest
+    d = IncidentDigestRow
     row = session.execute(select(*SIGNATURE).where(d.incident_id == incident_id)).first()
     return Signature(*row) if row else None
 
 
-def find(session: Session, target: Signature, limit: int) -> list[Match]:
+def find(session: Session, signature: Signature, limit: int) -> list[Match]:
     """Past incidents most like `target`, best first. An incident without a finished
     investigation has no signature and so no similar incidents."""
-    if not target.breached and not target.categories:
+    if not signature.breached and not signature.categories:
         return []
-    d = IncidentDigest
-    past = (d.created_at <= target.created_at) & (d.incident_id != target.incident_id)
+    d = IncidentDigestRow
+    past = (d.created_at <= signature.created_at) & (d.incident_id != signature.incident_id)
     buckets = []
-    if target.breached:
-        buckets.append(d.breached_key == breached_key(target.breached))
-    leads = target.onset_order or target.breached
+    if signature.breached:
+        buckets.append(d.breached_key == breached_key(signature.breached))
+    leads = signature.onset_order or signature.breached
     lead = leads[0] if leads else None
     if lead:
         buckets.append(fts.contains(session, d.breached, lead))
-    if target.categories:
-        buckets += [d.top_category == target.categories[0], d.confirmed_category == target.categories[0]]
+    if signature.categories:
+        buckets += [d.top_category == signature.categories[0], d.confirmed_category == signature.categories[0]]
     # One round trip: the newest CANDIDATES signatures of each bucket (each on its own index).
     newest = [
         select(*SIGNATURE).where(bucket, past).order_by(d.created_at.desc()).limit(CANDIDATES).subquery()
@@ -127,7 +127,7 @@ def find(session: Session, target: Signature, limit: int) -> list[Match]:
     ]
     rows = session.execute(union_all(*(select(*sub.c) for sub in newest)))
     candidates = list({row[0]: Signature(*row) for row in rows}.values())
-    scored = [(score(target, other), other) for other in candidates]
+    scored = [(score(signature, other), other) for other in candidates]
     scored = [pair for pair in scored if pair[0] > 0]
     scored.sort(key=lambda pair: (pair[0], pair[1].confirmed_category is not None, pair[1].created_at), reverse=True)
     best = scored[:limit]
@@ -137,7 +137,7 @@ def find(session: Session, target: Signature, limit: int) -> list[Match]:
             hit=listed[other.incident_id],
             signature=other,
             score=value,
-            shared=sorted(set(target.breached) & set(other.breached)),
+            shared=sorted(set(signature.breached) & set(other.breached)),
         )
         for value, other in best
         if other.incident_id in listed
@@ -171,10 +171,10 @@ def signature_of(
     )
 
 
-def precedents(session: Session, target: Signature, limit: int = 3) -> list[Precedent]:
+def precedents(session: Session, signature: Signature, limit: int = 3) -> list[Precedent]:
     """Past incidents alike enough to cite (score >= CITE_SCORE): those an engineer confirmed
     first, since their cause is known, then by score."""
-    matches = [m for m in find(session, target, 10) if m.score >= CITE_SCORE]
+    matches = [m for m in find(session, signature, 10) if m.score >= CITE_SCORE]
     matches.sort(key=lambda m: (m.signature.confirmed_category is not None, m.score), reverse=True)
     return [
         Precedent(

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from rca.api.app import create_app
-from rca.store.models import ApiToken
+from rca.store.models import ApiTokenRow
 from tests.helpers.databases import rows
 from tests.helpers.paths import VENV_BIN
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
@@ -33,7 +33,7 @@ def test_token_create_stores_only_the_hash_and_scopes_gate_the_routes(db_url: st
     assert read.returncode == 0 and write.returncode == 0, read.stderr + write.stderr
     read_token, write_token = read.stdout.strip(), write.stdout.strip()
     assert read_token.startswith("rca_") and len(read_token) > 40 and read_token != write_token
-    stored = rows(db_url, select(ApiToken.name, ApiToken.token_hash, ApiToken.scopes).order_by(ApiToken.id))
+    stored = rows(db_url, select(ApiTokenRow.name, ApiTokenRow.token_hash, ApiTokenRow.scopes).order_by(ApiTokenRow.id))
     assert [(r.name, r.scopes) for r in stored] == [("grafana", ["read"]), ("oncall-bot", ["read", "write"])]
     assert stored[0].token_hash == hashlib.sha256(read_token.encode()).hexdigest()
     assert all(read_token not in str(tuple(r)) and write_token not in str(tuple(r)) for r in stored)
@@ -76,4 +76,4 @@ def test_token_cli_refuses_duplicates_and_unknown_names(db_url: str, tmp_path: P
     assert missing.returncode == 2 and "no live token named 'nobody'" in missing.stderr
     bad_scope = rca_token(db_url, tmp_path, "create", "--name", "x", "--scope", "admin")
     assert bad_scope.returncode == 2 and "invalid choice" in bad_scope.stderr
-    assert len(rows(db_url, select(ApiToken.id))) == 1
+    assert len(rows(db_url, select(ApiTokenRow.id))) == 1

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from rca.api.app import create_app
 from rca.store import tokens
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, RecordingDispatcher, make_settings, wait_for_investigation
@@ -28,7 +28,7 @@ def open_incident(client: TestClient, group: str, status: str = "firing") -> dic
 
 def finish(url: str, investigation_id: int, status: str = "done") -> None:
     with session_scope(url) as session:
-        session.get_one(Investigation, investigation_id).status = status
+        session.get_one(InvestigationRow, investigation_id).status = status
 
 
 def again(client: TestClient, incident_id: int, headers: dict[str, str] | None = None) -> Any:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from fastapi.testclient import TestClient
 
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.forecast import Limit, SignalForecast
 from rca.scan.slo_rules import Slo
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
@@ -21,8 +21,8 @@ PATH = "/api/v1/scan/targets"
 RULE = "rule LLMTTFTSLOBreach (group llm-serving, rules.yml)"
 
 
-def target(name: str) -> ServingTarget:
-    return ServingTarget(f"{name}:8000", name, name, "vllm", "vllm_v1")
+def serving(name: str) -> ServingInstance:
+    return ServingInstance(f"{name}:8000", name, name, "vllm", "vllm_v1")
 
 
 def test_the_scans_targets_are_listed_with_their_state_incident_and_slo(intake_client: TestClient, db_url: str) -> None:
@@ -36,11 +36,11 @@ def test_the_scans_targets_are_listed_with_their_state_incident_and_slo(intake_c
     warned = Transition(ScanState.OK, ScanState.WARNING, now, "TTFT p95 1.40 s beyond its SLO (1 s)", {})
     with session_scope(db_url) as session:
         # A target that never left ok gets its row with its SLO; one that warns, with its incident.
-        keep_slos(session, [(target("gpu-b"), Slo(2.0, "default"))], {}, now - 300)
+        keep_slos(session, [(serving("gpu-b"), Slo(2.0, "default"))], {}, now - 300)
         memory = record(
-            session, target("gpu-a"), warned, TargetMemory(), assessment, Policy(), owe_slack=False, actions=Actions()
+            session, serving("gpu-a"), warned, TargetMemory(), assessment, Policy(), owe_slack=False, actions=Actions()
         )
-        keep_slos(session, [(target("gpu-a"), Slo(1.0, RULE))], {"gpu-a:8000": memory}, now)
+        keep_slos(session, [(serving("gpu-a"), Slo(1.0, RULE))], {"gpu-a:8000": memory}, now)
     with session_scope(db_url) as session:
         assert load_slos(session) == {"gpu-a:8000": Slo(1.0, RULE), "gpu-b:8000": Slo(2.0, "default")}
 

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from rca.api.app import create_app
-from rca.store.models import Alert, Incident, Investigation, Notification
+from rca.store.models import AlertRow, IncidentRow, InvestigationRow, NotificationRow
 from tests.helpers.databases import CLOSED_PORT_DATABASE_URL, count_for, count_rows, investigation_rows, rows
 from tests.helpers.errors import field_errors, only_error
 from tests.helpers.payloads import make_alert, make_payload, post_webhook, sample_payload
@@ -44,7 +44,7 @@ NOTHING = {
 
 
 def incident_row(url: str, incident_id: int) -> Any:
-    [row] = rows(url, select(Incident.__table__).where(Incident.id == incident_id))
+    [row] = rows(url, select(IncidentRow.__table__).where(IncidentRow.id == incident_id))
     return row
 
 
@@ -53,7 +53,7 @@ def finish_investigations(url: str) -> None:
     from rca.store.db import get_engine
 
     with get_engine(url).begin() as conn:
-        conn.execute(update(Investigation).values(status="done", finished_at=datetime.now(UTC)))
+        conn.execute(update(InvestigationRow).values(status="done", finished_at=datetime.now(UTC)))
 
 
 # --------------------------------------------------------------------------- accepted notifications
@@ -85,13 +85,13 @@ def test_valid_notification_is_stored_with_its_raw_payload_and_one_queued_invest
     assert incident.notification_count == 1
     assert incident.common_labels == payload["commonLabels"]
 
-    [alert] = rows(db_url, select(Alert.__table__))
+    [alert] = rows(db_url, select(AlertRow.__table__))
     assert alert.fingerprint == payload["alerts"][0]["fingerprint"]
     assert alert.raw == payload["alerts"][0]  # verbatim, including Go's zero endsAt
     assert alert.ends_at is None
     assert alert.labels["model_name"] == "meta-llama/Llama-3.1-8B-Instruct"
 
-    [notification] = rows(db_url, select(Notification.__table__))
+    [notification] = rows(db_url, select(NotificationRow.__table__))
     assert notification.payload == payload and notification.incident_id == body["incident_id"]
 
     [inv] = investigation_rows(db_url)
@@ -158,7 +158,7 @@ def test_new_alert_in_the_group_joins_the_incident_and_waits_for_the_queued_inve
     assert second.json()["incident_id"] == first["incident_id"]
     assert second.json()["investigation_id"] is None  # the queued one will see both alerts
     assert recorder.enqueued == [first["investigation_id"]]
-    assert count_for(db_url, Alert, incident_id=first["incident_id"]) == 2
+    assert count_for(db_url, AlertRow, incident_id=first["incident_id"]) == 2
     assert count_rows(db_url)["investigations"] == 1
 
 
@@ -221,7 +221,7 @@ def test_resolved_notification_resolves_the_incident_without_a_new_investigation
     incident = incident_row(db_url, first["incident_id"])
     assert incident.status == "resolved"
     assert incident.resolved_at is not None and incident.resolved_at >= incident.created_at
-    [alert] = rows(db_url, select(Alert.__table__))
+    [alert] = rows(db_url, select(AlertRow.__table__))
     assert alert.status == "resolved" and alert.ends_at is not None
     assert recorder.enqueued == [first["investigation_id"]]
     assert count_rows(db_url)["investigations"] == 1
@@ -241,7 +241,7 @@ def test_firing_again_after_resolution_opens_a_new_incident(
     assert body["created"] is True and body["incident_id"] != first["incident_id"]
     assert body["investigation_id"] is not None
     assert recorder.enqueued == [first["investigation_id"], body["investigation_id"]]
-    statuses = rows(db_url, select(Incident.id, Incident.status, Incident.group_key).order_by(Incident.id))
+    statuses = rows(db_url, select(IncidentRow.id, IncidentRow.status, IncidentRow.group_key).order_by(IncidentRow.id))
     assert [(r.id, r.status, r.group_key) for r in statuses] == [
         (first["incident_id"], "resolved", group),
         (body["incident_id"], "firing", group),
@@ -298,8 +298,8 @@ def test_concurrent_first_notifications_of_a_group_create_exactly_one_incident(d
             assert len({b["incident_id"] for b in bodies}) == 1
             assert sum(b["created"] for b in bodies) == 1
             assert sum(b["investigation_id"] is not None for b in bodies) == 1
-            assert count_for(db_url, Incident, group_key=group) == 1
-            assert count_for(db_url, Notification, incident_id=bodies[0]["incident_id"]) == senders
+            assert count_for(db_url, IncidentRow, group_key=group) == 1
+            assert count_for(db_url, NotificationRow, incident_id=bodies[0]["incident_id"]) == senders
 
     assert count_rows(db_url)["incidents"] == rounds
     assert count_rows(db_url)["investigations"] == rounds
@@ -702,7 +702,7 @@ def test_an_alert_storm_of_long_annotations_is_stored_and_stays_searchable(
         ]
         reply = post_webhook(intake_client, make_payload(group, alerts=alerts))
         assert reply.status_code == 200, reply.text
-    assert count_for(db_url, Alert, incident_id=reply.json()["incident_id"]) == 32
+    assert count_for(db_url, AlertRow, incident_id=reply.json()["incident_id"]) == 32
     found = intake_client.get("/api/v1/incidents", params={"q": "LLMRequestQueueMedianHigh"}, headers=API_AUTH)
     assert [item["id"] for item in found.json()["items"]] == [reply.json()["incident_id"]]
 
@@ -733,7 +733,7 @@ def test_many_alerts_of_one_notification_are_read_in_one_query_not_one_each(pg_d
     # the notification's alerts; the incident's hosts, for the investigation its new alerts queue
     # (rca.incidents.queue); the digest's
     assert len(alert_selects) <= 3, len(alert_selects)
-    assert count_for(pg_db, Alert, incident_id=reply.json()["incident_id"]) == 300
+    assert count_for(pg_db, AlertRow, incident_id=reply.json()["incident_id"]) == 300
 
 
 # --------------------------------------------------------------------------- the cost of one notification

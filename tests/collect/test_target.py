@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rca.collect.target import Target, host_from_label, host_regex, scope_candidates, target_from_alerts
-from rca.config import TargetConfig
+from rca.config import ScopeConfig
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-CONFIG = TargetConfig()
+CONFIG = ScopeConfig()
 
 
 def promql_unescape(text: str) -> str:
@@ -121,10 +121,10 @@ def test_target_picks_the_most_common_host_across_exporters() -> None:
 
 
 def test_target_prefers_host_labels_in_configured_order_within_one_alert() -> None:
-    config = TargetConfig(host_labels=["Hostname", "instance"])
+    config = ScopeConfig(host_labels=["Hostname", "instance"])
     alerts = [{"alertname": "GpuUtilLow", "instance": "10.0.0.7:9400", "Hostname": "gpu-node-3"}]
     assert target_from_alerts(alerts, [T0], config).host == "gpu-node-3"
-    config = TargetConfig(host_labels=["instance", "Hostname"])
+    config = ScopeConfig(host_labels=["instance", "Hostname"])
     assert target_from_alerts(alerts, [T0], config).host == "10.0.0.7"
 
 

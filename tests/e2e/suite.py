@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rca.analyst.summary import AlertText
 from rca.collect.target import target_from_alerts
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.domain.evidence import Hypothesis
 from rca.pipeline import analyse
 from tests.e2e import promstack
@@ -289,7 +289,7 @@ def run_suite(prometheus_url: str, suite: list[Scenario]) -> list[Outcome]:
     outcomes = []
     for scenario in suite:
         start = datetime.now(UTC) - timedelta(minutes=2)
-        target = target_from_alerts([scenario.alert], [start], TargetConfig())
+        target = target_from_alerts([scenario.alert], [start], ScopeConfig())
         with _settings_for(prometheus_url, scenario) as settings:
             began = time.perf_counter()
             analysis = analyse(settings, target, alerts=[AlertText(scenario.alert, {}, start)])

@@ -12,7 +12,7 @@ import pytest
 
 from rca.collect.profile import load_profile
 from rca.collect.target import target_from_alerts
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.pipeline import analyse
 from tests.e2e import promstack
 from tests.e2e.scenarios import LORA_HOST, MODEL, NAMESPACE, Fleet, Host, address
@@ -85,7 +85,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _analyse(url: str | None, labels: dict[str, str], settings: Settings | None = None) -> dict:
     settings = settings or Settings(prometheus_url=url)
     start = datetime.now(UTC) - timedelta(minutes=1)
-    target = target_from_alerts([labels], [start], TargetConfig())
+    target = target_from_alerts([labels], [start], ScopeConfig())
     analysis = analyse(settings, target)
     return {
         "analysis": analysis,

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import select
 
 from rca.store.db import session_scope
-from rca.store.models import ScanTarget, ScanTransition
+from rca.store.models import ScanTargetRow, ScanTransitionRow
 from tests.e2e import promstack
 from tests.e2e.scenarios import Fleet
 from tests.helpers.databases import create_database, drop_database
@@ -197,10 +197,10 @@ def test_the_scan_warns_before_the_slo_breaks_and_the_alert_joins_its_incident(
     # The healthy neighbour never left `ok`; both are stored with the SLO they are judged against,
     # the config file's here.
     with session_scope(database) as session:
-        rows = {row.instance: row for row in session.scalars(select(ScanTarget))}
+        rows = {row.instance: row for row in session.scalars(select(ScanTargetRow))}
         assert {i: (r.slo_ttft_seconds, r.slo_source) for i, r in rows.items()} == {
             SURGING: (SLO_SECONDS, "config file"),
             HEALTHY: (SLO_SECONDS, "config file"),
         }
         assert rows[HEALTHY].state == "ok"
-        assert session.scalars(select(ScanTransition).where(ScanTransition.instance == HEALTHY)).all() == []
+        assert session.scalars(select(ScanTransitionRow).where(ScanTransitionRow.instance == HEALTHY)).all() == []

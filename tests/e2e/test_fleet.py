@@ -16,7 +16,7 @@ from rca.intake.schema import WebhookPayload
 from rca.intake.service import fleet_of, record_notification
 from rca.jobs.runner import run_investigation
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from rca.store.rounds import latest_round
 from tests.e2e import promstack
 from tests.e2e.scenarios import MODEL, Fleet, Host
@@ -49,10 +49,10 @@ def test_two_hosts_of_one_group_with_different_causes_each_get_their_own_cause_f
 
     with session_scope(pg_db) as session:
         rows = session.scalars(
-            select(Investigation)
-            .where(Investigation.incident_id == stored.incident_id)
-            .order_by(Investigation.id)
-            .options(selectinload(Investigation.hypotheses))
+            select(InvestigationRow)
+            .where(InvestigationRow.incident_id == stored.incident_id)
+            .order_by(InvestigationRow.id)
+            .options(selectinload(InvestigationRow.hypotheses))
         ).all()
         tops = {row.host: row.hypotheses[0].category for row in rows}
         targets = {row.host: (row.target or {}).get("host") for row in rows}

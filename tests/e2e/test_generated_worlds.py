@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rca.collect.target import target_from_alerts
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.pipeline import Analysis, analyse
 from tests.e2e import promstack
 from tests.e2e.scenarios import Exporter, Fleet
@@ -44,7 +44,7 @@ def worlds_on_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
 
 
 def real(url: str, world: World) -> Analysis:
-    target = target_from_alerts([world.alert], [datetime.fromtimestamp(world.alert_start, UTC)], TargetConfig())
+    target = target_from_alerts([world.alert], [datetime.fromtimestamp(world.alert_start, UTC)], ScopeConfig())
     return analyse(Settings(prometheus_url=url), target, datetime.fromtimestamp(world.now, UTC))
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from rca.collect.profile import load_profile
 from rca.collect.target import target_from_alerts
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.pipeline import analyse
 from rca.scan.queries import FLEET_SELECTORS, per_instance
 from tests.e2e import promstack
@@ -72,7 +72,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _analyse(url: str, host: str) -> dict:
     """The alert carries `model_name`, which `vllm:lora_requests_info` does not."""
     labels = {"instance": f"{host}:8000", "model_name": MODEL, "job": "vllm"}
-    target = target_from_alerts([labels], [datetime.now(UTC) - timedelta(minutes=1)], TargetConfig())
+    target = target_from_alerts([labels], [datetime.now(UTC) - timedelta(minutes=1)], ScopeConfig())
     analysis = analyse(Settings(prometheus_url=url), target)
     return {"findings": {f.key: f for f in analysis.findings}, "top": analysis.hypotheses[0].category}
 

@@ -20,7 +20,7 @@ import pytest
 
 from rca.analyst.summary import AlertText
 from rca.collect.target import target_from_alerts
-from rca.config import Settings, TargetConfig
+from rca.config import ScopeConfig, Settings
 from rca.pipeline import Analysis, analyse
 from tests.e2e import promstack
 from tests.e2e.scenarios import MODEL, Exporter, Fleet, Host
@@ -76,7 +76,7 @@ def investigate(prometheus: str, host: str, tmp_path: Path, **traces: str) -> An
     settings = Settings(prometheus_url=prometheus, config_file=config, **traces)
     labels = alert(host)
     start = datetime.now(UTC) - timedelta(minutes=2)
-    return analyse(settings, target_from_alerts([labels], [start], TargetConfig()), alerts=[AlertText(labels)])
+    return analyse(settings, target_from_alerts([labels], [start], ScopeConfig()), alerts=[AlertText(labels)])
 
 
 def test_metrics_alone_cannot_name_lora_adapter_loading(world: tuple, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy import select
 from rca.domain.status import InvestigationStatus
 from rca.jobs.celery_app import create_app as create_celery_app
 from rca.store.db import migrate
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.e2e.promstack import free_port
 from tests.fakes.llm import FakeLLM, completion
 from tests.fakes.prometheus import StubPrometheus
@@ -183,7 +183,7 @@ def post_alerts(stack: Stack, label: str, count: int) -> list[Accepted]:
 
 def statuses(stack: Stack, accepted: list[Accepted]) -> list[str]:
     ids = [a.investigation_id for a in accepted]
-    return [r.status for r in rows(stack.db, select(Investigation.status).where(Investigation.id.in_(ids)))]
+    return [r.status for r in rows(stack.db, select(InvestigationRow.status).where(InvestigationRow.id.in_(ids)))]
 
 
 def wait_finished(stack: Stack, accepted: list[Accepted], timeout: float = 40) -> None:

@@ -22,7 +22,7 @@ import pytest
 from rca.collect.profile import load_profile
 from rca.collect.prometheus import Collection, PrometheusSource, choose_window
 from rca.collect.target import Target, scope_candidates
-from rca.config import TargetConfig, TracesConfig, load_settings
+from rca.config import ScopeConfig, TracesConfig, load_settings
 from rca.domain.status import FindingStatus
 from rca.traces.evidence import trace_findings
 from rca.traces.findings import SUMMARY_KEY
@@ -48,7 +48,7 @@ def collect(url: str) -> Collection:
     source = PrometheusSource(url, timeout=1, concurrency=8)
     profile = load_profile()
     source.aliases(profile.identities, TARGET.host_candidates(), WINDOW)
-    return source.collect(profile, scope_candidates(TARGET, TargetConfig()), WINDOW)
+    return source.collect(profile, scope_candidates(TARGET, ScopeConfig()), WINDOW)
 
 
 # Answers of Prometheus' HTTP API with the right status and the wrong body, each at the step it

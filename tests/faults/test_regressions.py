@@ -21,7 +21,7 @@ from sqlalchemy import select
 from rca.incidents import investigations
 from rca.jobs.celery_app import INVESTIGATE, INVESTIGATIONS_QUEUE
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.faults.stack import FaultStack
 from tests.faults.workers import investigations_pool, kill_all
 from tests.helpers.databases import rows
@@ -33,9 +33,9 @@ LEASE = timedelta(seconds=30)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # every claim of these tests was made since
 
 
-def investigation(url: str, investigation_id: int) -> Investigation:
+def investigation(url: str, investigation_id: int) -> InvestigationRow:
     with session_scope(url) as session:
-        inv = session.get(Investigation, investigation_id)
+        inv = session.get(InvestigationRow, investigation_id)
         assert inv is not None
         session.expunge(inv)
         return inv
@@ -93,7 +93,7 @@ def test_a_redelivered_task_whose_run_is_alive_starts_no_second_run(stack: Fault
 
     burst = stack.send("redelivered", 1)
     [incident_id] = burst.accepted.values()
-    query = select(Investigation.id, Investigation.status).where(Investigation.incident_id == incident_id)
+    query = select(InvestigationRow.id, InvestigationRow.status).where(InvestigationRow.incident_id == incident_id)
     wait_for(lambda: [r.status for r in rows(stack.db_url, query)] == ["running"], 30, "the investigation to run")
     wait_for(lambda: stack.prometheus.queries, 10, "the run to query Prometheus")
     [row] = rows(stack.db_url, query)
@@ -116,8 +116,8 @@ def test_an_investigation_that_kills_its_worker_every_time_is_given_up_and_poste
     stack.prometheus.delay = 1.0  # long runs: killed mid-way
     burst = stack.send("poison", 1)
     [incident_id] = burst.accepted.values()
-    columns = (Investigation.status, Investigation.started_at, Investigation.attempts, Investigation.error)
-    query = select(*columns).where(Investigation.incident_id == incident_id)
+    columns = (InvestigationRow.status, InvestigationRow.started_at, InvestigationRow.attempts, InvestigationRow.error)
+    query = select(*columns).where(InvestigationRow.incident_id == incident_id)
     killed: set[object] = set()
 
     def kill_each_run() -> bool:

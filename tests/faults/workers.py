@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.helpers.databases import rows
 from tests.helpers.processes import alive, child_pids, descendants
 from tests.helpers.waiting import wait_for
@@ -35,17 +35,17 @@ def family(supervisor: int) -> list[int]:
 
 def running(db_url: str, incidents: list[int] | None = None) -> list[int]:
     """The ids of the investigations running now (of these incidents only, if given)."""
-    query = select(Investigation.id).where(Investigation.status == "running")
+    query = select(InvestigationRow.id).where(InvestigationRow.status == "running")
     if incidents is not None:
-        query = query.where(Investigation.incident_id.in_(incidents))
+        query = query.where(InvestigationRow.incident_id.in_(incidents))
     return [row.id for row in rows(db_url, query)]
 
 
 def started(db_url: str, *, investigation_ids: list[int] | None = None, incident_ids: list[int] | None = None) -> list:
     """When the last run of each of these investigations (or those of these incidents) started."""
-    query = select(Investigation.started_at)
+    query = select(InvestigationRow.started_at)
     if investigation_ids is not None:
-        query = query.where(Investigation.id.in_(investigation_ids))
+        query = query.where(InvestigationRow.id.in_(investigation_ids))
     if incident_ids is not None:
-        query = query.where(Investigation.incident_id.in_(incident_ids))
+        query = query.where(InvestigationRow.incident_id.in_(incident_ids))
     return [row.started_at for row in rows(db_url, query)]

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from rca.store.db import get_engine
-from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation, Notification
+from rca.store.models import AlertRow, FindingRow, HypothesisRow, IncidentRow, InvestigationRow, NotificationRow
 
 PG_ADMIN_URL = os.environ.get("TEST_POSTGRES_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test")
 CLOSED_PORT_DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:1/x"
@@ -25,12 +25,12 @@ SLACK_TABLES = ("slack_attempts", "slack_deliveries", "slack_sends")  # emptied 
 # Tables that hang off no incident and so survive a cascade from `incidents`.
 STANDALONE_TABLES = ("api_tokens",)
 MODELS = {
-    "incidents": Incident,
-    "alerts": Alert,
-    "notifications": Notification,
-    "investigations": Investigation,
-    "findings": Finding,
-    "hypotheses": Hypothesis,
+    "incidents": IncidentRow,
+    "alerts": AlertRow,
+    "notifications": NotificationRow,
+    "investigations": InvestigationRow,
+    "findings": FindingRow,
+    "hypotheses": HypothesisRow,
 }
 
 
@@ -87,7 +87,7 @@ def rows(url: str, query: Any) -> list[Any]:
 
 
 def investigation_rows(url: str) -> list[Any]:
-    return rows(url, select(Investigation.__table__).order_by(Investigation.id))
+    return rows(url, select(InvestigationRow.__table__).order_by(InvestigationRow.id))
 
 
 def count_for(url: str, model: type, **where: Any) -> int:

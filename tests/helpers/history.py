@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from rca.collect.prometheus import Collection, Window
 from rca.collect.target import Target
-from rca.config import TargetConfig
+from rca.config import ScopeConfig
 from rca.domain.coverage import NO_PROMETHEUS
 from rca.domain.evidence import Finding
 from rca.domain.status import FindingStatus
@@ -17,7 +17,7 @@ from rca.incidents import investigations
 from rca.pipeline import Analysis, target_of
 from rca.store import digests
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.helpers import factories
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -42,14 +42,14 @@ def _claim_latest(url: str, incident_id: int, investigation_id: int | None = Non
     """The incident's newest investigation (or the one named), claimed, and the target it looks at."""
     with session_scope(url) as session:
         inv_id = investigation_id or session.scalar(
-            select(Investigation.id)
-            .where(Investigation.incident_id == incident_id)
-            .order_by(Investigation.id.desc())
+            select(InvestigationRow.id)
+            .where(InvestigationRow.incident_id == incident_id)
+            .order_by(InvestigationRow.id.desc())
             .limit(1)
         )
         claim = investigations.claim(session, inv_id)
         assert claim is not None
-        return inv_id, target_of(claim, TargetConfig())
+        return inv_id, target_of(claim, ScopeConfig())
 
 
 def finish_blind(
@@ -112,6 +112,6 @@ def finish_investigation(
     with session_scope(url) as session:
         investigations.finish(session, inv_id, analysis.result(total_seconds=0.2), [], owe_slack=False)
         if analyst != "rules":  # the LLM analyst's own write path lands on another branch
-            session.get(Investigation, inv_id).analyst = analyst
+            session.get(InvestigationRow, inv_id).analyst = analyst
             digests.refresh(session, incident_id)
     return inv_id

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from rca.config import Settings
 from rca.store import digests, notices
 from rca.store.db import session_scope
-from rca.store.models import Alert, Finding, Hypothesis, Incident, Investigation
+from rca.store.models import AlertRow, FindingRow, HypothesisRow, IncidentRow, InvestigationRow
 from tests.fakes.slack import TOKEN, FakeSlack
 from tests.helpers import factories
 from tests.helpers.service import make_settings
@@ -33,11 +33,11 @@ def slack_settings(db_url: str, tmp_path: Path, slack: FakeSlack, mode: str = "b
 def store_incident(url: str, *, annotations: dict[str, str] | None = None, severity: str = "critical") -> int:
     labels = {"alertname": factories.ALERTNAME, "instance": factories.INSTANCE, "severity": severity}
     with session_scope(url) as session:
-        incident = Incident(**factories.incident(f"g-{datetime.now(UTC).timestamp()}", common_labels=labels))
+        incident = IncidentRow(**factories.incident(f"g-{datetime.now(UTC).timestamp()}", common_labels=labels))
         session.add(incident)
         session.flush()
         alert = factories.alert("fp", labels=labels, annotations=annotations or {"summary": "queue above 4.7"})
-        session.add(Alert(incident_id=incident.id, **alert))
+        session.add(AlertRow(incident_id=incident.id, **alert))
         return incident.id
 
 
@@ -45,7 +45,7 @@ def queued_investigation(url: str) -> int:
     """A stored incident with one investigation waiting to run."""
     incident_id = store_incident(url)
     with session_scope(url) as session:
-        inv = Investigation(incident_id=incident_id, status="queued", reason="new_incident", attempts=0)
+        inv = InvestigationRow(incident_id=incident_id, status="queued", reason="new_incident", attempts=0)
         session.add(inv)
         session.flush()
         return inv.id
@@ -63,7 +63,7 @@ def store_investigation(
     fleet incident, with `host`: `in_round` puts them in one round)."""
     now = datetime.now(UTC)
     with session_scope(url) as session:
-        inv = Investigation(
+        inv = InvestigationRow(
             incident_id=incident_id,
             status="done",
             reason="new_incident",
@@ -78,7 +78,7 @@ def store_investigation(
         for key in ("queue_median", "cpu_bound_ratio", "prefix_cache_hit_rate"):
             hit = key in breached
             inv.findings.append(
-                Finding(
+                FindingRow(
                     key=key,
                     kind="signal",
                     title=key.replace("_", " "),
@@ -94,7 +94,7 @@ def store_investigation(
             )
         for rank, category in enumerate(categories, start=1):
             inv.hypotheses.append(
-                Hypothesis(
+                HypothesisRow(
                     rank=rank,
                     category=category,
                     title=f"{category}: {wording}",
@@ -116,12 +116,12 @@ def in_round(url: str, investigation_ids: list[int]) -> None:
     """These investigations (one per host) queued together: the first's id is their round's."""
     with session_scope(url) as session:
         for investigation_id in investigation_ids:
-            session.get_one(Investigation, investigation_id).round_id = investigation_ids[0]
+            session.get_one(InvestigationRow, investigation_id).round_id = investigation_ids[0]
 
 
 def resolve(url: str, incident_id: int) -> None:
     with session_scope(url) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         incident.status, incident.resolved_at = "resolved", datetime.now(UTC)
 
 
@@ -129,7 +129,7 @@ def slack_owed(url: str, incident_id: int) -> tuple[int, datetime | None]:
     """The incident's count of notices owed, and since when Slack is behind it (None: up to date)."""
     with session_scope(url) as session:
         row = session.execute(
-            select(Incident.slack_owed, Incident.slack_owed_since).where(Incident.id == incident_id)
+            select(IncidentRow.slack_owed, IncidentRow.slack_owed_since).where(IncidentRow.id == incident_id)
         ).one()
     return row.slack_owed, row.slack_owed_since
 

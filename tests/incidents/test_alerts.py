@@ -18,7 +18,7 @@ from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
 from rca.store.db import session_scope
 from rca.store.early_warnings import Named
-from rca.store.models import Incident, Investigation, ScanTarget
+from rca.store.models import IncidentRow, InvestigationRow, ScanTargetRow
 from tests.helpers.databases import rows
 from tests.helpers.payloads import make_alert, make_payload
 from tests.helpers.service import make_settings
@@ -40,7 +40,7 @@ def folded(url: str, payload: dict[str, Any], owe_slack: bool = False) -> Intake
 
 
 def investigations(url: str) -> list[tuple[str, str]]:
-    query = select(Investigation.status, Investigation.reason).order_by(Investigation.id)
+    query = select(InvestigationRow.status, InvestigationRow.reason).order_by(InvestigationRow.id)
     return [tuple(row) for row in rows(url, query)]
 
 
@@ -53,14 +53,14 @@ def test_a_group_opens_its_incident_and_later_notifications_join_it(pg_db: str) 
     assert (while_queued.incident_id, while_queued.investigation_id) == (first.incident_id, None)  # one waits
     assert investigations(pg_db) == [("queued", "new_incident")]
     with session_scope(pg_db) as session:
-        session.execute(update(Investigation).values(status="running"))
+        session.execute(update(InvestigationRow).values(status="running"))
     newly_firing = folded(pg_db, make_payload(GROUP, alerts=[make_alert("fp-3")]))
     assert newly_firing.investigation_id is not None
     assert investigations(pg_db) == [("running", "new_incident"), ("queued", "new_alerts")]
     resolved = folded(pg_db, make_payload(GROUP, alerts=[make_alert("fp-3", status="resolved")]), owe_slack=True)
     assert (resolved.incident_id, resolved.resolved_now, resolved.investigation_id) == (first.incident_id, True, None)
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, first.incident_id)
+        incident = session.get(IncidentRow, first.incident_id)
         assert incident is not None
         assert (incident.status, incident.notification_count, incident.slack_owed) == ("resolved", 5, 1)
         assert sorted(a.fingerprint for a in incident.alerts) == ["fp-1", "fp-2", "fp-3"]
@@ -75,7 +75,7 @@ def test_an_sla_alert_about_a_warned_target_joins_the_warning(pg_db: str) -> Non
         )
         # The scan's state of the target it warned about, which names the warning's incident.
         session.add(
-            ScanTarget(
+            ScanTargetRow(
                 instance=labels["instance"], host=labels["host"], state="warning", since=now, incident_id=incident.id
             )
         )
@@ -87,7 +87,7 @@ def test_an_sla_alert_about_a_warned_target_joins_the_warning(pg_db: str) -> Non
     assert (joined.incident_id, joined.created) == (warning, False)
     assert other.created and other.incident_id != warning
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, warning)
+        incident = session.get(IncidentRow, warning)
         assert incident is not None
         assert "fp-sla" in {a.fingerprint for a in incident.alerts}
         assert incident.common_labels == labels  # the warning keeps its own labels, not the alert's

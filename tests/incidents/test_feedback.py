@@ -14,7 +14,7 @@ from rca.domain.status import InvestigationStatus
 from rca.incidents.feedback import FeedbackError, record
 from rca.incidents.opened import open_incidents
 from rca.store.db import session_scope
-from rca.store.models import Feedback, Hypothesis, IncidentDigest, Investigation
+from rca.store.models import FeedbackRow, HypothesisRow, IncidentDigestRow, InvestigationRow
 from tests.helpers import factories
 from tests.helpers.databases import rows
 
@@ -27,11 +27,11 @@ def incident(url: str, *finished: tuple[str, int]) -> tuple[int, list[int]]:
         [incident_id] = open_incidents(session, [factories.incident()], [[factories.alert()]])
         investigations = []
         for status, ranked in finished:
-            investigation = Investigation(incident_id=incident_id, status=status, reason="new_incident", attempts=1)
+            investigation = InvestigationRow(incident_id=incident_id, status=status, reason="new_incident", attempts=1)
             for rank, category in enumerate(CATEGORIES[:ranked], start=1):
                 columns = factories.hypothesis(rank, category).to_dict()
                 del columns["score"]  # the rules' score is not stored
-                investigation.hypotheses.append(Hypothesis(**columns))
+                investigation.hypotheses.append(HypothesisRow(**columns))
             session.add(investigation)
             investigations.append(investigation)
         session.flush()
@@ -74,7 +74,7 @@ def test_feedback_the_incident_cannot_take_names_the_field_and_code_and_stores_n
     with pytest.raises(FeedbackError, match=words) as raised:
         recorded(pg_db, incident_id, category, verdicts)
     assert (raised.value.field, raised.value.code) == (field, code)
-    assert rows(pg_db, select(Feedback.id)) == []
+    assert rows(pg_db, select(FeedbackRow.id)) == []
 
 
 def test_a_verdict_on_ranks_is_refused_when_no_investigation_finished(pg_db: str) -> None:
@@ -91,7 +91,7 @@ def test_feedback_is_kept_against_the_latest_finished_investigation_and_confirms
     verdicts = [{"rank": 2, "correct": True}]
     feedback_id = recorded(pg_db, incident_id, "kv_cache_pressure", verdicts)
     with session_scope(pg_db) as session:
-        feedback, digest = session.get(Feedback, feedback_id), session.get(IncidentDigest, incident_id)
+        feedback, digest = session.get(FeedbackRow, feedback_id), session.get(IncidentDigestRow, incident_id)
         assert feedback is not None and digest is not None
         assert (feedback.investigation_id, feedback.category, feedback.verdicts) == (
             latest,
@@ -101,5 +101,5 @@ def test_feedback_is_kept_against_the_latest_finished_investigation_and_confirms
         assert digest.confirmed_category == "kv_cache_pressure"
     recorded(pg_db, incident_id, "arrival_surge", [])  # the newest verdict is the one that counts
     with session_scope(pg_db) as session:
-        digest = session.get(IncidentDigest, incident_id)
+        digest = session.get(IncidentDigestRow, incident_id)
         assert digest is not None and digest.confirmed_category == "arrival_surge"

@@ -13,7 +13,7 @@ from rca.domain.result import InvestigationResult
 from rca.domain.series import EvidenceSeries
 from rca.incidents import investigations
 from rca.store.db import session_scope
-from rca.store.models import EvidenceSeriesRow, IncidentDigest, Investigation
+from rca.store.models import EvidenceSeriesRow, IncidentDigestRow, InvestigationRow
 from tests.helpers import factories
 from tests.helpers.databases import rows
 from tests.helpers.slack import queued_investigation, slack_owed
@@ -52,8 +52,8 @@ def test_a_finished_investigation_owes_slack_and_rewrites_the_digest_with_its_ca
     with session_scope(pg_db) as session:
         investigations.finish(session, investigation_id, result(), [series], owe_slack=True)
     with session_scope(pg_db) as session:
-        inv = session.get(Investigation, investigation_id)
-        digest = session.get(IncidentDigest, incident_id)
+        inv = session.get(InvestigationRow, investigation_id)
+        digest = session.get(IncidentDigestRow, incident_id)
         assert inv is not None and inv.status == "done" and inv.lease_until is None
         assert digest is not None and (digest.top_category, digest.breached) == ("arrival_surge", ["queue_median"])
     assert slack_owed(pg_db, incident_id)[0] == 1
@@ -67,7 +67,7 @@ def test_without_slack_a_finished_investigation_owes_nothing_but_is_still_search
         investigations.finish(session, investigation_id, result(), [], owe_slack=False)
     assert slack_owed(pg_db, incident_id) == (0, None)
     with session_scope(pg_db) as session:
-        digest = session.get(IncidentDigest, incident_id)
+        digest = session.get(IncidentDigestRow, incident_id)
         assert digest is not None and digest.top_category == "arrival_surge"
 
 
@@ -78,7 +78,7 @@ def test_a_failure_owes_the_notice_that_says_so_and_a_late_one_changes_nothing(p
     assert slack_owed(pg_db, incident_id)[0] == 1
     with session_scope(pg_db) as session:
         assert investigations.fail(session, investigation_id, "late", owe_slack=True) is False
-        inv = session.get(Investigation, investigation_id)
+        inv = session.get(InvestigationRow, investigation_id)
         assert inv is not None and (inv.status, inv.error) == ("failed", "ValueError: bad data")
     assert slack_owed(pg_db, incident_id)[0] == 1  # nothing new to say
 

@@ -12,7 +12,7 @@ from rca.domain.status import AlertStatus
 from rca.incidents.locks import after_change, lock_groups, lock_incident
 from rca.incidents.opened import open_incidents
 from rca.store.db import session_scope
-from rca.store.models import Incident, IncidentDigest
+from rca.store.models import IncidentDigestRow, IncidentRow
 from tests.helpers import factories
 
 
@@ -46,17 +46,17 @@ def test_an_incident_locked_by_id_waits_for_the_transaction_that_holds_it(pg_db:
 def test_after_a_change_slack_is_owed_and_the_digest_rewritten_each_only_when_asked(pg_db: str) -> None:
     [incident_id] = opened(pg_db, factories.incident())
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         incident.status = AlertStatus.RESOLVED
         after_change(session, incident_id, owe_slack=False, reindex=False)
     with session_scope(pg_db) as session:
-        incident, digest = session.get(Incident, incident_id), session.get(IncidentDigest, incident_id)
+        incident, digest = session.get(IncidentRow, incident_id), session.get(IncidentDigestRow, incident_id)
         assert incident is not None and digest is not None
         assert (incident.slack_owed, incident.slack_owed_since, digest.status) == (0, None, "firing")
         after_change(session, incident_id, owe_slack=True)
     with session_scope(pg_db) as session:
-        incident, digest = session.get(Incident, incident_id), session.get(IncidentDigest, incident_id)
+        incident, digest = session.get(IncidentRow, incident_id), session.get(IncidentDigestRow, incident_id)
         assert incident is not None and digest is not None
         assert incident.slack_owed == 1 and incident.slack_owed_since is not None
         assert digest.status == "resolved"

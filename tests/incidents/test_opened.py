@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from rca.incidents.opened import open_incidents
 from rca.store.db import session_scope
-from rca.store.models import Alert, IncidentDigest
+from rca.store.models import AlertRow, IncidentDigestRow
 from tests.helpers import factories
 from tests.helpers.databases import count_rows, rows
 
@@ -23,14 +23,14 @@ def test_incidents_open_with_their_alerts_and_digests_and_their_ids_in_order(pg_
     assert len(ids) == 2 and ids[0] < ids[1]
     counts = count_rows(pg_db)
     assert (counts["incidents"], counts["alerts"]) == (2, 3)
-    alerts = rows(pg_db, select(Alert.incident_id, Alert.fingerprint).order_by(Alert.fingerprint))
+    alerts = rows(pg_db, select(AlertRow.incident_id, AlertRow.fingerprint).order_by(AlertRow.fingerprint))
     assert [tuple(a) for a in alerts] == [(ids[0], "fp-a1"), (ids[0], "fp-a2"), (ids[1], "fp-b1")]
     digests = rows(
-        pg_db, select(IncidentDigest.incident_id, IncidentDigest.status).order_by(IncidentDigest.incident_id)
+        pg_db, select(IncidentDigestRow.incident_id, IncidentDigestRow.status).order_by(IncidentDigestRow.incident_id)
     )
     assert [tuple(d) for d in digests] == [(ids[0], "firing"), (ids[1], "resolved")]
     with session_scope(pg_db) as session:
-        digest = session.get(IncidentDigest, ids[0])
+        digest = session.get(IncidentDigestRow, ids[0])
         assert digest is not None
         assert "queue high on a" in digest.document
         assert f"instance={factories.INSTANCE}" in digest.labels

@@ -24,7 +24,7 @@ from rca.incidents.queue import (
     round_of,
 )
 from rca.store.db import session_scope
-from rca.store.models import Alert, Investigation
+from rca.store.models import AlertRow, InvestigationRow
 from tests.helpers import factories
 from tests.helpers.databases import rows
 
@@ -36,7 +36,7 @@ def incident_with(url: str, *statuses: str) -> tuple[int, list[int]]:
     with session_scope(url) as session:
         [incident_id] = open_incidents(session, [factories.incident()], [[factories.alert()]])
         investigations = [
-            Investigation(incident_id=incident_id, status=status, reason="new_incident", attempts=0)
+            InvestigationRow(incident_id=incident_id, status=status, reason="new_incident", attempts=0)
             for status in statuses
         ]
         session.add_all(investigations)
@@ -45,8 +45,8 @@ def incident_with(url: str, *statuses: str) -> tuple[int, list[int]]:
 
 
 def investigations_of(url: str, incident_id: int) -> list[tuple[str, str]]:
-    query = select(Investigation.status, Investigation.reason).where(Investigation.incident_id == incident_id)
-    return [tuple(row) for row in rows(url, query.order_by(Investigation.id))]
+    query = select(InvestigationRow.status, InvestigationRow.reason).where(InvestigationRow.incident_id == incident_id)
+    return [tuple(row) for row in rows(url, query.order_by(InvestigationRow.id))]
 
 
 def queued(url: str, incident_id: int, unless: tuple[str, ...]) -> Requested:
@@ -101,8 +101,10 @@ def test_incidents_opened_now_get_one_queued_investigation_each(pg_db: str) -> N
         [(first,), (second,)] = queue_new(session, incidents, "new_incident")
     ids = [first, second]
     assert ids[0] < ids[1]
-    query = select(Investigation.id, Investigation.incident_id, Investigation.status, Investigation.attempts)
-    assert [tuple(r) for r in rows(pg_db, query.order_by(Investigation.id))] == [
+    query = select(
+        InvestigationRow.id, InvestigationRow.incident_id, InvestigationRow.status, InvestigationRow.attempts
+    )
+    assert [tuple(r) for r in rows(pg_db, query.order_by(InvestigationRow.id))] == [
         (ids[0], incidents[0], QUEUED, 0),
         (ids[1], incidents[1], QUEUED, 0),
     ]
@@ -122,7 +124,7 @@ def test_investigating_again_records_who_asked_and_a_second_request_gets_the_fir
 def test_investigating_again_an_incident_that_does_not_exist_queues_nothing(pg_db: str) -> None:
     with session_scope(pg_db) as session:
         assert investigate_again(session, 12345) is None
-    assert rows(pg_db, select(Investigation.id)) == []
+    assert rows(pg_db, select(InvestigationRow.id)) == []
 
 
 # ---- fleet incidents: a round, one investigation per host ----
@@ -145,8 +147,10 @@ def fleet_incident(url: str, alerts: list[dict[str, Any]]) -> int:
 
 
 def rounds_of(url: str, incident_id: int) -> list[tuple[int, str | None, int | None, int | None]]:
-    query = select(Investigation.id, Investigation.host, Investigation.round_id, Investigation.round_skipped)
-    return [tuple(row) for row in rows(url, query.where(Investigation.incident_id == incident_id).order_by("id"))]
+    query = select(
+        InvestigationRow.id, InvestigationRow.host, InvestigationRow.round_id, InvestigationRow.round_skipped
+    )
+    return [tuple(row) for row in rows(url, query.where(InvestigationRow.incident_id == incident_id).order_by("id"))]
 
 
 def test_a_group_of_six_hosts_queues_one_investigation_per_host_in_one_round(pg_db: str) -> None:
@@ -208,7 +212,7 @@ def test_investigating_a_fleet_incident_again_queues_its_whole_round_again(pg_db
     with session_scope(pg_db) as session:
         first = queue(session, incident_id, "new_incident", unless=WAITING, fleet=FLEET)
         for investigation_id in first.ids:
-            session.get_one(Investigation, investigation_id).status = DONE
+            session.get_one(InvestigationRow, investigation_id).status = DONE
     with session_scope(pg_db) as session:
         again = investigate_again(session, incident_id, requested_by="alice", fleet=FLEET)
     assert again is not None and again.created and len(again.ids) == 3
@@ -223,7 +227,7 @@ def test_hosts_joining_while_the_incident_waits_turn_its_investigation_into_a_ro
     with session_scope(pg_db) as session:
         first = queue(session, incident_id, "new_incident", unless=WAITING, fleet=FLEET)
     with session_scope(pg_db) as session:  # the group's next notification names two more hosts
-        session.add_all(Alert(incident_id=incident_id, **a) for a in host_alerts("gpu-node-2", "gpu-node-3"))
+        session.add_all(AlertRow(incident_id=incident_id, **a) for a in host_alerts("gpu-node-2", "gpu-node-3"))
         session.flush()
         joined = queue(session, incident_id, "new_alerts", unless=WAITING, fleet=FLEET)
     assert joined.investigation_id == first.investigation_id and not joined.created
@@ -234,7 +238,7 @@ def test_hosts_joining_while_the_incident_waits_turn_its_investigation_into_a_ro
         (joined.ids[1], "gpu-node-3", round_id, 0),
     ]
     with session_scope(pg_db) as session:  # a fourth host past a bound of three is counted, not queued
-        session.add_all(Alert(incident_id=incident_id, **a) for a in host_alerts("gpu-node-4"))
+        session.add_all(AlertRow(incident_id=incident_id, **a) for a in host_alerts("gpu-node-4"))
         session.flush()
         bounded = queue(session, incident_id, "new_alerts", unless=WAITING, fleet=Fleet(("instance",), max_hosts=3))
     assert bounded.ids == ()

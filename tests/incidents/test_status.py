@@ -12,7 +12,7 @@ from rca.incidents.opened import open_incidents
 from rca.incidents.status import fire, resolve
 from rca.incidents.warnings import open_warning, set_warning
 from rca.store.db import session_scope
-from rca.store.models import Alert, Incident
+from rca.store.models import AlertRow, IncidentRow
 from tests.helpers import factories
 
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -31,13 +31,13 @@ def warning(url: str) -> int:
         incident = open_warning(
             session, origin=ORIGIN, key="warn-1", title="queue rising", labels=WARNED, text="rising", warned_at=AT
         )
-        session.add(Alert(incident_id=incident.id, **factories.alert("fp-sla")))
+        session.add(AlertRow(incident_id=incident.id, **factories.alert("fp-sla")))
         return incident.id
 
 
 def status_of(url: str, incident_id: int) -> tuple[str, datetime | None]:
     with session_scope(url) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         return incident.status, incident.resolved_at
 
@@ -45,7 +45,7 @@ def status_of(url: str, incident_id: int) -> tuple[str, datetime | None]:
 def test_an_alertmanager_incident_resolves_once_with_its_group(pg_db: str) -> None:
     incident_id = opened(pg_db)
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         assert resolve(session, incident, AT) is True
         assert resolve(session, incident, AT + timedelta(minutes=5)) is False  # already resolved
@@ -55,7 +55,7 @@ def test_an_alertmanager_incident_resolves_once_with_its_group(pg_db: str) -> No
 def test_an_incident_fires_again_only_once_resolved(pg_db: str) -> None:
     incident_id = opened(pg_db, status="resolved")
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         assert fire(incident) is True
         assert fire(incident) is False
@@ -65,13 +65,13 @@ def test_an_incident_fires_again_only_once_resolved(pg_db: str) -> None:
 def test_a_warning_that_an_alert_joined_resolves_only_when_none_of_its_alerts_fires(pg_db: str) -> None:
     incident_id = warning(pg_db)
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         assert set_warning(session, incident, AlertStatus.RESOLVED, "cleared", at=AT) is False  # the SLA alert fires
         assert resolve(session, incident, AT) is False
     assert status_of(pg_db, incident_id) == ("firing", None)
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         [own] = [a for a in incident.alerts if a.alertname == ALERTNAME]
         assert (own.status, own.ends_at) == ("resolved", AT)
@@ -84,12 +84,12 @@ def test_a_warning_that_an_alert_joined_resolves_only_when_none_of_its_alerts_fi
 def test_a_warning_fires_again_with_its_own_alert(pg_db: str) -> None:
     incident_id = warning(pg_db)
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         incident.alerts[-1].status = AlertStatus.RESOLVED  # the SLA alert
         assert set_warning(session, incident, AlertStatus.RESOLVED, at=AT) is True
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, incident_id)
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         assert set_warning(session, incident, AlertStatus.FIRING, "rising again") is True
         assert incident.common_annotations["summary"] == "rising again"

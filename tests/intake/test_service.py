@@ -19,24 +19,24 @@ from rca.incidents.queue import Requested, investigate_again
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
 from rca.intake.service import IntakeResult, Notice, record_notification, record_notifications
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, record
 from rca.store.db import session_scope
 from rca.store.models import (
-    Alert,
-    Incident,
-    IncidentDigest,
-    Investigation,
-    Notification,
-    ScanTarget,
-    ScanTransition,
+    AlertRow,
+    IncidentDigestRow,
+    IncidentRow,
+    InvestigationRow,
+    NotificationRow,
+    ScanTargetRow,
+    ScanTransitionRow,
 )
 from tests.helpers.databases import truncate
 from tests.helpers.payloads import make_alert, make_payload
 from tests.helpers.service import make_settings
 
-WARNED = ServingTarget("gpu-node-9:8000", "gpu-node-9", "gpu-node-9", "vllm", "vllm_v1")
+WARNED = ServingInstance("gpu-node-9:8000", "gpu-node-9", "gpu-node-9", "vllm", "vllm_v1")
 
 
 def notice(url: str, payload: dict[str, Any]) -> Notice:
@@ -65,8 +65,10 @@ def before_the_batch(url: str, payloads: list[dict[str, Any]]) -> None:
         for payload in payloads:
             record_notification(session, notice(url, payload).payload, payload)
         session.execute(
-            Investigation.__table__.update()
-            .where(Investigation.incident_id.in_(select(Incident.id).where(Incident.group_key == group("ran"))))
+            InvestigationRow.__table__.update()
+            .where(
+                InvestigationRow.incident_id.in_(select(IncidentRow.id).where(IncidentRow.group_key == group("ran")))
+            )
             .values(status="done", finished_at=datetime.now(UTC))
         )
         transition = Transition(ScanState.WATCH, ScanState.WARNING, 1_800_000_000.0, "watch to warning", {})
@@ -110,7 +112,7 @@ def state(url: str) -> dict[str, Any]:
     """Everything intake wrote, with each incident named by its group and its place among the
     group's incidents instead of by id (the batch stores new groups first, so ids differ)."""
     with session_scope(url) as session:
-        incidents = list(session.scalars(select(Incident).order_by(Incident.id)))
+        incidents = list(session.scalars(select(IncidentRow).order_by(IncidentRow.id)))
         seen: dict[str, int] = {}
         names: dict[int, tuple[str, int]] = {}
         for incident in incidents:
@@ -138,10 +140,10 @@ def state(url: str) -> dict[str, Any]:
                 )
                 for i in incidents
             ),
-            "alerts": rows(Alert, "fingerprint", "status", "labels", "annotations", "raw"),
-            "notifications": rows(Notification, "status", "payload"),
-            "investigations": rows(Investigation, "status", "reason", "attempts"),
-            "digests": rows(IncidentDigest, "status", "document", "labels"),
+            "alerts": rows(AlertRow, "fingerprint", "status", "labels", "annotations", "raw"),
+            "notifications": rows(NotificationRow, "status", "payload"),
+            "investigations": rows(InvestigationRow, "status", "reason", "attempts"),
+            "digests": rows(IncidentDigestRow, "status", "document", "labels"),
         }, names
 
 
@@ -156,8 +158,8 @@ def fresh(db_url: str) -> Iterator[Callable[[], None]]:
     def empty() -> None:
         truncate(db_url)
         with session_scope(db_url) as session:
-            session.execute(delete(ScanTransition))
-            session.execute(delete(ScanTarget))
+            session.execute(delete(ScanTransitionRow))
+            session.execute(delete(ScanTargetRow))
 
     empty()
     yield empty
@@ -205,11 +207,13 @@ def test_an_incident_is_investigated_again_once_firing_or_resolved_and_an_active
 
     def finish(investigation_id: int, status: str = "done") -> None:
         with session_scope(db_url) as session:
-            session.get_one(Investigation, investigation_id).status = status
+            session.get_one(InvestigationRow, investigation_id).status = status
 
     with session_scope(db_url) as session:
         ran, closed = (
-            session.scalar(select(Incident.id).where(Incident.group_key == group(name)).order_by(Incident.id.desc()))
+            session.scalar(
+                select(IncidentRow.id).where(IncidentRow.group_key == group(name)).order_by(IncidentRow.id.desc())
+            )
             for name in ("ran", "closed")
         )
         again = investigate_again(session, ran, requested_by="alice")
@@ -230,12 +234,17 @@ def test_an_incident_is_investigated_again_once_firing_or_resolved_and_an_active
     with session_scope(db_url) as session:
         resolved = investigate_again(session, closed, requested_by="carol")
         assert resolved is not None and resolved.created, "a resolved incident is investigated again too"
-        assert session.get_one(Incident, closed).status == "resolved", "and stays resolved"
+        assert session.get_one(IncidentRow, closed).status == "resolved", "and stays resolved"
     with session_scope(db_url) as session:
         runs = session.execute(
-            select(Investigation.incident_id, Investigation.status, Investigation.reason, Investigation.requested_by)
-            .where(Investigation.incident_id.in_([ran, closed]))
-            .order_by(Investigation.id)
+            select(
+                InvestigationRow.incident_id,
+                InvestigationRow.status,
+                InvestigationRow.reason,
+                InvestigationRow.requested_by,
+            )
+            .where(InvestigationRow.incident_id.in_([ran, closed]))
+            .order_by(InvestigationRow.id)
         ).all()
     assert [tuple(row) for row in runs] == [
         (closed, "done", "new_incident", None),
@@ -254,7 +263,7 @@ def test_requests_at_once_queue_one_investigation(db_url: str) -> None:
     with session_scope(db_url) as session:
         stored = record_notification(session, WebhookPayload.model_validate(payload), payload)
         assert stored.investigation_id is not None
-        session.get_one(Investigation, stored.investigation_id).status = "done"
+        session.get_one(InvestigationRow, stored.investigation_id).status = "done"
     barrier = threading.Barrier(8)
     answers: list[Requested | None] = []
 
@@ -272,5 +281,7 @@ def test_requests_at_once_queue_one_investigation(db_url: str) -> None:
     assert sum(1 for a in answers if a is not None and a.created) == 1
     assert len({a.investigation_id for a in answers if a is not None}) == 1
     with session_scope(db_url) as session:
-        ids = session.scalars(select(Investigation.id).where(Investigation.incident_id == stored.incident_id)).all()
+        ids = session.scalars(
+            select(InvestigationRow.id).where(InvestigationRow.incident_id == stored.incident_id)
+        ).all()
     assert len(ids) == 2

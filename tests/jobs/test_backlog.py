@@ -18,7 +18,7 @@ from rca.jobs.celery_app import INVESTIGATE, INVESTIGATIONS_QUEUE, run_sweep
 from rca.jobs.celery_app import create_app as create_celery_app
 from rca.jobs.dispatch import CeleryDispatcher
 from rca.store.db import get_engine
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.helpers.brokers import own_redis_db
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import make_settings
@@ -48,7 +48,7 @@ def test_a_backlog_in_the_broker_is_late_not_lost_and_lost_messages_are_handed_o
     ids = [reply.json()["investigation_id"] for reply in replies]
     assert all(reply.json()["enqueued"] for reply in replies)
     with get_engine(pg_db).begin() as conn:  # queued 5 minutes ago: past the sweep's 60 s
-        conn.execute(update(Investigation).values(queued_at=datetime.now(UTC) - timedelta(minutes=5)))
+        conn.execute(update(InvestigationRow).values(queued_at=datetime.now(UTC) - timedelta(minutes=5)))
     app = create_celery_app(settings)
 
     assert held_investigations(app, INVESTIGATE, INVESTIGATIONS_QUEUE) == set(ids)

@@ -19,7 +19,7 @@ from rca.jobs.dispatch import CeleryDispatcher
 from rca.jobs.sweep import sweep
 from rca.signals.slo import KEY as SLO_KEY
 from rca.store.db import get_engine
-from rca.store.models import Finding, Hypothesis, Investigation
+from rca.store.models import FindingRow, HypothesisRow, InvestigationRow
 from rca.traces.findings import SUMMARY_KEY as TRACES_KEY
 from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.brokers import CLOSED_PORT_BROKER_URL
@@ -57,14 +57,14 @@ def worker(
 
 
 def investigation(url: str, investigation_id: int) -> Any:
-    [row] = rows(url, select(Investigation.__table__).where(Investigation.id == investigation_id))
+    [row] = rows(url, select(InvestigationRow.__table__).where(InvestigationRow.id == investigation_id))
     return row
 
 
 def stored_results(url: str, investigation_id: int) -> tuple[list[Any], list[Any]]:
-    findings = rows(url, select(Finding.id, Finding.key).where(Finding.investigation_id == investigation_id))
+    findings = rows(url, select(FindingRow.id, FindingRow.key).where(FindingRow.investigation_id == investigation_id))
     hypotheses = rows(
-        url, select(Hypothesis.id, Hypothesis.rank).where(Hypothesis.investigation_id == investigation_id)
+        url, select(HypothesisRow.id, HypothesisRow.rank).where(HypothesisRow.investigation_id == investigation_id)
     )
     return findings, hypotheses
 
@@ -140,7 +140,9 @@ def test_investigation_delivered_twice_before_finishing_stores_its_results_once(
     # As if the worker died after claiming it: back to queued, with the earlier results still stored.
     with get_engine(pg_db).begin() as conn:
         conn.execute(
-            update(Investigation).where(Investigation.id == investigation_id).values(status="queued", finished_at=None)
+            update(InvestigationRow)
+            .where(InvestigationRow.id == investigation_id)
+            .values(status="queued", finished_at=None)
         )
 
     for _ in range(2):
@@ -186,8 +188,8 @@ def test_broker_outage_strands_nothing_the_sweep_hands_it_to_the_worker(
     finally:
         dispatcher.close()
     wait_for(lambda: investigation(pg_db, investigation_id).status == "done", 30, "the swept investigation")
-    assert count_for(pg_db, Finding, investigation_id=investigation_id) == len(FINDING_IDS)
-    assert count_for(pg_db, Hypothesis, investigation_id=investigation_id) >= 1
+    assert count_for(pg_db, FindingRow, investigation_id=investigation_id) == len(FINDING_IDS)
+    assert count_for(pg_db, HypothesisRow, investigation_id=investigation_id) >= 1
 
 
 def test_sweep_task_on_the_worker_reenqueues_stranded_investigations(
@@ -197,8 +199,8 @@ def test_sweep_task_on_the_worker_reenqueues_stranded_investigations(
     investigation_id = stranded["investigation_id"]
     with get_engine(pg_db).begin() as conn:  # the worker's sweep waits sweep_after_seconds (60 s)
         conn.execute(
-            update(Investigation)
-            .where(Investigation.id == investigation_id)
+            update(InvestigationRow)
+            .where(InvestigationRow.id == investigation_id)
             .values(queued_at=datetime.now(UTC) - timedelta(minutes=2))
         )
 
@@ -211,7 +213,7 @@ def test_sweep_task_on_the_worker_reenqueues_stranded_investigations(
     )
     [row] = investigation_rows(pg_db)
     assert row.attempts == 1 and row.error is None
-    assert count_for(pg_db, Finding, investigation_id=investigation_id) == len(FINDING_IDS)
+    assert count_for(pg_db, FindingRow, investigation_id=investigation_id) == len(FINDING_IDS)
 
 
 def test_broker_down_answers_the_webhook_promptly(pg_db: str, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from rca.api.app import create_app
 from rca.jobs.celery_app import create_app as create_celery_app
 from rca.jobs.inline import InlineDispatcher
 from rca.jobs.policy import JOB_RETRIES
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.brokers import claim_redis_db
 from tests.helpers.databases import rows
@@ -79,8 +79,8 @@ def test_an_investigation_outlasts_a_15_s_database_outage_on_the_real_worker(
                 wait_for_investigation(api, reply["incident_id"], timeout=45)
                 [row] = rows(
                     pg_db,
-                    select(Investigation.status, Investigation.attempts).where(
-                        Investigation.id == reply["investigation_id"]
+                    select(InvestigationRow.status, InvestigationRow.attempts).where(
+                        InvestigationRow.id == reply["investigation_id"]
                     ),
                 )
                 assert (row.status, row.attempts) == ("done", 1), worker.output()
@@ -111,7 +111,7 @@ def test_an_embedded_investigation_outlasts_a_database_outage_as_the_worker_does
         try:
             runner.enqueue(reply["investigation_id"])
             retries = wait_for(lambda: len(retried(caplog)) >= 2 and retried(caplog), 20, "two retries")
-            [row] = rows(pg_db, select(Investigation.status).where(Investigation.id == reply["investigation_id"]))
+            [row] = rows(pg_db, select(InvestigationRow.status).where(InvestigationRow.id == reply["investigation_id"]))
             assert row.status == "queued"
             proxy.restore()
             wait_for_investigation(api, reply["incident_id"], timeout=45)
@@ -119,7 +119,9 @@ def test_an_embedded_investigation_outlasts_a_database_outage_as_the_worker_does
             runner.close()
     [row] = rows(
         pg_db,
-        select(Investigation.status, Investigation.attempts).where(Investigation.id == reply["investigation_id"]),
+        select(InvestigationRow.status, InvestigationRow.attempts).where(
+            InvestigationRow.id == reply["investigation_id"]
+        ),
     )
     assert (row.status, row.attempts) == ("done", 1)
     # The worker's backoff: retry n + 1 waits between half and all of the policy's ceiling.

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from rca.api.app import create_app
 from rca.jobs.celery_app import create_app as create_celery_app
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.fakes.prometheus import StubPrometheus
 from tests.fakes.slack import TOKEN, FakeSlack
 from tests.helpers.brokers import claim_redis_db
@@ -76,7 +76,7 @@ def worker_env(
 
 
 def statuses(db: str, ids: list[int]) -> list[str]:
-    return [r.status for r in rows(db, select(Investigation.status).where(Investigation.id.in_(ids)))]
+    return [r.status for r in rows(db, select(InvestigationRow.status).where(InvestigationRow.id.in_(ids)))]
 
 
 def investigate_batch(api: TestClient, db: str, label: str, count: int) -> float:

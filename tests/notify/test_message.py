@@ -22,7 +22,7 @@ from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, ch
 from rca.notify.routing import route
 from rca.pipeline import Analysis
 from rca.startup import checked_settings
-from rca.store.models import Finding, Hypothesis, Investigation
+from rca.store.models import FindingRow, HypothesisRow, InvestigationRow
 from rca.store.similar import Precedent
 from tests.fakes.slack import block_kit_problems
 from tests.helpers import factories
@@ -36,7 +36,7 @@ def message(**overrides: object) -> IncidentMessage:
     values: dict[str, object] = dict(
         incident_id=7,
         alertname="LLMRequestQueueMedianHigh",
-        target="gpu-node-1:8000",
+        subject="gpu-node-1:8000",
         status="firing",
         severity="critical",
         summary="Median queue above 4.7",
@@ -83,7 +83,7 @@ def test_annotation_with_channel_ping_and_link_renders_inert() -> None:
         message(
             summary=HOSTILE,
             alertname="Alert <!channel>",
-            target="<http://evil|x>",
+            subject="<http://evil|x>",
             hypotheses=[HypothesisLine("arrival_surge", 0.5, HOSTILE)],
             breached=[BreachedLine("queue_median", HOSTILE, 1, 2, "requests", ">", 1.5)],
         )
@@ -129,7 +129,7 @@ def test_model_tokens_and_cost_are_shown_when_known() -> None:
 
 def test_each_text_is_escaped_for_its_type_plain_text_never_shows_entities() -> None:
     """Issue 16.10: the header (plain_text) showed `&lt;`; mrkdwn texts escape &, < and > once."""
-    payload = render(message(alertname="p99 < 2s & queue > 4", target="gpu<1>", summary="a < b & c > d"))
+    payload = render(message(alertname="p99 < 2s & queue > 4", subject="gpu<1>", summary="a < b & c > d"))
     [header] = texts_of(payload, "plain_text")[:1]
     assert header == ":rotating_light: p99 < 2s & queue > 4 on gpu<1>"
     plain = texts_of(payload, "plain_text")
@@ -210,7 +210,7 @@ def test_oversized_content_is_cut_with_a_note_and_stays_within_block_kit_limits(
     payload = render(
         message(
             alertname="A" * 400,
-            target="t" * 100,
+            subject="t" * 100,
             summary=huge,
             hypotheses=[HypothesisLine(f"cat_{i}", 0.5, huge) for i in range(5)],
             breached=[BreachedLine(f"k{i}", "&" * 700, 1.0, 2.0, "requests", ">", 1.5) for i in range(400)],
@@ -297,9 +297,11 @@ def test_an_investigation_from_before_the_change_key_is_keyed_from_its_stored_ro
     and hypotheses, as it computed it then."""
     fresh = analysis({"queue_median": "breached", "cpu_bound_ratio": "ok"}, ["arrival_surge", "no_clear_cause"])
     rules = fresh.rules
-    stored = Investigation(
-        findings=[Finding(key=f.key, breached=f.breached, baseline=f.baseline, onset=f.onset) for f in fresh.findings],
-        hypotheses=[Hypothesis(rank=h.rank, category=h.category) for h in rules],
+    stored = InvestigationRow(
+        findings=[
+            FindingRow(key=f.key, breached=f.breached, baseline=f.baseline, onset=f.onset) for f in fresh.findings
+        ],
+        hypotheses=[HypothesisRow(rank=h.rank, category=h.category) for h in rules],
     )
     assert change_key_of(stored) == change_key(fresh)
     stored.change_key = "stored-key"
@@ -387,7 +389,7 @@ def test_last_time_line_names_the_precedent_its_cause_and_whether_it_was_confirm
 def test_a_fleet_of_sixteen_hosts_is_summarised_in_a_few_lines_not_listed() -> None:
     answers = [HostAnswer(f"gpu-node-{n}", "done", "arrival_surge", 0.9) for n in range(1, 17)]
     fleet = summarise(answers, skipped=4)
-    payload = render(message(target="16 of 20 hosts (gpu-node-1..16)", hypotheses=[], breached=[], fleet=fleet))
+    payload = render(message(subject="16 of 20 hosts (gpu-node-1..16)", hypotheses=[], breached=[], fleet=fleet))
     [section] = [text for text in texts_of(payload, "mrkdwn") if "Hosts by most likely cause" in text]
     assert section.splitlines() == [
         "*Hosts by most likely cause*",

@@ -21,7 +21,7 @@ from rca.notify import once
 from rca.notify.service import deliver
 from rca.store import sends
 from rca.store.db import get_engine
-from rca.store.models import SlackAttempt, SlackDelivery, SlackSend
+from rca.store.models import SlackAttemptRow, SlackDeliveryRow, SlackSendRow
 from tests.fakes.slack import Failure, FakeSlack
 from tests.helpers.databases import rows
 from tests.helpers.slack import (
@@ -43,21 +43,23 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def attempts(url: str, incident_id: int) -> list[tuple[str, str, int | None]]:
     query = (
-        select(SlackAttempt.action, SlackAttempt.outcome, SlackAttempt.http_status)
-        .join(SlackDelivery)
-        .where(SlackDelivery.incident_id == incident_id)
-        .order_by(SlackAttempt.id)
+        select(SlackAttemptRow.action, SlackAttemptRow.outcome, SlackAttemptRow.http_status)
+        .join(SlackDeliveryRow)
+        .where(SlackDeliveryRow.incident_id == incident_id)
+        .order_by(SlackAttemptRow.id)
     )
     return [tuple(row) for row in rows(url, query)]
 
 
 def delivery(url: str, incident_id: int) -> Any:
-    found = rows(url, select(SlackDelivery.__table__).where(SlackDelivery.incident_id == incident_id))
+    found = rows(url, select(SlackDeliveryRow.__table__).where(SlackDeliveryRow.incident_id == incident_id))
     return found[0] if found else None
 
 
 def sends_of(url: str, incident_id: int) -> list[Any]:
-    return rows(url, select(SlackSend.__table__).where(SlackSend.incident_id == incident_id).order_by(SlackSend.id))
+    return rows(
+        url, select(SlackSendRow.__table__).where(SlackSendRow.incident_id == incident_id).order_by(SlackSendRow.id)
+    )
 
 
 def kill_open_transactions(url: str) -> int:

@@ -13,19 +13,19 @@ from fastapi.testclient import TestClient
 
 from rca.notify.service import deliver
 from rca.pages.site import create_site
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.forecast import Limit, SignalForecast
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, record
 from rca.store.db import session_scope
-from rca.store.models import Incident
+from rca.store.models import IncidentRow
 from tests.fakes.slack import Failure, FakeSlack
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, RecordingDispatcher
 from tests.helpers.slack import slack_settings
 from tests.pages.site import csrf_of, open_incident, sign_in
 
-TARGET = ServingTarget("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
+TARGET = ServingInstance("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
 KV = Limit("kv_cache_usage", "KV cache usage", "ratio", ">", 0.95)
 RULE = "rule LLMTTFTSLOBreach (group llm-serving, rules.yml)"
@@ -74,7 +74,7 @@ def test_an_early_warning_is_marked_filtered_and_tells_when_the_sla_alert_joined
     alert_incident = open_incident(client, pg_db)
     warning_id = warn(pg_db)
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, warning_id)
+        incident = session.get(IncidentRow, warning_id)
         assert incident is not None
         warned_at = incident.created_at
     sla = make_alert(

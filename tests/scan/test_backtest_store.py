@@ -18,13 +18,13 @@ from rca.jobs.slack import queue_notice_of
 from rca.notify.service import deliver
 from rca.pages.site import create_site
 from rca.scan.backtest import Frame, replay
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.states import Assessment, ScanState, TargetMemory, Transition
 from rca.scan.stored import Stored, store, store_all
 from rca.scan.warnings import Actions, record
 from rca.store import early_warnings, notices
 from rca.store.db import session_scope
-from rca.store.models import Alert, Incident, ScanTarget, ScanTransition
+from rca.store.models import AlertRow, IncidentRow, ScanTargetRow, ScanTransitionRow
 from tests.fakes.slack import FakeSlack
 from tests.helpers.service import API_AUTH, RecordingDispatcher
 from tests.helpers.slack import slack_owed, slack_settings, store_investigation
@@ -35,7 +35,7 @@ SCANS = 22
 # a: the CPU-bound ratio crosses at scan 4 (watch), warns at scan 6, calms at 12, clears at 16, ok at 20.
 # b: crosses at scan 4 and is still warning when the history ends.
 CPU_OF = {"a:8000": [0.5] * 4 + [0.9] * 8 + [0.5] * 10, "b:8000": [0.5] * 4 + [0.9] * 18}
-TARGETS = {i: ServingTarget(i, i.split(":")[0], i.split(":")[0], "vllm", "vllm_v1") for i in CPU_OF}
+TARGETS = {i: ServingInstance(i, i.split(":")[0], i.split(":")[0], "vllm", "vllm_v1") for i in CPU_OF}
 
 
 def history(scans: int = SCANS) -> list[Frame]:
@@ -53,9 +53,9 @@ def history(scans: int = SCANS) -> list[Frame]:
     ]
 
 
-def stored(url: str, target: str | None = None) -> Stored:
+def stored(url: str, only: str | None = None) -> Stored:
     with session_scope(url) as session:
-        return store(session, replay(history(), POLICY, target), POLICY)
+        return store(session, replay(history(), POLICY, only), POLICY)
 
 
 def live_warning(url: str) -> int:
@@ -80,8 +80,8 @@ def live_warning(url: str) -> int:
 def snapshot(url: str, incident_id: int) -> tuple[object, ...]:
     """The live scan's rows: its target state and its incident with its alert."""
     with session_scope(url) as session:
-        target = session.scalars(select(ScanTarget)).one()
-        incident = session.get(Incident, incident_id)
+        target = session.scalars(select(ScanTargetRow)).one()
+        incident = session.get(IncidentRow, incident_id)
         assert incident is not None
         return (
             [(t.instance, t.state, t.since, t.incident_id, t.updated_at) for t in [target]],
@@ -98,16 +98,16 @@ def test_each_warning_is_stored_once_as_a_resolved_backtest_incident_with_its_tr
     live = live_warning(pg_db)
     before = snapshot(pg_db, live)
 
-    first = stored(pg_db, target="a:8000")
+    first = stored(pg_db, only="a:8000")
     assert len(first.incident_ids) == 1 and first.already_stored == 0
-    again = stored(pg_db, target="a:8000")
+    again = stored(pg_db, only="a:8000")
     assert again == Stored([], 1), "the same history stored again adds nothing"
     wider = stored(pg_db)  # the whole fleet: only b's warning is new
     assert len(wider.incident_ids) == 1 and wider.already_stored == 1
     a_id, b_id = first.incident_ids[0], wider.incident_ids[0]
 
     with session_scope(pg_db) as session:
-        a, b = session.get(Incident, a_id), session.get(Incident, b_id)
+        a, b = session.get(IncidentRow, a_id), session.get(IncidentRow, b_id)
         assert a is not None and b is not None
         assert (a.origin, a.status, a.group_key) == ("backtest", "resolved", "backtest/a:8000/2027-01-15T08:03:00Z")
         assert a.title == "Backtest warning: a:8000" and a.created_at == utc(T0 + 180)
@@ -151,11 +151,11 @@ def test_each_warning_is_stored_once_as_a_resolved_backtest_incident_with_its_tr
             ("ok", "watch"),
             ("watch", "warning"),
         ]
-        unowned = session.scalars(select(ScanTransition).where(ScanTransition.incident_id.is_(None))).all()
+        unowned = session.scalars(select(ScanTransitionRow).where(ScanTransitionRow.incident_id.is_(None))).all()
         assert unowned == [], "every stored transition belongs to its episode's incident"
 
         # An Alertmanager notification never joins a backtest incident, by fingerprint or by target.
-        fingerprint = session.scalars(select(Alert.fingerprint).where(Alert.incident_id == b_id)).one()
+        fingerprint = session.scalars(select(AlertRow.fingerprint).where(AlertRow.incident_id == b_id)).one()
         named = early_warnings.Named(fingerprints=[fingerprint], instances=["b:8000"], hosts=["b"])
         assert early_warnings.joined_incidents(session, [named]) == [None]
     assert snapshot(pg_db, live) == before, "the live scan's target state and incident are untouched"
@@ -215,7 +215,9 @@ def test_a_store_that_fails_midway_stores_nothing(pg_db: str) -> None:
     with pytest.raises(ValueError, match="b:8000"), session_scope(pg_db) as session:
         store(session, result, POLICY)
     with session_scope(pg_db) as session:
-        assert session.scalars(select(Incident)).all() == [] and session.scalars(select(ScanTransition)).all() == []
+        assert (
+            session.scalars(select(IncidentRow)).all() == [] and session.scalars(select(ScanTransitionRow)).all() == []
+        )
 
 
 def test_two_runs_storing_the_same_history_at_once_store_each_episode_once(pg_db: str) -> None:
@@ -231,5 +233,5 @@ def test_two_runs_storing_the_same_history_at_once_store_each_episode_once(pg_db
     assert len(first_stored.incident_ids) == 2  # committed as the `with` ends
     assert second.result(timeout=30) == Stored([], 2)
     with session_scope(pg_db) as session:
-        keys = session.scalars(select(Incident.group_key).where(Incident.origin == "backtest")).all()
+        keys = session.scalars(select(IncidentRow.group_key).where(IncidentRow.origin == "backtest")).all()
     assert sorted(keys) == ["backtest/a:8000/2027-01-15T08:03:00Z", "backtest/b:8000/2027-01-15T08:03:00Z"]

@@ -44,7 +44,7 @@ def test_replay_times_the_warning_before_the_breach_and_flags_a_warning_no_breac
     assert [(b.instance, b.breach_at, b.lead_seconds) for b in result.breaches] == [("a:8000", 360.0, 180.0)]
     assert [w.instance for w in result.false_warnings] == ["b:8000"] and result.missed == []
     assert result.warnings[1].end is not None  # b's warning cleared after its calm period
-    one = replay(recorded, POLICY, target="b:8000")
+    one = replay(recorded, POLICY, only="b:8000")
     assert one.targets == 1 and one.breaches == [] and len(one.warnings) == 1
 
 

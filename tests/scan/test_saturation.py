@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rca.scan.fleet import ServingTarget, SignalSeries
+from rca.scan.fleet import ServingInstance, SignalSeries
 from rca.scan.saturation import FULL_LEVEL, Ceiling, ceilings, headrooms, slot_ceiling
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, advance
 
@@ -22,8 +22,8 @@ def series(values: list[float] | np.ndarray, end: float = NOW) -> SignalSeries:
     return SignalSeries([(start + i * STEP, float(v)) for i, v in enumerate(values)], "test")
 
 
-def target(instance: str, job: str | None = "vllm", stack: str | None = "vllm_v1") -> ServingTarget:
-    return ServingTarget(instance, instance.split(":")[0], instance.split(":")[0], job, stack)
+def serving(instance: str, job: str | None = "vllm", stack: str | None = "vllm_v1") -> ServingInstance:
+    return ServingInstance(instance, instance.split(":")[0], instance.split(":")[0], job, stack)
 
 
 def test_the_ceiling_is_the_most_it_ran_while_others_waited_with_kv_room_left() -> None:
@@ -43,10 +43,10 @@ def test_the_ceiling_is_the_most_it_ran_while_others_waited_with_kv_room_left() 
 
 def test_a_target_without_its_own_ceiling_takes_its_jobs_on_the_same_stack() -> None:
     busy, quiet, other_job, other_stack = (
-        target("busy:8000"),
-        target("quiet:8000"),
-        target("other:8000", job="batch"),
-        target("sgl:8000", stack="sglang"),
+        serving("busy:8000"),
+        serving("quiet:8000"),
+        serving("other:8000", job="batch"),
+        serving("sgl:8000", stack="sglang"),
     )
     flat = series([100.0] * 10)
     found = ceilings(
@@ -70,7 +70,7 @@ def test_a_target_without_its_own_ceiling_takes_its_jobs_on_the_same_stack() -> 
 
 def rooms(running: np.ndarray, kv: np.ndarray | None = None, ceiling_host: bool = True) -> dict:
     """Headrooms of `host` (these series) beside a busy host that shows the job's ceiling, 256."""
-    hosts = [target("host:8000"), target("busy:8000")]
+    hosts = [serving("host:8000"), serving("busy:8000")]
     data = {
         "running": {"host:8000": series(running), "busy:8000": series([256.0] * len(running))},
         "waiting": {"host:8000": series([0.0] * len(running)), "busy:8000": series([5.0] * len(running))},

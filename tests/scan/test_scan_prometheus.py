@@ -35,7 +35,7 @@ from rca.scan.service import EarlyWarnings
 from rca.scan.states import ScanState
 from rca.store.db import session_scope
 from rca.store.incidents import IncidentFilter, search
-from rca.store.models import Hypothesis, Incident, Investigation, ScanTarget, ScanTransition
+from rca.store.models import HypothesisRow, IncidentRow, InvestigationRow, ScanTargetRow, ScanTransitionRow
 from tests.e2e import promstack
 from tests.e2e.scenarios import Exporter, Fleet, Host
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
@@ -100,7 +100,7 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
     assert first_warning is not None, "no warning for the degrading host"
     assert ttft_breached is None or first_warning <= ttft_breached + 60
     with session_scope(pg_db) as session:
-        rows = {row.instance: row for row in session.scalars(select(ScanTarget))}
+        rows = {row.instance: row for row in session.scalars(select(ScanTargetRow))}
         # Every target is listed with the SLO it is judged against (the deploy's own rule, 2 s);
         # the others never left ok: no transition stored for them.
         assert {i: (r.state, r.slo_ttft_seconds, r.slo_source) for i, r in rows.items()} == {
@@ -108,11 +108,11 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
             "gpu-b:8000": (ScanState.OK, 2.0, DEPLOY_SLO),
             "gpu-busy:8000": (ScanState.OK, 2.0, DEPLOY_SLO),
         }
-        transitions = list(session.scalars(select(ScanTransition).order_by(ScanTransition.id)))
+        transitions = list(session.scalars(select(ScanTransitionRow).order_by(ScanTransitionRow.id)))
         assert {t.instance for t in transitions} == {"gpu-a:8000"}
         assert [(t.before, t.after) for t in transitions] == [("ok", "watch"), ("watch", "warning")]
         assert all(t.reason and t.figures["signals"] for t in transitions)
-        incident = session.get(Incident, rows["gpu-a:8000"].incident_id)
+        incident = session.get(IncidentRow, rows["gpu-a:8000"].incident_id)
         assert incident is not None and incident.origin == "early_warning" and incident.status == "firing"
         assert incident.common_labels["instance"] == "gpu-a:8000"
         # The summary says whether it led the breach or came with it, never claims a lead it lacks.
@@ -125,7 +125,7 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         assert incident.alerts[0].starts_at.timestamp() == pytest.approx(first_warning)
         signals = transitions[-1].figures["signals"]
         assert min(s["moving_since"] for s in signals if s["departed"] and s["moving_since"]) < first_warning
-        queued = list(session.scalars(select(Investigation.id).where(Investigation.incident_id == incident.id)))
+        queued = list(session.scalars(select(InvestigationRow.id).where(InvestigationRow.incident_id == incident.id)))
         assert queued == enqueued and len(queued) == 1
         hits, _, _ = search(session, filters=IncidentFilter(origin="early_warning"), sort="time", limit=10)
         assert [hit.incident_id for hit in hits] == [incident.id]
@@ -134,13 +134,15 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
     # The pipeline investigates the warning like an alert, and ranks the surge first.
     assert run_investigation(settings, enqueued[0]) == "done"
     with session_scope(pg_db) as session:
-        top = session.scalar(select(Hypothesis).where(Hypothesis.investigation_id == enqueued[0], Hypothesis.rank == 1))
+        top = session.scalar(
+            select(HypothesisRow).where(HypothesisRow.investigation_id == enqueued[0], HypothesisRow.rank == 1)
+        )
         assert top is not None and top.category == "arrival_surge"
 
     # The SLA alert fires later for the same instance: it joins the warning's incident; its
     # resolve leaves the incident open while the warning still stands.
     with session_scope(pg_db) as session:
-        warned_at = session.scalars(select(Incident.created_at)).one()
+        warned_at = session.scalars(select(IncidentRow.created_at)).one()
     sla = make_alert(
         "fp-sla-a", alertname="LLMTTFTSLOBreach", instance="gpu-a:8000", starts_at=warned_at + timedelta(minutes=9)
     )
@@ -150,8 +152,8 @@ def test_the_scan_warns_for_the_degrading_host_only_before_its_slo_breaks(
         resolved = make_payload('{}:{alertname="LLMTTFTSLOBreach"}', alerts=[{**sla, "status": "resolved"}])
         assert post_webhook(client, resolved).status_code == 200
     with session_scope(pg_db) as session:
-        assert session.scalar(select(func.count()).select_from(Incident)) == 1
-        incident = session.scalars(select(Incident)).one()
+        assert session.scalar(select(func.count()).select_from(IncidentRow)) == 1
+        incident = session.scalars(select(IncidentRow)).one()
         assert {a.alertname for a in incident.alerts} == {"EarlyWarning", "LLMTTFTSLOBreach"}
         assert incident.status == "firing" and incident.origin == "early_warning"
         # Slack says it is an early warning, what moved since when, and how far ahead of the SLA alert.
@@ -172,7 +174,7 @@ def test_the_backtest_finds_the_warning_ahead_of_the_breach_and_no_false_one(
     assert [b.instance for b in result.breaches] == ["gpu-a:8000"] and result.missed == []
     lead = result.breaches[0].lead_seconds
     assert lead is not None and lead >= 0  # the warning did not wait for TTFT to break its SLO
-    one = backtest(settings, prometheus_fleet_source(settings), start, end, target="gpu-b:8000")
+    one = backtest(settings, prometheus_fleet_source(settings), start, end, only="gpu-b:8000")
     assert one.targets == 1 and one.warnings == [] and one.breaches == []
 
 
@@ -209,19 +211,19 @@ def test_the_backtest_stores_its_warning_once_as_a_backtest_incident(
         "stored 0 warning(s) as incidents of origin backtest (1 already stored); never posted to Slack"
     )
     with session_scope(pg_db) as session:
-        incident = session.scalars(select(Incident)).one()
+        incident = session.scalars(select(IncidentRow)).one()
         warned = datetime.fromtimestamp(first["warnings"][0]["start"], UTC)
         assert incident.origin == "backtest" and incident.status == "resolved"
         assert incident.group_key == f"backtest/gpu-a:8000/{warned:%Y-%m-%dT%H:%M:%SZ}"
         assert incident.resolved_at == datetime.fromisoformat(first["end"])  # still warning at the end
         assert "still warning when the backtest ended" in incident.common_annotations["summary"]
-        moves = session.scalars(select(ScanTransition).order_by(ScanTransition.id)).all()
+        moves = session.scalars(select(ScanTransitionRow).order_by(ScanTransitionRow.id)).all()
         assert [(t.before, t.after, t.incident_id) for t in moves] == [
             ("ok", "watch", incident.id),
             ("watch", "warning", incident.id),
         ]
-        assert session.scalars(select(ScanTarget)).all() == [], "the live scan's state is not written"
-        assert session.scalars(select(Investigation)).all() == [], "nothing investigated"
+        assert session.scalars(select(ScanTargetRow)).all() == [], "the live scan's state is not written"
+        assert session.scalars(select(InvestigationRow)).all() == [], "nothing investigated"
 
 
 def test_scans_after_the_first_read_only_the_new_steps_and_see_what_a_whole_read_sees(

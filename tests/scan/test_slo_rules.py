@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from rca.collect.profile import load_profile
-from rca.scan.fleet import FleetSource, ServingTarget
+from rca.scan.fleet import FleetSource, ServingInstance
 from rca.scan.queries import discovery_query
 from rca.scan.slo_rules import ITL_SIGNAL, RuleBook, Slo, SloRule, shapes, slo_rules, slo_words
 from rca.signals.slo import TTFT_SIGNAL
@@ -48,11 +48,11 @@ def thresholds(rules: list[SloRule]) -> list[tuple[str, str, float]]:
     return [(rule.alert, rule.signal, round(rule.seconds, 6)) for rule in rules]
 
 
-def target(
+def serving(
     instance: str = "gpu-a:8000", job: str | None = "vllm", stack: str | None = "vllm_v1", **labels: str
-) -> ServingTarget:
+) -> ServingInstance:
     host = instance.split(":")[0]
-    return ServingTarget(instance, host, host, job, stack, labels)
+    return ServingInstance(instance, host, host, job, stack, labels)
 
 
 def test_the_comparisons_read_as_an_slo() -> None:
@@ -196,17 +196,17 @@ def test_the_most_specific_rule_covers_a_target_then_the_strictest() -> None:
         p95(VLLM + '{job="vllm"}', quantile="0.99") + " > 1.7",  # p95 beyond it: the p99 is too
         "histogram_quantile(0.95, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket[5m]))) > 0.05",
     )
-    assert book.ttft_slo(target(model_name="llama")) == Slo(1.0, "rule A3 (group llm-serving, rules.yml)")
-    assert book.ttft_slo(target(model_name="mistral")) == Slo(0.5, "rule A4 (group llm-serving, rules.yml)")
-    assert book.ttft_slo(target()) == Slo(0.5, "rule A4 (group llm-serving, rules.yml)")
-    assert book.ttft_slo(target(job="vllm-canary")) == Slo(1.6, "rule A2 (group llm-serving, rules.yml)")
-    assert book.ttft_slo(target(job="batch")) == Slo(2.5, "rule A0 (group llm-serving, rules.yml)")
-    assert book.ttft_slo(target("gpu-z:8000", job="batch")) == Slo(0.3, "rule A5 (group llm-serving, rules.yml)")
+    assert book.ttft_slo(serving(model_name="llama")) == Slo(1.0, "rule A3 (group llm-serving, rules.yml)")
+    assert book.ttft_slo(serving(model_name="mistral")) == Slo(0.5, "rule A4 (group llm-serving, rules.yml)")
+    assert book.ttft_slo(serving()) == Slo(0.5, "rule A4 (group llm-serving, rules.yml)")
+    assert book.ttft_slo(serving(job="vllm-canary")) == Slo(1.6, "rule A2 (group llm-serving, rules.yml)")
+    assert book.ttft_slo(serving(job="batch")) == Slo(2.5, "rule A0 (group llm-serving, rules.yml)")
+    assert book.ttft_slo(serving("gpu-z:8000", job="batch")) == Slo(0.3, "rule A5 (group llm-serving, rules.yml)")
     # A vLLM histogram's rule says nothing of an SGLang engine; a target of unknown stack may export it.
-    assert book.ttft_slo(target(stack="sglang")) == Slo(2.0, "default")
-    assert book.ttft_slo(target(job="batch", stack=None)).seconds == 2.5
+    assert book.ttft_slo(serving(stack="sglang")) == Slo(2.0, "default")
+    assert book.ttft_slo(serving(job="batch", stack=None)).seconds == 2.5
     # The ITL rule is kept for its signal, not the TTFT's.
-    itl = book.rule_for(ITL_SIGNAL, target())
+    itl = book.rule_for(ITL_SIGNAL, serving())
     assert itl is not None and itl.seconds == 0.05
     assert book.labels() == {"job", "model_name", "namespace", "instance"}
 
@@ -247,20 +247,20 @@ def test_the_rule_book_reads_again_only_after_its_refresh_and_keeps_what_it_read
     assert book.refresh(source) and rules.calls == 1 and source.queries == 1
     clock[0] = 599
     assert not book.refresh(source) and rules.calls == 1 and source.queries == 1
-    first = book.ttft_slo(target())
+    first = book.ttft_slo(serving())
     assert first == Slo(1.0, "rule A0 (group llm-serving, rules.yml)")
     # Down, then answers that are not Prometheus': the rules read before stay; logged once.
     for failure in (requests.ConnectionError("refused"), "not a list", None, requests.ConnectionError("refused")):
         rules.answer = failure
         clock[0] += 600
         assert not book.refresh(source)
-        assert book.ttft_slo(target()) == first and book.failing
+        assert book.ttft_slo(serving()) == first and book.failing
     assert rules.calls == 5 and source.queries == 5
     # A list of groups, however odd, is Prometheus' word: these rules hold no SLO.
     rules.answer = [{"rules": [{"type": "alerting"}, "a rule?", {"type": "recording", "name": "r", "query": "1"}]}, {}]
     clock[0] += 600
     assert book.refresh(source) and book.rules == [] and not book.failing
-    assert book.ttft_slo(target()) == Slo(2.0, "default")
+    assert book.ttft_slo(serving()) == Slo(2.0, "default")
     rules.answer = requests.ConnectionError("refused")  # a new outage is logged again
     clock[0] += 600
     book.refresh(source)
@@ -273,7 +273,7 @@ def test_an_explicit_config_slo_needs_no_rules() -> None:
     rules = FakeRules()
     book = RuleBook(PROFILE, 600, explicit_ttft=1.5)
     assert not book.refresh(source_with(rules)) and rules.calls == 0
-    assert book.ttft_slo(target()) == Slo(1.5, "config file")
+    assert book.ttft_slo(serving()) == Slo(1.5, "config file")
 
 
 def test_the_slo_in_words() -> None:
@@ -286,4 +286,4 @@ def test_a_source_without_a_rules_api_has_no_rules() -> None:
     source = FleetSource(instant_query=lambda promql, at: [], range_query=lambda *args: [])
     assert source.rules() == [] and source.queries == 0
     book = RuleBook(PROFILE, 600)
-    assert book.refresh(source) and book.ttft_slo(target()) == Slo(2.0, "default")
+    assert book.refresh(source) and book.ttft_slo(serving()) == Slo(2.0, "default")

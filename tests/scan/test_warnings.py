@@ -10,16 +10,16 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from rca.api.app import create_app
-from rca.scan.fleet import ServingTarget
+from rca.scan.fleet import ServingInstance
 from rca.scan.forecast import Limit, SignalForecast
 from rca.scan.states import Assessment, Policy, ScanState, TargetMemory, Transition
 from rca.scan.warnings import Actions, load_memories, record
 from rca.store.db import session_scope
-from rca.store.models import Alert, Incident, Investigation, ScanTransition
+from rca.store.models import AlertRow, IncidentRow, InvestigationRow, ScanTransitionRow
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import RecordingDispatcher, make_settings
 
-TARGET = ServingTarget("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
+TARGET = ServingInstance("gpu-a:8000", "gpu-a", "gpu-a", "vllm", "vllm_v1")
 QUEUE = Limit("queue_median", "Median waiting requests", "requests", ">", 4.7)
 POLICY = Policy()
 ASSESSMENT = Assessment(
@@ -40,7 +40,7 @@ def test_a_target_keeps_one_incident_through_clearing_and_warning_again(pg_db: s
     memory, opened = step(pg_db, TargetMemory(), ScanState.WATCH, ScanState.WARNING)
     assert memory.incident_id is not None and len(opened.investigations) == 1
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, memory.incident_id)
+        incident = session.get(IncidentRow, memory.incident_id)
         assert incident is not None and incident.origin == "early_warning" and incident.status == "firing"
         assert "Median waiting requests 6.2" in incident.common_annotations["summary"]
 
@@ -49,18 +49,18 @@ def test_a_target_keeps_one_incident_through_clearing_and_warning_again(pg_db: s
     memory, again = step(pg_db, memory, ScanState.CLEARED, ScanState.WARNING)
     assert len(again.investigations) == 1
     with session_scope(pg_db) as session:
-        assert session.scalar(select(func.count()).select_from(Incident)) == 1
-        incident = session.get(Incident, memory.incident_id)
+        assert session.scalar(select(func.count()).select_from(IncidentRow)) == 1
+        incident = session.get(IncidentRow, memory.incident_id)
         assert incident is not None and incident.status == "firing" and incident.resolved_at is None
-        assert session.scalar(select(func.count()).select_from(Investigation)) == 2
-        assert session.scalar(select(func.count()).select_from(ScanTransition)) == 3
+        assert session.scalar(select(func.count()).select_from(InvestigationRow)) == 2
+        assert session.scalar(select(func.count()).select_from(ScanTransitionRow)) == 3
         assert load_memories(session)["gpu-a:8000"].state == ScanState.WARNING
 
 
 def test_clearing_leaves_the_incident_open_while_a_joined_sla_alert_fires(pg_db: str) -> None:
     memory, _ = step(pg_db, TargetMemory(), ScanState.OK, ScanState.WARNING)
     with session_scope(pg_db) as session:
-        sla = Alert(
+        sla = AlertRow(
             incident_id=memory.incident_id,
             fingerprint="fp-sla",
             alertname="LLMTTFTSLOBreach",
@@ -74,9 +74,9 @@ def test_clearing_leaves_the_incident_open_while_a_joined_sla_alert_fires(pg_db:
     memory, cleared = step(pg_db, memory, ScanState.WARNING, ScanState.CLEARED)
     assert cleared.resolved == []
     with session_scope(pg_db) as session:
-        incident = session.get(Incident, memory.incident_id)
+        incident = session.get(IncidentRow, memory.incident_id)
         assert incident is not None and incident.status == "firing"
-        own = session.scalars(select(Alert).where(Alert.alertname == "EarlyWarning")).one()
+        own = session.scalars(select(AlertRow).where(AlertRow.alertname == "EarlyWarning")).one()
         assert own.status == "resolved"
 
 

@@ -14,7 +14,7 @@ from rca.domain.result import InvestigationResult
 from rca.domain.status import InconclusiveReason
 from rca.store import investigations
 from rca.store.db import session_scope
-from rca.store.models import Investigation
+from rca.store.models import InvestigationRow
 from tests.helpers import factories
 from tests.helpers.slack import queued_investigation
 
@@ -65,7 +65,7 @@ def test_text_no_backend_can_store_is_cleaned_wherever_it_sits_in_a_result(db_ur
     with session_scope(db_url) as session:
         investigations.save_result(session, inv_id, dirty_result())
     with session_scope(db_url) as session:
-        inv = session.get(Investigation, inv_id)
+        inv = session.get(InvestigationRow, inv_id)
         assert inv is not None and inv.status == "done"
         [f], [h] = inv.findings, inv.hypotheses
         assert (f.title, f.source, f.detail, f.series_labels) == (
@@ -81,7 +81,7 @@ def test_text_no_backend_can_store_is_cleaned_wherever_it_sits_in_a_result(db_ur
         assert inv.llm_exchange == [{"messages": [{"role": "assistant", "content": CLEAN}], "raw_response": CLEAN}]
         assert (inv.target, inv.error) == ({"host": CLEAN, "labels": {CLEAN: CLEAN}}, CLEAN)
         # A lookup by a dirty value compares the cleaned one, as it was stored.
-        assert session.scalar(select(Investigation.id).where(Investigation.error == DIRTY)) == inv_id
+        assert session.scalar(select(InvestigationRow.id).where(InvestigationRow.error == DIRTY)) == inv_id
 
 
 def test_a_running_investigation_is_swept_once_its_lease_lapses_not_before(db_url: str) -> None:
@@ -96,7 +96,7 @@ def test_a_running_investigation_is_swept_once_its_lease_lapses_not_before(db_ur
     with session_scope(db_url) as session:
         assert investigations.stranded(session, timedelta(seconds=60)).requeued == [investigation_id]
     with session_scope(db_url) as session:
-        inv = session.get(Investigation, investigation_id)
+        inv = session.get(InvestigationRow, investigation_id)
         assert inv is not None and (inv.status, inv.lease_until) == ("queued", None)
         assert investigations.renew_lease(session, investigation_id, timedelta(seconds=30)) is False  # not running
 
@@ -107,7 +107,7 @@ def test_a_claim_from_before_leases_is_swept_by_its_age(db_url: str) -> None:
         assert investigations.claim(session, investigation_id) is not None
     with session_scope(db_url) as session:
         assert investigations.stranded(session, timedelta(seconds=60)).requeued == []
-        inv = session.get(Investigation, investigation_id)
+        inv = session.get(InvestigationRow, investigation_id)
         assert inv is not None and inv.lease_until is None
         inv.started_at = datetime.now(UTC) - timedelta(minutes=6)
     with session_scope(db_url) as session:
@@ -123,7 +123,7 @@ def test_an_inconclusive_result_is_finished_with_its_reason_and_stores_no_cause(
         assert investigations.claim(session, inv_id) is not None
         investigations.save_result(session, inv_id, blind)
     with session_scope(db_url) as session:
-        inv = session.get(Investigation, inv_id)
+        inv = session.get(InvestigationRow, inv_id)
         assert inv is not None and (inv.status, inv.inconclusive_reason) == ("inconclusive", "no_data")
         assert inv.hypotheses == [] and inv.analyst is None and len(inv.findings) == 1
         assert investigations.claim(session, inv_id) is None

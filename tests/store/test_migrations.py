@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from rca.domain.coverage import NO_PROMETHEUS
 from rca.store.db import alembic_config, migrate
 from rca.store.fts import include_name
-from rca.store.models import Base, Incident
+from rca.store.models import Base, IncidentRow
 from tests.helpers.databases import create_database, drop_database
 from tests.helpers.paths import VENV_BIN
 from tests.helpers.processes import subprocess_env
@@ -132,11 +132,11 @@ def test_migrated_schema_allows_one_open_incident_per_group(fresh_url: str) -> N
     engine = create_engine(fresh_url, poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
-            conn.execute(insert(Incident).values(**row, status="resolved", resolved_at=now))
-            conn.execute(insert(Incident).values(**row, status="resolved", resolved_at=now))
-            conn.execute(insert(Incident).values(**row, status="firing"))
+            conn.execute(insert(IncidentRow).values(**row, status="resolved", resolved_at=now))
+            conn.execute(insert(IncidentRow).values(**row, status="resolved", resolved_at=now))
+            conn.execute(insert(IncidentRow).values(**row, status="firing"))
         with pytest.raises(IntegrityError), engine.begin() as conn:
-            conn.execute(insert(Incident).values(**row, status="firing"))
+            conn.execute(insert(IncidentRow).values(**row, status="firing"))
     finally:
         engine.dispose()
 

@@ -11,7 +11,7 @@ import pytest
 
 from rca.store import notices
 from rca.store.db import session_scope
-from rca.store.models import Incident
+from rca.store.models import IncidentRow
 from tests.helpers.slack import backdate_owed, slack_owed, store_incident
 
 
@@ -100,7 +100,7 @@ def test_the_sweeper_skips_an_incident_another_transaction_holds(pg_db: str) -> 
 
     def hold() -> None:
         with session_scope(pg_db) as session:
-            session.get(Incident, incident_id, with_for_update=True)
+            session.get(IncidentRow, incident_id, with_for_update=True)
             holding.set()
             release.wait(10)
 

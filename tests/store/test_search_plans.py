@@ -15,7 +15,7 @@ from rca.store import fts, word_frequency
 from rca.store import incidents as incident_store
 from rca.store.db import get_engine, session_scope
 from rca.store.incidents import IncidentFilter, Position
-from rca.store.models import Incident, IncidentDigest
+from rca.store.models import IncidentDigestRow, IncidentRow
 from tests.helpers.databases import truncate
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -27,13 +27,14 @@ def _load(url: str) -> None:
     """COUNT incidents, one a minute: every one on some gpu-node-NNNN, a few words common, some rare,
     and a breached signal that goes with its top cause (the correlation planners misjudge)."""
     with session_scope(url) as session:
+        digests = []
         for n in range(1, COUNT + 1):
             node, model = f"gpu-node-{n % 40:04d}", MODELS[n % 4]
             kv = n % 3 == 0
             words = [node, model, "preemption kv cache" if kv else "queue surge", "xid" if n % 50 == 0 else ""]
             created = T0 + timedelta(minutes=n)
             session.add(
-                Incident(
+                IncidentRow(
                     id=n,
                     group_key=f"g{n}",
                     status="firing" if n % 7 == 0 else "resolved",
@@ -47,8 +48,8 @@ def _load(url: str) -> None:
                     updated_at=created,
                 )
             )
-            session.add(
-                IncidentDigest(
+            digests.append(
+                IncidentDigestRow(
                     incident_id=n,
                     created_at=created,
                     status="firing" if n % 7 == 0 else "resolved",
@@ -60,6 +61,8 @@ def _load(url: str) -> None:
                     top_category="kv_memory_pressure" if kv else "arrival_surge",
                 )
             )
+        session.flush()  # the incidents first: no relationship tells the flush that digests need them
+        session.add_all(digests)
     with get_engine(url).connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE incident_digests"))
 
@@ -83,7 +86,7 @@ def _reference(url: str, filters: IncidentFilter, n: int, before: Position | Non
         ordered, checked = incident_store._conditions(session, filters)
         if filters.q:
             checked.append(fts.prepare(session, filters.q).condition)
-        d = IncidentDigest
+        d = IncidentDigestRow
         if before is not None:
             ordered.append(d.created_at < before.created_at)
         return list(
