@@ -37,9 +37,15 @@ def hosts_named(labels: Mapping[str, str], host_labels: Sequence[str]) -> list[s
 
 
 def alert_host(labels: Mapping[str, str], host_labels: Sequence[str]) -> str | None:
-    """The host an alert is about: the first of `host_labels` it carries, as the target reads it."""
+    """The host an alert is about: the first of `host_labels` it carries that names the machine
+    rather than an address (a DCGM exporter scraped by its pod IP names its node in `Hostname`),
+    else the first address; so an engine's alert and its GPU's count as one host."""
     named = hosts_named(labels, host_labels)
-    return named[0] if named else None
+    return next((name for name in named if not _address(name)), named[0] if named else None)
+
+
+def _address(name: str) -> bool:
+    return bool(IPV4.match(name)) or ":" in name  # IPv4, or IPv6 (host_from_label keeps it whole)
 
 
 @dataclass(frozen=True)
