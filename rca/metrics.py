@@ -92,6 +92,10 @@ LLM_TOKENS = Counter(
 LLM_COST = Counter("rca_llm_cost_dollars_total", "Estimated LLM spend in dollars (RCA_LLM_PRICE_PER_1K_*).")
 SLACK_DELIVERIES = Counter("rca_slack_deliveries_total", "Slack calls that succeeded, by what they did.", ["outcome"])
 SLACK_FAILURES = Counter("rca_slack_delivery_failures_total", "Slack calls that failed, by reason.", ["reason"])
+SLACK_ACTION_OUTCOMES = ("recorded", "queued", "refused", "ignored", "unsigned")
+SLACK_ACTIONS = Counter(
+    "rca_slack_actions_total", "Clicks on the incident message's buttons, by what came of them.", ["outcome"]
+)
 SWEEPER_REENQUEUED = Counter(
     "rca_sweeper_reenqueued_total", "Stranded investigations the sweeper handed to the queue again."
 )
@@ -135,6 +139,8 @@ for _outcome in (*SLACK_OUTCOMES.values(), SLACK_FOUND):
     SLACK_DELIVERIES.labels(outcome=_outcome)
 for _reason in SLACK_FAILURE_REASONS:
     SLACK_FAILURES.labels(reason=_reason)
+for _outcome in SLACK_ACTION_OUTCOMES:
+    SLACK_ACTIONS.labels(outcome=_outcome)
 
 
 def webhook_answered(code: int) -> None:

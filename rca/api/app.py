@@ -16,7 +16,7 @@ from prometheus_client.exposition import choose_encoder
 from sqlalchemy.exc import DBAPIError
 
 from rca import metrics
-from rca.api import access_log, incidents, scan, stats, webhook
+from rca.api import access_log, incidents, scan, slack, stats, webhook
 from rca.api.auth import require_read
 from rca.api.body import BodyLimits
 from rca.api.database import database_error
@@ -75,6 +75,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     app.include_router(incidents.router, tags=["incidents"])
     app.include_router(stats.router, tags=["stats"])
     app.include_router(scan.router, tags=["scan"])
+    app.include_router(slack.router, tags=["slack"])
 
     generate_openapi = app.openapi
 

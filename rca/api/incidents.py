@@ -35,7 +35,9 @@ from rca.api.schemas import (
 from rca.api.storable import require_storable_query
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
+from rca.domain.status import SlackEvent
 from rca.incidents import feedback as incident_feedback
+from rca.incidents import notices as incident_notices
 from rca.incidents.queue import investigate_again
 from rca.intake.service import fleet_of
 from rca.jobs.dispatch import Dispatcher, enqueue_all
@@ -252,9 +254,13 @@ def feedback_out(row: FeedbackRow) -> FeedbackOut:
     )
 
 
-def record_feedback(session: Session, incident_id: int, body: FeedbackIn, author: str) -> FeedbackRow:
-    """The request's verdict handed to the incidents room, judged against the taxonomy (the API
-    and the pages' form both record through it); `FeedbackError` when the room refuses it."""
+def record_feedback(
+    session: Session, incident_id: int, body: FeedbackIn, author: str, shown: int | None = None, slack: bool = False
+) -> FeedbackRow:
+    """The request's verdict handed to the incidents room, judged against the taxonomy (the API,
+    the pages' form and Slack's buttons all record through it); `FeedbackError` when the room
+    refuses it. `shown`, `slack`: a Slack message's, judged against the investigation it showed and
+    shown on it (rca/incidents/feedback.py)."""
     return incident_feedback.record(
         session,
         incident_id,
@@ -263,6 +269,8 @@ def record_feedback(session: Session, incident_id: int, body: FeedbackIn, author
         verdicts=[verdict.model_dump() for verdict in body.hypotheses],
         author=author,
         categories=list(taxonomy()),
+        shown=shown,
+        owe_slack=slack,
     )
 
 
@@ -309,17 +317,22 @@ def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[Fee
 
 
 def request_investigation(
-    settings: Settings, dispatcher: Dispatcher, incident_id: int, requested_by: str
+    settings: Settings, dispatcher: Dispatcher, incident_id: int, requested_by: str, slack: bool = False
 ) -> InvestigationRequestedOut | None:
     """Queue an investigation of the incident now (a fleet incident's whole round again, one per
     host), in a transaction of its own, and hand the new ones to the dispatcher once committed (as
     intake does); None when there is no such incident. A failed enqueue leaves it queued for the
-    sweeper."""
+    sweeper. `slack`: asked from the Slack message, which then says who asked (a notice owed, and
+    queued after the commit)."""
     with session_scope(settings.effective_database_url) as session:
         requested = investigate_again(session, incident_id, requested_by=requested_by, fleet=fleet_of(settings))
+        if requested is not None and requested.created and slack:
+            incident_notices.owe(session, incident_id)
     if requested is None:
         return None
     enqueued = enqueue_all(dispatcher, requested.ids)
+    if requested.created and slack:
+        dispatcher.notify(incident_id, SlackEvent.ACTION)
     return InvestigationRequestedOut(
         incident_id=incident_id,
         investigation_id=requested.investigation_id,

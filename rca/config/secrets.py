@@ -18,6 +18,7 @@ SECRET_FILE_SETTINGS = (
     "api_tokens",
     "slack_webhook_url",
     "slack_bot_token",
+    "slack_signing_secret",
     "traces_headers",
     "llm_api_key",
 )

@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     # A notice Slack refused for good stays owed and is tried again after this long (a fixed
     # token or channel then gets its post), instead of being dropped.
     slack_failed_retry_seconds: float = Field(default=900.0, ge=1, le=86400)
+    # The Slack app's signing secret: the only proof that a button click came from Slack
+    # (POST /slack/interactivity, docs/slack.md). Unset: the endpoint answers 404.
+    slack_signing_secret: SecretStr | None = None
     public_url: str | None = None
     traces_backend: Literal["none", "jaeger", "tempo"] = "none"
     traces_url: str | None = Field(default=None, validate_default=True)
@@ -154,6 +157,7 @@ class Settings(BaseSettings):
     api_tokens_file: Path | None = None  # comma- or newline-separated tokens
     slack_webhook_url_file: Path | None = None
     slack_bot_token_file: Path | None = None
+    slack_signing_secret_file: Path | None = None
     traces_headers_file: Path | None = None
     llm_api_key_file: Path | None = None
 

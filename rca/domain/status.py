@@ -27,6 +27,7 @@ class SlackEvent(StrEnum):
     INVESTIGATION = "investigation"  # an investigation finished
     RESOLVED = "resolved"  # the incident resolved
     SWEEP = "sweep"  # the sweeper found the notice still owed and queued it again
+    ACTION = "action"  # someone clicked a button of the message (confirmed a cause, asked again)
 
 
 class InconclusiveReason(StrEnum):

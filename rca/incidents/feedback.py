@@ -34,9 +34,13 @@ def record(
     verdicts: list[dict[str, Any]],
     author: str,
     categories: Collection[str],
+    shown: int | None = None,
+    owe_slack: bool = False,
 ) -> FeedbackRow:
     """Store one verdict about the incident's latest finished investigation and refresh its digest.
-    `categories` are the taxonomy's ids, which the confirmed cause must be one of."""
+    `categories` are the taxonomy's ids, which the confirmed cause must be one of. `shown`: the
+    investigation the verdict was given on (a Slack message's); refused when a newer one superseded
+    it, since the verdict is recorded against the latest. `owe_slack`: the message shows it."""
     if category not in categories:
         raise FeedbackError(
             f"category {category!r} is not a taxonomy id; use one of {', '.join(categories)}",
@@ -52,6 +56,13 @@ def record(
         .order_by(InvestigationRow.id.desc())
         .limit(1)
     )
+    if shown is not None and investigation_id is not None and shown != investigation_id:
+        raise FeedbackError(
+            f"investigation {shown} was superseded by investigation {investigation_id}; "
+            "judge the newer one (the message now shows it)",
+            "investigation",
+            "superseded",
+        )
     ranks = (
         set(session.scalars(select(HypothesisRow.rank).where(HypothesisRow.investigation_id == investigation_id)))
         if investigation_id
@@ -72,5 +83,5 @@ def record(
         created_at=utcnow(),
     )
     session.add(row)
-    after_change(session, incident_id, owe_slack=False)
+    after_change(session, incident_id, owe_slack=owe_slack)
     return row

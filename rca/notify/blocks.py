@@ -24,6 +24,7 @@ from typing import Any
 
 from rca.domain.status import AlertStatus, Analyst
 from rca.domain.values import format_value
+from rca.notify import actions
 from rca.notify.escape import code, mrkdwn, single_line
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage
 
@@ -193,8 +194,31 @@ def fallback_text(message: IncidentMessage) -> str:
     return cut(text, MAX_FALLBACK_TEXT, "…")
 
 
-def render(message: IncidentMessage, note: str | None = None) -> Payload:
-    """The whole message: header, status, top causes, breached signals, who/cost, links."""
+def _verdicts(message: IncidentMessage) -> list[Block]:
+    """Who confirmed which cause, and who asked for the investigation running now."""
+    said = []
+    if (c := message.confirmed) is not None:
+        said.append(_context(f":white_check_mark: Confirmed by {mrkdwn(single_line(c.author))}: {code(c.cause)}"))
+    if message.asked_by is not None:
+        said.append(
+            _context(f":arrows_counterclockwise: Re-investigating, asked by {mrkdwn(single_line(message.asked_by))}")
+        )
+    return said
+
+
+def _buttons(message: IncidentMessage) -> Block:
+    """Confirm the top cause, pick another, investigate again (rca/notify/actions.py)."""
+    ranked = message.hypotheses and not _blind(message) and not message.failure
+    top = message.hypotheses[0].category if ranked else None
+    if message.fleet is not None:  # a fleet's cause to confirm is the one its hosts share, if they do
+        top = message.fleet.fleet_wide
+    elements = actions.elements(message.incident_id, message.investigation_id, top, message.causes)
+    return {"type": "actions", "block_id": actions.BLOCK_ID, "elements": elements}
+
+
+def render(message: IncidentMessage, note: str | None = None, buttons: bool = False) -> Payload:
+    """The whole message: header, status, who confirmed or asked, top causes, breached signals,
+    who/cost, the buttons (`buttons`: a bot's message, which Slack can click back to us), links."""
     status = [f"*Incident #{message.incident_id}* · {mrkdwn(message.status)}"]
     if message.severity:
         status.append(f"severity {code(message.severity)}")
@@ -203,6 +227,7 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
     ]
     if note:
         head.append(_context(note))
+    head += _verdicts(message)
     if message.failure:  # first: there is no answer below, only the alert
         failure = cut(mrkdwn(single_line(message.failure)), MAX_GAP)
         head.append(_section(f":x: *The investigation failed; no cause was ranked.* {failure}"))
@@ -223,6 +248,8 @@ def render(message: IncidentMessage, note: str | None = None) -> Payload:
     if gap is not None and not gap.blind:
         body.append(_context(f":grey_question: {cut(mrkdwn(single_line(gap.text)), MAX_GAP)}"))
     tail = [_context(_cost(message))]
+    if buttons:
+        tail.append(_buttons(message))
     if (links := _links(message)) is not None:
         tail.append(links)
     room = MAX_BLOCKS - len(head) - len(tail)

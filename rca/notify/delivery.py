@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.web import WebClient
-from slack_sdk.webhook import WebhookClient
+from slack_sdk.webhook import WebhookClient, WebhookResponse
 
 from rca.config import Settings
 
@@ -145,6 +145,14 @@ def _network_failure(exc: BaseException) -> SendResult:
     return SendResult(ok=False, error=f"network error ({detail})", retryable=True, timed_out=timed_out, refused=refused)
 
 
+def _webhook_result(response: WebhookResponse) -> SendResult:
+    """A webhook's (or a response_url's) answer: 200, or an HTTP error with a short string body."""
+    if response.status_code == 200:
+        return SendResult(ok=True, http_status=200)
+    body = (response.body or "").strip()
+    return _http_failure(response.status_code, body.splitlines()[0] if body else None, response.headers)
+
+
 @dataclass(frozen=True)
 class Lookup:
     """A search of a channel or thread for the message that carries one of our keys: `result` is
@@ -189,10 +197,7 @@ class WebhookSender:
             )
         except NETWORK_ERRORS as exc:
             return _network_failure(exc)
-        if response.status_code == 200:
-            return SendResult(ok=True, http_status=200)
-        body = (response.body or "").strip()
-        return _http_failure(response.status_code, body.splitlines()[0] if body else None, response.headers)
+        return _webhook_result(response)
 
     def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult:
         raise NotImplementedError("an incoming webhook cannot edit a message")
@@ -288,6 +293,19 @@ class BotSender:
 
     def update(self, channel: str, ts: str, payload: dict[str, Any]) -> SendResult:
         return self._call("chat_update", channel=channel, ts=ts, text=payload["text"], blocks=payload["blocks"])
+
+
+def respond(response_url: str, text: str, timeout: float) -> SendResult:
+    """An ephemeral answer, seen only by who clicked, posted to the click's `response_url`
+    (https://docs.slack.dev/interactivity/handling-user-interaction#message_responses): JSON with
+    `response_type: ephemeral` and `replace_original: false`, so the incident's message stays."""
+    # slack_sdk annotates `timeout` as int, but only hands it to urllib, which takes float seconds.
+    client = WebhookClient(response_url, timeout=timeout, retry_handlers=[], logger=SDK_LOG)  # type: ignore[arg-type]
+    try:
+        response = client.send(text=text, response_type="ephemeral", replace_original=False)
+    except NETWORK_ERRORS as exc:
+        return _network_failure(exc)
+    return _webhook_result(response)
 
 
 def make_sender(settings: Settings) -> Sender | None:

@@ -61,9 +61,25 @@ class IncidentMessage:
     precedent: Precedent | None = None  # the past incident most like this one ("Last time")
     precedent_url: str | None = None
     failure: str | None = None  # why the investigation failed, when it did (there is no answer then)
+    investigation_id: int | None = None  # the investigation shown, which the buttons' values name
+    causes: list[str] = field(default_factory=list)  # the taxonomy's causes, for "Pick another cause"
+    confirmed: Confirmed | None = None  # the incident's newest feedback
+    asked_by: str | None = None  # who asked for the investigation queued or running now, if anyone did
     # A fleet incident's latest round, its hosts grouped by cause (rca.domain.fleet): shown instead
     # of one host's causes and breached signals, which are then empty.
     fleet: FleetSummary | None = None
+
+    @property
+    def verdicts(self) -> str:
+        """What people said and asked, as the message shows it: part of what an update must change."""
+        said = f"confirmed:{self.confirmed.author}:{self.confirmed.cause}" if self.confirmed else ""
+        return f"{said}|asked:{self.asked_by}" if self.asked_by else said
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    author: str
+    cause: str
 
 
 def _why(title: str, explanation: str) -> str:
@@ -140,6 +156,7 @@ def from_incident(
         precedent=precedent,
         precedent_url=f"{public_url}/incidents/{precedent.incident_id}" if precedent and public_url else None,
         failure=(investigation.error or "unknown error") if failed else None,
+        investigation_id=investigation.id,
     )
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -39,16 +39,25 @@ from sqlalchemy.orm import Session, selectinload
 
 from rca import metrics
 from rca.config import Settings
+from rca.diagnosis.ranking import taxonomy
 from rca.domain import early_warning
 from rca.domain.clock import utcnow
 from rca.domain.retry import Backoff
 from rca.domain.status import AlertStatus, DeliveryStatus, InvestigationStatus
 from rca.incidents import notices
+from rca.incidents.queue import ACTIVE
 from rca.notify import blocks, once
 from rca.notify.delivery import Sender, SendResult, make_sender
-from rca.notify.message import IncidentMessage, change_key_of, fleet_change_key, from_incident, incident_labels
+from rca.notify.message import (
+    Confirmed,
+    IncidentMessage,
+    change_key_of,
+    fleet_change_key,
+    from_incident,
+    incident_labels,
+)
 from rca.notify.routing import route
-from rca.store import rounds, similar
+from rca.store import feedback, rounds, similar
 from rca.store.db import session_scope
 from rca.store.investigations import FINISHED
 from rca.store.models import IncidentRow, InvestigationRow, SlackAttemptRow, SlackDeliveryRow
@@ -116,9 +125,25 @@ def _latest_finished(session: Session, incident_id: int) -> InvestigationRow | N
     )
 
 
-def _main_fingerprint(evidence: str, status: str) -> str:
-    """What the main message shows: the evidence and whether the incident is still firing."""
-    return hashlib.sha256(f"{evidence}:{status}".encode()).hexdigest()
+def _main_fingerprint(evidence: str, status: str, verdicts: str) -> str:
+    """What the main message shows: the evidence, whether the incident is still firing, and who
+    confirmed a cause or asked for an investigation (a message without any keeps its old key)."""
+    shown = f"{evidence}:{status}:{verdicts}" if verdicts else f"{evidence}:{status}"
+    return hashlib.sha256(shown.encode()).hexdigest()
+
+
+def _said(session: Session, incident_id: int, message: IncidentMessage) -> IncidentMessage:
+    """The message with what people said about the incident: its newest feedback, who asked for
+    the investigation queued or running now, and the causes one may pick (the buttons')."""
+    said = feedback.history(session, incident_id)
+    asked_by = session.scalar(
+        select(InvestigationRow.requested_by)
+        .where(InvestigationRow.incident_id == incident_id, InvestigationRow.status.in_(ACTIVE))
+        .order_by(InvestigationRow.id.desc())
+        .limit(1)
+    )
+    confirmed = Confirmed(said[-1].author, said[-1].category) if said else None
+    return replace(message, confirmed=confirmed, asked_by=asked_by, causes=list(taxonomy()))
 
 
 def _plan(
@@ -131,7 +156,7 @@ def _plan(
     resolved_at: datetime | None,
 ) -> list[Step]:
     """The calls still owed to Slack for this incident, derived from what the row says was sent."""
-    main = _main_fingerprint(evidence, message.status)
+    main = _main_fingerprint(evidence, message.status, message.verdicts)
     resolved = message.status == AlertStatus.RESOLVED and delivery.resolved_notified_at is None
 
     def posted(row: SlackDeliveryRow, result: SendResult) -> None:
@@ -165,12 +190,14 @@ def _plan(
             steps.append(Step("post", lambda _key: sender.post(None, resolved_payload), replied_resolved))
         return steps
     if delivery.ts is None or delivery.channel is None:
-        first = blocks.render(message)
+        first = blocks.render(message, buttons=True)
         return [Step("post", lambda key: sender.post(channel, first, key=key), posted, channel=channel or "")]
     ts, where = delivery.ts, delivery.channel
     steps = []
     if delivery.fingerprint != main:
-        steps.append(Step("update", lambda _key: sender.update(where, ts, blocks.render(message)), updated))
+        steps.append(
+            Step("update", lambda _key: sender.update(where, ts, blocks.render(message, buttons=True)), updated)
+        )
     if delivery.thread_fingerprint != evidence:
         reply = blocks.change_reply(message, investigation_id)
         steps.append(
@@ -262,12 +289,13 @@ def _bring_up_to_date(
     def plan(message: IncidentMessage) -> list[Step]:
         return _plan(delivery, sender, message, investigation.id, evidence, channel, incident.resolved_at)
 
-    if not plan(from_incident(incident, investigation, settings.public_url, fleet=fleet)):
+    if not plan(_said(session, incident_id, from_incident(incident, investigation, settings.public_url, fleet=fleet))):
         return Outcome("unchanged", detail="Slack already shows this evidence")
     # Only a message that will be sent needs the past incident most like this one (a search).
     signature = similar.signature(session, incident_id)
     last = similar.precedents(session, signature, limit=1) if signature else []
-    steps = plan(from_incident(incident, investigation, settings.public_url, last[0] if last else None, fleet))
+    message = from_incident(incident, investigation, settings.public_url, last[0] if last else None, fleet)
+    steps = plan(_said(session, incident_id, message))
     for step in steps:
         send = None
         if step.keyed:

@@ -151,6 +151,7 @@ SECRET_VALUES = {
         lambda s: s.slack_webhook_url.get_secret_value(),
     ),
     "slack_bot_token": ("xoxb-s3cret", lambda s: s.slack_bot_token.get_secret_value()),
+    "slack_signing_secret": ("8f742231b10e8888abcd99yyyzzz85a5", lambda s: s.slack_signing_secret.get_secret_value()),
     "traces_headers": (
         '{"Authorization": "Bearer s3cret"}',
         lambda s: json.dumps({k: v.get_secret_value() for k, v in s.traces_headers.items()}),

@@ -25,6 +25,10 @@ message carries `metadata` only when `include_all_metadata` is set. Both need th
 Incoming webhook (`POST /services/T.../B.../secret`): 200 with the plain-text body `ok`;
 `invalid_payload` 400, `no_service` 404, plain-text error bodies.
   https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks
+A click's `response_url` (`POST /actions/T.../.../secret`, JSON): `response_type`
+`ephemeral` or `in_channel`, `replace_original`/`delete_original` booleans, and text or blocks;
+200 with `{"ok": true}`, or `{"ok": false, "error": "..."}` (an unknown URL: 404 `expired_url`).
+  https://docs.slack.dev/interactivity/handling-user-interaction#message_responses
 Rate limits: HTTP 429 with `Retry-After: <seconds>`.
   https://docs.slack.dev/apis/web-api/rate-limits
 Block Kit limits: 50 blocks a message, header plain_text 150, section text 3,000, section fields
@@ -50,6 +54,7 @@ from tests.helpers.loopback import LoopbackServer
 
 TOKEN = "xoxb-fake-secret-token-0123456789"
 WEBHOOK_PATH = "/services/T0000TEST/B0000TEST/fakeWebhookSecretXyz"
+RESPONSE_PATH = "/actions/T0000TEST/1234567890/fakeResponseSecretXyz"
 TEXT_OBJECT_TYPES = ("plain_text", "mrkdwn")
 BOT_SCOPES = frozenset({"chat:write", "channels:history"})
 READ_METHODS = ("conversations.history", "conversations.replies")
@@ -64,6 +69,32 @@ def _text_problems(where: str, obj: Any, limit: int, kinds: tuple[str, ...] = TE
     if len(obj["text"]) > limit:
         return [f"{where}: {len(obj['text'])} characters, more than {limit}"]
     return []
+
+
+def _element_problems(where: str, item: dict[str, Any]) -> list[str]:
+    """A button (text 75, url 3,000, value 2,000) or a static_select (placeholder 150, 1 to 100
+    options of text 75 and value 150); action_id at most 255."""
+    problems = [] if len(item.get("action_id", "")) <= 255 else [f"{where}.action_id longer than 255"]
+    if item.get("type") == "static_select":
+        problems += _text_problems(f"{where}.placeholder", item.get("placeholder"), 150, ("plain_text",))
+        options = item.get("options") or []
+        if not 1 <= len(options) <= 100:
+            problems.append(f"{where}.options: {len(options)} (1 to 100)")
+        for k, option in enumerate(options):
+            problems += _text_problems(f"{where}.options[{k}].text", option.get("text"), 75, ("plain_text",))
+            if not 1 <= len(option.get("value", "")) <= 150:
+                problems.append(f"{where}.options[{k}].value: 1 to 150 characters")
+        return problems
+    if item.get("type") != "button":
+        return problems + [f"{where}: unexpected element type {item.get('type')!r}"]
+    problems += _text_problems(f"{where}.text", item.get("text"), 75, ("plain_text",))
+    if len(item.get("url", "")) > 3000:
+        problems.append(f"{where}.url longer than 3,000")
+    if len(item.get("value", "")) > 2000:
+        problems.append(f"{where}.value longer than 2,000")
+    if item.get("style") not in (None, "primary", "danger"):
+        problems.append(f"{where}.style: {item['style']!r} (primary or danger)")
+    return problems
 
 
 def block_kit_problems(payload: dict[str, Any]) -> list[str]:
@@ -104,9 +135,7 @@ def block_kit_problems(payload: dict[str, Any]) -> list[str]:
             if not 1 <= len(elements) <= 25:
                 problems.append(f"{where}.elements: {len(elements)} (1 to 25)")
             for j, item in enumerate(elements):
-                problems += _text_problems(f"{where}.elements[{j}].text", item.get("text"), 75, ("plain_text",))
-                if len(item.get("url", "")) > 3000:
-                    problems.append(f"{where}.elements[{j}].url longer than 3,000")
+                problems += _element_problems(f"{where}.elements[{j}]", item)
         elif kind != "divider":
             problems.append(f"{where}: unexpected block type {kind!r}")
     return problems
@@ -184,6 +213,7 @@ class FakeSlack(LoopbackServer):
         super().__init__(Handler, name="fake-slack")
         self.api_url = f"{self.base}/api/"
         self.webhook_url = f"{self.base}{WEBHOOK_PATH}"
+        self.response_url = f"{self.base}{RESPONSE_PATH}"
 
     def reset(self) -> None:
         """Forget what was received, for the next test on a server shared by a module."""
@@ -222,6 +252,10 @@ class FakeSlack(LoopbackServer):
     def webhook_posts(self) -> list[Received]:
         return self.calls(WEBHOOK_PATH)
 
+    def responses(self) -> list[Received]:
+        """What was said at a click's response_url."""
+        return self.calls(RESPONSE_PATH)
+
     def reads(self) -> list[Received]:
         """conversations.history and conversations.replies calls, answered or not."""
         return [r for r in self.received if r.path.removeprefix("/api/") in READ_METHODS]
@@ -251,6 +285,8 @@ class FakeSlack(LoopbackServer):
                 if api
                 else (400, plain, "invalid_payload", {})
             )
+        if path == RESPONSE_PATH or path.startswith("/actions/"):
+            return self._respond(path, payload)
         problems = [] if path.removeprefix("/api/") in READ_METHODS else block_kit_problems(payload)
         if problems:
             self.problems += problems
@@ -286,6 +322,21 @@ class FakeSlack(LoopbackServer):
             with self._lock:
                 result = handlers[method](payload)
         return 200, jsonh, json.dumps(result), payload
+
+    def _respond(self, path: str, payload: dict[str, Any]) -> tuple[int, dict[str, str], str, dict]:
+        jsonh = {"Content-Type": "application/json; charset=utf-8"}
+        if path != RESPONSE_PATH:
+            return 404, jsonh, json.dumps({"ok": False, "error": "expired_url"}), payload
+        problems = block_kit_problems(payload)
+        if payload.get("response_type") not in (None, "ephemeral", "in_channel"):
+            problems.append(f"response_type {payload.get('response_type')!r}")
+        for flag in ("replace_original", "delete_original"):
+            if flag in payload and not isinstance(payload[flag], bool):
+                problems.append(f"{flag} is not a boolean")
+        if problems:
+            self.problems += problems
+            return 200, jsonh, json.dumps({"ok": False, "error": "invalid_blocks"}), payload
+        return 200, jsonh, json.dumps({"ok": True}), payload
 
     @staticmethod
     def _parse(headers: dict[str, str], body: bytes) -> dict[str, Any] | None:
