@@ -25,6 +25,7 @@ from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
 from rca.domain.coverage import NO_PROMETHEUS, DataGap, data_gap
 from rca.domain.evidence import Hypothesis
+from rca.domain.hosts import alert_host
 from rca.domain.result import InvestigationResult, change_key
 from rca.domain.series import EvidenceSeries
 from rca.domain.status import Analyst
@@ -89,19 +90,34 @@ class Analysis:
         )
 
 
-def target_of(claim: investigations.Claim, config: ScopeConfig) -> Target:
-    """The target a claimed investigation looks at, from its firing alerts."""
-    return target_from_alerts(claim.alert_labels, claim.alert_starts, config)
-
-
-def alerts_of(claim: investigations.Claim) -> list[AlertText]:
-    """A claimed investigation's firing alerts as they arrived, for the LLM to read."""
+def _mine(claim: investigations.Claim, config: ScopeConfig) -> list[int]:
+    """Which of the claim's alerts the investigation looks at: all, or a fleet incident's one host's
+    (the claim's `host`, named by the config's host labels as the target reads them)."""
     return [
-        AlertText(labels, annotations, start)
-        for labels, annotations, start in zip(
-            claim.alert_labels, claim.alert_annotations, claim.alert_starts, strict=True
-        )
+        i
+        for i, labels in enumerate(claim.alert_labels)
+        if claim.host is None or alert_host(labels, config.host_labels) == claim.host
     ]
+
+
+def alerts_of(claim: investigations.Claim, config: ScopeConfig) -> list[AlertText]:
+    """A claimed investigation's firing alerts as they arrived (its host's), for the LLM to read."""
+    return [
+        AlertText(claim.alert_labels[i], claim.alert_annotations[i], claim.alert_starts[i])
+        for i in _mine(claim, config)
+    ]
+
+
+def target_of(claim: investigations.Claim, config: ScopeConfig) -> Target:
+    """The target a claimed investigation looks at, from its firing alerts; a fleet incident's
+    host from its own alerts alone and the scope labels they agree on, so that each host gets the
+    evidence and ranking a single-host incident gets."""
+    mine = _mine(claim, config)
+    if mine:
+        return target_from_alerts([claim.alert_labels[i] for i in mine], [claim.alert_starts[i] for i in mine], config)
+    # The host's alerts stopped firing since its round was queued: the host by name alone.
+    host = claim.host
+    return Target(host=host, labels={}, alert_start=min(claim.alert_starts), hosts=[host] if host else [])
 
 
 History = Callable[[list[Finding], list[Hypothesis], str | None], list[dict[str, Any]]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,9 @@ from sqlalchemy import create_engine, pool, text
 from rca.analyst import client as llm_client
 from rca.analyst.explain import NOT_CONFIGURED
 from rca.api.app import create_app
+from rca.config import ScopeConfig
+from rca.pipeline import alerts_of, target_of
+from rca.store import investigations
 from tests.e2e.promstack import free_port
 from tests.fakes.llm import Answer, FakeLLM, answer_json, completion, error, hypothesis
 from tests.fakes.prometheus import StubPrometheus
@@ -297,3 +301,35 @@ def test_a_database_that_refuses_the_llm_answer_gets_the_rules_answer_instead(
     assert inv["fallback_reason"].startswith("the database refused the LLM's answer: CheckViolation")
     assert inv["hypotheses"] and all(h["analyst"] == "rules" for h in inv["hypotheses"])
     assert inv["llm_model"] == "fake-model" and inv["prompt_tokens"] > 0 and inv["llm_exchange"] == []
+
+
+# ---- a fleet incident's host: its own alerts only ----
+
+
+def fleet_claim(host: str | None) -> investigations.Claim:
+    """A claim of an incident whose group spans three hosts, gpu-node-1 with two alerts (the most
+    common host), each host's engine in its own pod."""
+    starts = [datetime(2026, 1, 1, 12, n, tzinfo=UTC) for n in range(4)]
+    labels = [
+        {"alertname": "QueueHigh", "instance": f"gpu-node-{n}:8000", "pod": f"vllm-{n}", "model_name": "llama"}
+        for n in (1, 1, 2, 3)
+    ]
+    labels[1] = labels[1] | {"alertname": "TTFTHigh"}
+    return investigations.Claim(1, 1, starts[0], labels, starts, [{"summary": str(n)} for n in range(4)], host)
+
+
+def test_a_fleet_hosts_investigation_looks_at_that_host_with_its_own_alerts_scope() -> None:
+    config = ScopeConfig()
+    target = target_of(fleet_claim("gpu-node-2"), config)
+    assert (target.host, target.hosts, target.instance) == ("gpu-node-2", ["gpu-node-2"], "gpu-node-2:8000")
+    assert target.labels == {"pod": "vllm-2", "model_name": "llama"}  # its pod: the others' are not mixed in
+    assert target.alert_start == datetime(2026, 1, 1, 12, 2, tzinfo=UTC)
+    assert [alert.annotations for alert in alerts_of(fleet_claim("gpu-node-2"), config)] == [{"summary": "2"}]
+    # the whole incident as one target, as before: the most common host, no pod
+    whole = target_of(fleet_claim(None), config)
+    assert whole.host == "gpu-node-1" and "pod" not in whole.labels and len(alerts_of(fleet_claim(None), config)) == 4
+
+
+def test_a_host_whose_alerts_stopped_firing_is_still_looked_at_by_name() -> None:
+    target = target_of(fleet_claim("gpu-node-9"), ScopeConfig())
+    assert (target.host, target.hosts, target.labels) == ("gpu-node-9", ["gpu-node-9"], {})

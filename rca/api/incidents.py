@@ -21,6 +21,7 @@ from rca.api.schemas import (
     EvidenceSeriesOut,
     FeedbackIn,
     FeedbackOut,
+    FleetOut,
     IncidentOut,
     IncidentPage,
     IncidentSummary,
@@ -38,7 +39,8 @@ from rca.domain.status import SlackEvent
 from rca.incidents import feedback as incident_feedback
 from rca.incidents import notices as incident_notices
 from rca.incidents.queue import investigate_again
-from rca.jobs.dispatch import Dispatcher
+from rca.intake.service import fleet_of
+from rca.jobs.dispatch import Dispatcher, enqueue_all
 from rca.queries import incidents as incident_queries
 from rca.queries.errors import QueryError
 from rca.queries.incidents import TOTAL_CAP
@@ -48,6 +50,7 @@ from rca.store import incidents as incident_store
 from rca.store import similar as similar_store
 from rca.store.db import session_scope
 from rca.store.models import FeedbackRow, IncidentRow
+from rca.store.rounds import latest_round
 
 router = APIRouter(
     route_class=StrictJSONRoute,  # feedback's body: NaN, 1e999, deep nesting, bad UTF-8 are 422s at their field
@@ -139,6 +142,7 @@ def incident_out(incident: IncidentRow) -> IncidentOut:
         alerts=[AlertOut.model_validate(a) for a in incident.alerts],
         investigations=investigations,
         investigation=investigations[-1] if investigations else None,
+        fleet=FleetOut.of(fleet) if (fleet := latest_round(incident.investigations)) else None,
         slack=SlackDeliveryOut.model_validate(incident.slack_delivery) if incident.slack_delivery else None,
     )
 
@@ -315,17 +319,18 @@ def list_feedback(session: DatabaseSession, incident_id: IncidentId) -> list[Fee
 def request_investigation(
     settings: Settings, dispatcher: Dispatcher, incident_id: int, requested_by: str, slack: bool = False
 ) -> InvestigationRequestedOut | None:
-    """Queue an investigation of the incident now, in a transaction of its own, and hand a new one to
-    the dispatcher once it is committed (as intake does); None when there is no such incident. A
-    failed enqueue leaves it queued for the sweeper. `slack`: asked from the Slack message, which
-    then says who asked (a notice owed, and queued after the commit)."""
+    """Queue an investigation of the incident now (a fleet incident's whole round again, one per
+    host), in a transaction of its own, and hand the new ones to the dispatcher once committed (as
+    intake does); None when there is no such incident. A failed enqueue leaves it queued for the
+    sweeper. `slack`: asked from the Slack message, which then says who asked (a notice owed, and
+    queued after the commit)."""
     with session_scope(settings.effective_database_url) as session:
-        requested = investigate_again(session, incident_id, requested_by=requested_by)
+        requested = investigate_again(session, incident_id, requested_by=requested_by, fleet=fleet_of(settings))
         if requested is not None and requested.created and slack:
             incident_notices.owe(session, incident_id)
     if requested is None:
         return None
-    enqueued = requested.created and dispatcher.enqueue(requested.investigation_id)
+    enqueued = enqueue_all(dispatcher, requested.ids)
     if requested.created and slack:
         dispatcher.notify(incident_id, SlackEvent.ACTION)
     return InvestigationRequestedOut(

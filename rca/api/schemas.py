@@ -15,6 +15,7 @@ from rca.domain.evidence import Finding, Hypothesis, onset_order
 from rca.domain.status import InvestigationStatus
 from rca.queries.incidents import TOTAL_CAP, Page
 from rca.store.incidents import Hit
+from rca.store.rounds import FleetRound
 
 
 # The bases below are computed (rca.api.derive.model_of), which mypy cannot follow: hence `misc`.
@@ -57,6 +58,18 @@ class InvestigationOut(BaseModel):
         None,
         description="what a finished investigation could not see, in a sentence: why it could not investigate, "
         "or which signals had no data and were not checked; null when it saw every signal the stack exports",
+    )
+    host: str | None = Field(
+        None,
+        description="the host this investigation is about, when the incident's alerts name several (one "
+        "investigation per host, queued together as a round); null: the incident investigated as one target",
+    )
+    round_id: int | None = Field(
+        None, description="the round it was queued in with the incident's other hosts (its first investigation's id)"
+    )
+    round_skipped: int | None = Field(
+        None,
+        description="hosts the alerts named beyond RCA_FLEET_MAX_HOSTS when the round was queued, not investigated",
     )
     attempts: int
     queued_at: datetime
@@ -213,6 +226,51 @@ class SlackDeliveryOut(BaseModel):
     attempts: list[SlackAttemptOut]
 
 
+class FleetHostOut(BaseModel):
+    host: str
+    confidence: float
+
+
+class FleetCauseOut(BaseModel):
+    category: str
+    hosts: list[FleetHostOut] = Field(description="the hosts whose first cause this is, by name, with its confidence")
+
+
+class FleetOut(BaseModel):
+    """A fleet incident's latest round: its hosts grouped by their first cause (rca.domain.fleet)."""
+
+    round_id: int
+    fleet_wide: str | None = Field(
+        description="the cause every host investigated finished with first (two hosts or more); null when they differ, "
+        "or some host has no answer yet"
+    )
+    causes: list[FleetCauseOut] = Field(description="most hosts first")
+    inconclusive: list[str] = Field(description="hosts whose investigation could read no evidence")
+    failed: list[str]
+    unfinished: list[str] = Field(description="hosts whose investigation is queued or running still")
+    skipped: int = Field(description="hosts the alerts named beyond RCA_FLEET_MAX_HOSTS, not investigated")
+    summary: list[str] = Field(description="the same in a few lines of words, as Slack shows them")
+
+    @classmethod
+    def of(cls, fleet: FleetRound) -> FleetOut:
+        summary = fleet.summary
+        return cls(
+            round_id=fleet.round_id,
+            fleet_wide=summary.fleet_wide,
+            causes=[
+                FleetCauseOut(
+                    category=group.category, hosts=[FleetHostOut(host=h, confidence=c) for h, c in group.hosts]
+                )
+                for group in summary.causes
+            ],
+            inconclusive=summary.inconclusive,
+            failed=summary.failed,
+            unfinished=summary.unfinished,
+            skipped=summary.skipped,
+            summary=summary.lines(),
+        )
+
+
 class IncidentOut(BaseModel):
     id: int
     group_key: str
@@ -236,6 +294,11 @@ class IncidentOut(BaseModel):
     alerts: list[AlertOut]
     investigations: list[InvestigationOut]
     investigation: InvestigationOut | None  # the latest
+    fleet: FleetOut | None = Field(
+        None,
+        description="when the incident's alerts name several hosts: its latest round, one investigation per host "
+        "(`investigations` holds each, with its `host`), the hosts grouped by their first cause; null otherwise",
+    )
     slack: SlackDeliveryOut | None = None
 
 
@@ -276,13 +339,16 @@ class InvestigationRequestedOut(BaseModel):
     """The answer to `POST /api/v1/incidents/{id}/investigations`."""
 
     incident_id: int
-    investigation_id: int = Field(description="the investigation that answers the request: follow it in the incident")
+    investigation_id: int = Field(
+        description="the investigation that answers the request: follow it in the incident (a fleet incident's "
+        "round, one per host, is queued whole: this is its first, the others share its `round_id`)"
+    )
     status: str = Field(description="queued, or running when one already running answered")
     created: bool = Field(description="true: queued now (202); false: one queued or running already answered (200)")
     requested_by: str | None = Field(description="who asked for it, when it is one someone asked for")
     enqueued: bool = Field(
-        description="whether a new one reached the queue; false with created: the broker refused it, and the "
-        "sweeper enqueues it once it has waited RCA_SWEEP_AFTER_SECONDS"
+        description="whether the new ones reached the queue (hosts that joined a waiting round included); false "
+        "with created: the broker refused one, and the sweeper enqueues it once it has waited RCA_SWEEP_AFTER_SECONDS"
     )
 
 

@@ -39,12 +39,13 @@ from rca.api.batch import Batcher
 from rca.api.database import refusal
 from rca.api.errors import VALIDATION_ERROR, from_pydantic, unprocessable
 from rca.api.schemas import AcceptedOut, ErrorOut
-from rca.config import ScopeConfig, Settings
+from rca.config import Settings
+from rca.domain.hosts import Fleet
 from rca.domain.status import SlackEvent
 from rca.intake.limits import IntakeLimits
 from rca.intake.schema import WebhookPayload
-from rca.intake.service import IntakeResult, Notice, record_notification, record_notifications
-from rca.jobs.dispatch import Dispatcher
+from rca.intake.service import IntakeResult, Notice, fleet_of, record_notification, record_notifications
+from rca.jobs.dispatch import Dispatcher, enqueue_all
 from rca.store.db import session_scope
 from rca.store.errors import unreachable
 
@@ -95,12 +96,12 @@ class Stored:
     enqueued: bool
 
 
-def _store(url: str, notice: Notice, owe_slack: bool, scope: ScopeConfig) -> IntakeResult:
+def _store(url: str, notice: Notice, owe_slack: bool, fleet: Fleet) -> IntakeResult:
     """One notification in a transaction of its own."""
     for attempt in (1, 2):
         try:
             with session_scope(url) as session:
-                return record_notification(session, notice.payload, notice.raw, owe_slack=owe_slack, scope=scope)
+                return record_notification(session, notice.payload, notice.raw, owe_slack=owe_slack, fleet=fleet)
         except IntegrityError:
             # Two notifications of a new group raced; the loser now finds the winner's incident.
             if attempt == 2:
@@ -108,40 +109,38 @@ def _store(url: str, notice: Notice, owe_slack: bool, scope: ScopeConfig) -> Int
     raise AssertionError("unreachable")
 
 
-def _alone(url: str, notice: Notice, owe_slack: bool, scope: ScopeConfig) -> IntakeResult | Exception:
+def _alone(url: str, notice: Notice, owe_slack: bool, fleet: Fleet) -> IntakeResult | Exception:
     try:
-        return _store(url, notice, owe_slack, scope)
+        return _store(url, notice, owe_slack, fleet)
     except Exception as exc:  # answered by the request it belongs to
         return exc
 
 
-def _record(
-    url: str, batch: Sequence[Notice], owe_slack: bool, scope: ScopeConfig
-) -> Sequence[IntakeResult | Exception]:
+def _record(url: str, batch: Sequence[Notice], owe_slack: bool, fleet: Fleet) -> Sequence[IntakeResult | Exception]:
     """The batch in one transaction; one by one if that fails for one notification's sake."""
     if len(batch) > 1:
         try:
             with session_scope(url) as session:
-                return record_notifications(session, batch, owe_slack=owe_slack, scope=scope)
+                return record_notifications(session, batch, owe_slack=owe_slack, fleet=fleet)
         except DBAPIError as exc:
             if unreachable(exc):
                 return [exc] * len(batch)
         except Exception:
             log.debug("a batch of %d notifications failed; storing them one by one", len(batch), exc_info=True)
-    return [_alone(url, notice, owe_slack, scope) for notice in batch]
+    return [_alone(url, notice, owe_slack, fleet) for notice in batch]
 
 
 def _store_batch(
-    url: str, owe_slack: bool, scope: ScopeConfig, dispatcher: Dispatcher, batch: Sequence[Notice]
+    url: str, owe_slack: bool, fleet: Fleet, dispatcher: Dispatcher, batch: Sequence[Notice]
 ) -> list[Stored | Exception]:
     """Commit the batch, then enqueue its investigations and resolve notices (in this thread: a
     second hand-off per request cost more than the enqueue)."""
     outcomes: list[Stored | Exception] = []
-    for result in _record(url, batch, owe_slack, scope):
+    for result in _record(url, batch, owe_slack, fleet):
         if isinstance(result, Exception):
             outcomes.append(result)
             continue
-        enqueued = result.investigation_id is not None and dispatcher.enqueue(result.investigation_id)
+        enqueued = enqueue_all(dispatcher, result.investigation_ids)
         if result.resolved_now and owe_slack:
             dispatcher.notify(result.incident_id, SlackEvent.RESOLVED)
         outcomes.append(Stored(result, enqueued))
@@ -150,9 +149,7 @@ def _store_batch(
 
 def make_batcher(settings: Settings, dispatcher: Dispatcher) -> Batcher[Notice, Stored]:
     """The process's batcher of notifications (made at start-up, with the dispatcher)."""
-    run = partial(
-        _store_batch, settings.effective_database_url, settings.slack_enabled, settings.file_config().target, dispatcher
-    )
+    run = partial(_store_batch, settings.effective_database_url, settings.slack_enabled, fleet_of(settings), dispatcher)
     return Batcher(
         run, STORE_BATCHES, BATCH_NOTIFICATIONS, BATCH_ALERTS, weight=lambda notice: len(notice.payload.alerts)
     )

@@ -29,7 +29,8 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
     """Queue a new investigation of a stored incident now, as `POST /api/v1/incidents/{id}/investigations`
     does: on RCA_BROKER_URL's queue, or, without a broker, for the running `rca serve` to sweep."""
     from rca.incidents.queue import investigate_again
-    from rca.jobs.dispatch import CeleryDispatcher
+    from rca.intake.service import fleet_of
+    from rca.jobs.dispatch import CeleryDispatcher, enqueue_all
     from rca.store.db import session_scope
 
     if not 1 <= args.incident_id <= 2**31 - 1:
@@ -39,11 +40,12 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
         fail("--by: give 1 to 128 characters")
     prepare_database(settings)
     with session_scope(settings.effective_database_url) as session:
-        requested = investigate_again(session, args.incident_id, requested_by=by)
+        requested = investigate_again(session, args.incident_id, requested_by=by, fleet=fleet_of(settings))
     if requested is None:
         fail(f"no incident {args.incident_id}", code=EXIT_FAILED)
-    which = f"investigation {requested.investigation_id} of incident {args.incident_id}"
-    if not requested.created:
+    hosts = f" and {len(requested.ids) - 1} more, one per host," if len(requested.ids) > 1 else ""
+    which = f"investigation {requested.investigation_id}{hosts} of incident {args.incident_id}"
+    if not requested.ids:
         print(f"{which} is already {requested.status}; no other queued")
         return
     if settings.embedded_queue:
@@ -52,7 +54,7 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
         return
     dispatcher = CeleryDispatcher(settings)
     try:
-        enqueued = dispatcher.enqueue(requested.investigation_id)
+        enqueued = enqueue_all(dispatcher, requested.ids)
     finally:
         dispatcher.close()
     where = "sent to RCA_BROKER_URL" if enqueued else "the broker refused it; the sweeper enqueues it"

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from rca.collect.profile import IdentitySpec
 from rca.collect.promql import promql_string
-from rca.collect.target import host_from_label, host_regex
+from rca.collect.target import host_regex
+from rca.domain.hosts import host_from_label
 
 MAX_HOPS = 3
 MAX_ALIASES = 16  # a label that is not really an identity must not pull in a whole fleet

@@ -17,23 +17,10 @@ from typing import Any
 
 from rca.collect.promql import promql_string
 from rca.config import ScopeConfig
+from rca.domain.hosts import IPV4, hosts_named
+from rca.domain.hosts import host_from_label as host_from_label  # where rca.scan reads it
 
-_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _HOST_CHARS = re.compile(r"^[A-Za-z0-9_.-]+$")
-_PORT = re.compile(r":\d+$")
-
-
-def host_from_label(value: str) -> str:
-    """`gpu-node-1.example.com:8000` -> `gpu-node-1`; `10.0.0.5:9100` -> `10.0.0.5`."""
-    value = value.strip()
-    if value.startswith("["):  # [ipv6]:port
-        return value[1:].split("]", 1)[0]
-    if value.count(":") > 1:  # bare IPv6: the last group is not a port
-        return value
-    value = _PORT.sub("", value)
-    if _IPV4.match(value):
-        return value
-    return value.split(".", 1)[0]
 
 
 def host_regex(host: str) -> str:
@@ -45,7 +32,7 @@ def host_regex(host: str) -> str:
     if not _HOST_CHARS.match(host):
         return re.escape(host).replace("\\", "\\\\")
     escaped = host.replace(".", "\\\\.")
-    if _IPV4.match(host):
+    if IPV4.match(host):
         return f"{escaped}(:[0-9]+)?"
     return f"{escaped}(\\\\.[^:]+)?(:[0-9]+)?"
 
@@ -91,7 +78,7 @@ def target_from_alerts(alerts: list[dict[str, str]], starts: list[datetime], con
     primary: Counter[str] = Counter()
     everyone: Counter[str] = Counter()
     for labels in alerts:
-        named = [host_from_label(labels[name]) for name in config.host_labels if labels.get(name)]
+        named = hosts_named(labels, config.host_labels)
         if named:
             primary[named[0]] += 1
         everyone.update(dict.fromkeys(named, 1))

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # How many ports from it the workers of one host share: each takes the first one no other holds.
     worker_metrics_ports: int = Field(default=8, ge=1, le=1024)
     lookback_minutes: int = Field(default=180, ge=10, le=7 * 24 * 60)
+    # An incident whose alerts name several hosts investigates each, at most this many
+    # (docs/architecture.md, "Fleet incidents").
+    fleet_max_hosts: int = Field(default=16, ge=1, le=256)
     max_points_per_series: int = Field(default=1100, ge=100, le=11000)
     min_step_seconds: int = Field(default=15, ge=1)
     query_concurrency: int = Field(default=8, ge=1, le=64)

@@ -33,10 +33,10 @@ from rca.config import ConfigError
 from rca.config.loader import read_yaml
 from rca.diagnosis.calibration import Calibration
 from rca.domain.evidence import Finding, Hypothesis, is_chronic
+from rca.domain.fleet import NO_CLEAR_CAUSE
 from rca.domain.status import MEASURED, FindingStatus
 
 TAXONOMY_FILE = Path(__file__).with_name("taxonomy.yaml")
-NO_CLEAR_CAUSE = "no_clear_cause"
 MAX_CONFIDENCE = 0.9
 UNCOVERED_FLOOR = 0.6  # the confidence factor of a cause none of whose evidence could be measured
 LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at least LEAD_MINUTES

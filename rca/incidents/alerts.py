@@ -25,10 +25,11 @@ from sqlalchemy.orm import Session
 
 from rca.domain.clock import utcnow
 from rca.domain.early_warning import ORIGIN
+from rca.domain.hosts import Fleet
 from rca.domain.status import AlertStatus
 from rca.incidents.locks import after_change, lock_groups, lock_incident
 from rca.incidents.opened import open_incidents
-from rca.incidents.queue import WAITING, queue, queue_new
+from rca.incidents.queue import WAITING, queue, queue_new, round_of
 from rca.incidents.status import resolve
 from rca.store import early_warnings
 from rca.store.models import AlertRow, Base, IncidentRow
@@ -104,8 +105,13 @@ class Notice:
 class IntakeResult:
     incident_id: int
     created: bool
-    investigation_id: int | None  # set when an investigation must be enqueued after commit
+    investigation_ids: tuple[int, ...] = ()  # the round to enqueue after commit (none queued: empty)
     resolved_now: bool = False  # this notification resolved the incident: tell Slack after commit
+
+    @property
+    def investigation_id(self) -> int | None:
+        """The round's first investigation (its `round_id` when it has several), None if none queued."""
+        return self.investigation_ids[0] if self.investigation_ids else None
 
 
 # What a notification's alerts name that an early warning may be about (the caller knows which
@@ -203,7 +209,7 @@ def _incident_columns(payload: NotificationIn, now: datetime) -> dict[str, Any]:
     }
 
 
-def _record_new_groups(session: Session, batch: Sequence[Notice]) -> list[IntakeResult]:
+def _record_new_groups(session: Session, batch: Sequence[Notice], fleet: Fleet | None) -> list[IntakeResult]:
     """Groups with no incident to join: their incidents with their alerts and search digests, their
     notifications, and an investigation for each that fires; each table gets one INSERT for the
     whole batch (rca.incidents.opened)."""
@@ -223,9 +229,11 @@ def _record_new_groups(session: Session, batch: Sequence[Notice]) -> list[Intake
             for i, n in zip(ids, batch, strict=True)
         ],
     )
-    firing = [i for i, c in zip(ids, columns, strict=True) if c["status"] == AlertStatus.FIRING]
-    investigations = dict(zip(firing, queue_new(session, firing, "new_incident"), strict=True))
-    return [IntakeResult(i, created=True, investigation_id=investigations.get(i)) for i in ids]
+    firing = [(i, group) for i, c, group in zip(ids, columns, alerts, strict=True) if c["status"] == AlertStatus.FIRING]
+    rounds = [round_of(fleet, [(alert["labels"], alert["status"]) for alert in group]) for _, group in firing]
+    queued = queue_new(session, [i for i, _ in firing], "new_incident", rounds)
+    investigations = dict(zip([i for i, _ in firing], queued, strict=True))
+    return [IntakeResult(i, created=True, investigation_ids=investigations.get(i, ())) for i in ids]
 
 
 def _incidents_of(session: Session, batch: Sequence[Notice], named: Naming) -> list[IncidentRow | None]:
@@ -247,17 +255,22 @@ def _incidents_of(session: Session, batch: Sequence[Notice], named: Naming) -> l
     return [found[key] for key in keys]
 
 
-def record(session: Session, batch: Sequence[Notice], *, owe_slack: bool, named: Naming) -> list[IntakeResult]:
+def record(
+    session: Session, batch: Sequence[Notice], *, owe_slack: bool, named: Naming, fleet: Fleet | None = None
+) -> list[IntakeResult]:
     """Store the notifications, as if one after another (see the module's docstring); one result
     each. With `owe_slack` (Slack is configured), a resolve notice is owed to Slack in this
-    transaction, so that the sweeper delivers it if its enqueue after the commit is lost."""
+    transaction, so that the sweeper delivers it if its enqueue after the commit is lost. With a
+    `fleet`, an incident whose alerts name several hosts queues one investigation per host."""
     first: dict[str, int] = {}  # each group's first notification in the batch
     for index, notice in enumerate(batch):
         first.setdefault(notice.payload.groupKey, index)
     heads = list(first.values())
     incidents = dict(zip(heads, _incidents_of(session, [batch[i] for i in heads], named), strict=True))
     new = [i for i in heads if incidents[i] is None]
-    results: dict[int, IntakeResult] = dict(zip(new, _record_new_groups(session, [batch[i] for i in new]), strict=True))
+    results: dict[int, IntakeResult] = dict(
+        zip(new, _record_new_groups(session, [batch[i] for i in new], fleet), strict=True)
+    )
     wanted: dict[int, set[str]] = {}
     for index, incident in incidents.items():
         if incident is not None:
@@ -267,10 +280,10 @@ def record(session: Session, batch: Sequence[Notice], *, owe_slack: bool, named:
     for index, notice in enumerate(batch):
         incident = incidents.get(index)
         if incident is not None:
-            results[index] = _fold(session, incident, notice, owe_slack, known[incident.id], notifications)
+            results[index] = _fold(session, incident, notice, owe_slack, known[incident.id], notifications, fleet)
         elif index not in results:  # a later notification of a group: it sees what the earlier ones stored
             _insert(session, notifications)
-            [results[index]] = record(session, [notice], owe_slack=owe_slack, named=named)
+            [results[index]] = record(session, [notice], owe_slack=owe_slack, named=named, fleet=fleet)
     _insert(session, notifications)
     return [results[index] for index in range(len(batch))]
 
@@ -289,6 +302,7 @@ def _fold(
     owe_slack: bool,
     alerts: dict[str, AlertRow],
     notifications: list[dict[str, Any]],
+    fleet: Fleet | None,
 ) -> IntakeResult:
     """Fold a notification into the incident its group (or its early warning) already has. `alerts`:
     the incident's stored alerts among the notification's; the notification's row is added to
@@ -307,13 +321,12 @@ def _fold(
     incident.notification_count += 1
     incident.updated_at = now
     resolved_now = payload.status == AlertStatus.RESOLVED and resolve(session, incident, now)
-    investigation_id = None
+    investigation_ids: tuple[int, ...] = ()
     if incident.status == AlertStatus.FIRING and newly_firing:
         session.flush()
-        queued = queue(session, incident.id, "new_alerts", unless=WAITING)
-        investigation_id = queued.investigation_id if queued.created else None
+        investigation_ids = queue(session, incident.id, "new_alerts", unless=WAITING, fleet=fleet).ids
     # A plain re-send changes nothing the digest is built from.
     after_change(session, incident.id, owe_slack=resolved_now and owe_slack, reindex=text_changed or resolved_now)
     return IntakeResult(
-        incident_id=incident.id, created=False, investigation_id=investigation_id, resolved_now=resolved_now
+        incident_id=incident.id, created=False, investigation_ids=investigation_ids, resolved_now=resolved_now
     )

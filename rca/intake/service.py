@@ -12,14 +12,20 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from rca.collect.target import host_from_label
-from rca.config import ScopeConfig
+from rca.config import ScopeConfig, Settings
+from rca.domain.hosts import Fleet, host_from_label
 from rca.incidents import alerts
 from rca.incidents.alerts import IntakeResult, Notice, NotificationIn
 from rca.store import early_warnings
 
 # What recording a notification answers, re-exported: the webhook reads them with the functions.
-__all__ = ["IntakeResult", "Notice", "record_notification", "record_notifications"]
+__all__ = ["IntakeResult", "Notice", "fleet_of", "record_notification", "record_notifications"]
+
+
+def fleet_of(settings: Settings) -> Fleet:
+    """How the settings split an incident into hosts: the config file's host labels, at most
+    RCA_FLEET_MAX_HOSTS of them investigated (rca.domain.hosts)."""
+    return Fleet(tuple(settings.file_config().target.host_labels), settings.fleet_max_hosts)
 
 
 def record_notifications(
@@ -27,11 +33,14 @@ def record_notifications(
     batch: Sequence[Notice],
     *,
     owe_slack: bool = False,
-    scope: ScopeConfig | None = None,
+    fleet: Fleet | None = None,
 ) -> list[IntakeResult]:
-    """Store the notifications, as if one after another (rca.incidents.alerts); one result each."""
-    names = (scope or ScopeConfig()).host_labels
-    return alerts.record(session, batch, owe_slack=owe_slack, named=lambda payload: _named(payload, names))
+    """Store the notifications, as if one after another (rca.incidents.alerts); one result each.
+    With a `fleet` (`fleet_of` the settings), an incident whose alerts name several hosts queues one
+    investigation per host; without, one investigation per incident, hosts named by the default
+    host labels."""
+    names = fleet.host_labels if fleet else ScopeConfig().host_labels
+    return alerts.record(session, batch, owe_slack=owe_slack, named=lambda payload: _named(payload, names), fleet=fleet)
 
 
 def record_notification(
@@ -40,13 +49,14 @@ def record_notification(
     raw: dict[str, Any],
     *,
     owe_slack: bool = False,
-    scope: ScopeConfig | None = None,
+    fleet: Fleet | None = None,
 ) -> IntakeResult:
     """Store the notification and its alerts; decide whether a new investigation is needed. With
     `owe_slack` (Slack is configured), a resolve notice is owed to Slack in this transaction, so
-    that the sweeper delivers it if its enqueue after the commit is lost. `scope`: the config
-    file's host labels, by which an alert joins the scan's warning for its host."""
-    [result] = record_notifications(session, [Notice(payload, raw)], owe_slack=owe_slack, scope=scope)
+    that the sweeper delivers it if its enqueue after the commit is lost. `fleet`: the config
+    file's host labels, by which an alert joins the scan's warning for its host and a fleet
+    incident is investigated host by host."""
+    [result] = record_notifications(session, [Notice(payload, raw)], owe_slack=owe_slack, fleet=fleet)
     return result
 
 

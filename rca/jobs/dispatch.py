@@ -9,6 +9,7 @@ accepted alert always reaches an investigation.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 from rca.config import Settings
@@ -63,3 +64,10 @@ class CeleryDispatcher:
 
 def create_dispatcher(settings: Settings) -> Dispatcher:
     return InlineDispatcher(settings) if settings.embedded_queue else CeleryDispatcher(settings)
+
+
+def enqueue_all(dispatcher: Dispatcher, investigation_ids: Sequence[int]) -> bool:
+    """Hand every investigation of a round to the dispatcher (each, even after one failed: the
+    sweep re-sends only those the broker lost); True when there were some and all went."""
+    sent = [dispatcher.enqueue(investigation_id) for investigation_id in investigation_ids]
+    return bool(sent) and all(sent)

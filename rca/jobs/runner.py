@@ -127,11 +127,12 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         )
     if claim is None:
         return SKIPPED
+    scope = settings.file_config().target
     cache = DatabaseAnswerCache(url, settings.llm_cache_seconds, exclude_investigation_id=investigation_id)
     analysis = pipeline.analyse(
         settings,
-        pipeline.target_of(claim, settings.file_config().target),
-        alerts=pipeline.alerts_of(claim),
+        pipeline.target_of(claim, scope),
+        alerts=pipeline.alerts_of(claim, scope),
         cache=cache,
         history=partial(_precedents, url, claim),
     )

@@ -168,10 +168,23 @@ def _blind(message: IncidentMessage) -> bool:
     return message.data_gap is not None and message.data_gap.blind
 
 
+def _fleet_section(message: IncidentMessage) -> list[Block]:
+    """A fleet incident's hosts by cause: a few lines whatever the fleet's size (each host's own
+    findings are in the incident)."""
+    if message.fleet is None:
+        return []
+    lines = [f"• {mrkdwn(single_line(line))}" for line in message.fleet.lines()]
+    if message.fleet.fleet_wide:
+        lines[0] = f"*{lines[0]}*"
+    return [_section("*Hosts by most likely cause*\n" + "\n".join(lines))]
+
+
 def fallback_text(message: IncidentMessage) -> str:
     """The plain `text` Slack shows in notifications and where blocks cannot be drawn."""
     top = message.hypotheses[0] if message.hypotheses else None
     cause = f": likely {top.category} ({top.confidence:.0%})" if top else ""
+    if message.fleet is not None and message.fleet.lines():
+        cause = f": {single_line(message.fleet.lines()[0])}"
     if message.data_gap is not None and message.data_gap.headline:
         cause = f": {message.data_gap.headline}"
     if message.failure:
@@ -197,6 +210,8 @@ def _buttons(message: IncidentMessage) -> Block:
     """Confirm the top cause, pick another, investigate again (rca/notify/actions.py)."""
     ranked = message.hypotheses and not _blind(message) and not message.failure
     top = message.hypotheses[0].category if ranked else None
+    if message.fleet is not None:  # a fleet's cause to confirm is the one its hosts share, if they do
+        top = message.fleet.fleet_wide
     elements = actions.elements(message.incident_id, message.investigation_id, top, message.causes)
     return {"type": "actions", "block_id": actions.BLOCK_ID, "elements": elements}
 
@@ -221,7 +236,9 @@ def render(message: IncidentMessage, note: str | None = None, buttons: bool = Fa
         head.append(_section(f":warning: *{cut(mrkdwn(single_line(gap.text)), MAX_GAP)}*"))
     summary = f"\n{cut(mrkdwn(single_line(message.summary)), MAX_SUMMARY)}" if message.summary else ""
     body = [_section(" · ".join(status) + summary)]
-    if not _blind(message):  # a ranking of nothing is not a judgement, nor an empty list of breaches
+    if message.fleet is not None:
+        body += _fleet_section(message)
+    elif not _blind(message):  # a ranking of nothing is not a judgement, nor an empty list of breaches
         if message.hypotheses:
             body.append(_section("*Most likely causes*"))
             body += [_hypothesis(i, h) for i, h in enumerate(message.hypotheses[:SHOWN_HYPOTHESES], start=1)]
@@ -246,9 +263,12 @@ def change_reply(message: IncidentMessage, investigation_id: int) -> Payload:
     """Thread reply when a re-investigation materially changed the evidence or the ranking."""
     top = ", ".join(code(h.category) for h in message.hypotheses[:SHOWN_HYPOTHESES]) or "none"
     breached = ", ".join(code(f.key) for f in message.breached) or "none"
+    now = f"Top causes now: {top}\nBreached: {breached}"
+    if message.fleet is not None:
+        now = "Hosts now: " + "; ".join(mrkdwn(single_line(line)) for line in message.fleet.lines())
     text = (
         f":arrows_counterclockwise: Re-investigation #{investigation_id} changed the evidence; "
-        f"the message above is updated.\nTop causes now: {top}\nBreached: {breached}"
+        f"the message above is updated.\n{now}"
     )
     return {
         "text": cut(f"Re-investigation #{investigation_id} changed the evidence", MAX_FALLBACK_TEXT),

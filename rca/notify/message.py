@@ -7,13 +7,16 @@ and other analysts (the LLM writes `model`, `tokens`, `cost_usd`) fill it withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 
 from rca.domain import early_warning
 from rca.domain.coverage import DataGap, data_gap
+from rca.domain.fleet import FleetSummary, count, host_list
 from rca.domain.result import change_key
 from rca.domain.status import AlertStatus, InvestigationStatus
 from rca.store.models import IncidentRow, InvestigationRow
+from rca.store.rounds import FleetRound
 from rca.store.similar import Precedent
 
 
@@ -62,6 +65,9 @@ class IncidentMessage:
     causes: list[str] = field(default_factory=list)  # the taxonomy's causes, for "Pick another cause"
     confirmed: Confirmed | None = None  # the incident's newest feedback
     asked_by: str | None = None  # who asked for the investigation queued or running now, if anyone did
+    # A fleet incident's latest round, its hosts grouped by cause (rca.domain.fleet): shown instead
+    # of one host's causes and breached signals, which are then empty.
+    fleet: FleetSummary | None = None
 
     @property
     def verdicts(self) -> str:
@@ -108,10 +114,17 @@ def _summary(incident: IncidentRow, annotations: dict[str, str]) -> str | None:
 
 
 def from_incident(
-    incident: IncidentRow, investigation: InvestigationRow, public_url: str | None, precedent: Precedent | None = None
+    incident: IncidentRow,
+    investigation: InvestigationRow,
+    public_url: str | None,
+    precedent: Precedent | None = None,
+    fleet: FleetRound | None = None,
 ) -> IncidentMessage:
     """The message for an incident and its latest finished investigation (and the past incident
-    most like it, when one is alike enough to cite)."""
+    most like it, when one is alike enough to cite); for a fleet incident, its round's summary
+    (`fleet`) in place of one host's answer."""
+    if fleet is not None:
+        return _fleet_message(from_incident(incident, investigation, public_url, precedent), fleet)
     labels = incident_labels(incident)
     failed = investigation.status == InvestigationStatus.FAILED
     annotations = {**next((a.annotations for a in incident.alerts), {}), **(incident.common_annotations or {})}
@@ -147,6 +160,28 @@ def from_incident(
     )
 
 
+def _fleet_message(one: IncidentMessage, fleet: FleetRound) -> IncidentMessage:
+    """The message of a fleet incident: its hosts by cause, its time the longest host's, its
+    tokens and cost all hosts' together; no single host's causes, signals, gap or failure."""
+    rows = fleet.investigations
+    hosts = [row.host or "" for row in rows]
+    tokens = [t for row in rows if (t := _tokens(row)) is not None]
+    costs = [row.estimated_cost for row in rows if row.estimated_cost is not None]
+    skipped = f" of {len(hosts) + fleet.summary.skipped}" if fleet.summary.skipped else ""
+    return replace(
+        one,
+        subject=f"{count(len(hosts))}{skipped} ({host_list(hosts)})",
+        hypotheses=[],
+        breached=[],
+        data_gap=None,
+        failure=None,
+        seconds=max((row.total_seconds for row in rows if row.total_seconds is not None), default=None),
+        tokens=sum(tokens) if tokens else None,
+        cost_usd=sum(costs) if costs else None,
+        fleet=fleet.summary,
+    )
+
+
 def _data_gap(investigation: InvestigationRow) -> DataGap | None:
     if not investigation.findings and not investigation.error:
         return None  # nothing was judged at all: not an investigation of the pipeline
@@ -165,3 +200,9 @@ def change_key_of(investigation: InvestigationRow) -> str:
     if investigation.change_key:
         return investigation.change_key
     return change_key(list(investigation.findings), [h.category for h in investigation.hypotheses])
+
+
+def fleet_change_key(fleet: FleetRound) -> str:
+    """What a fleet incident's message shows: each host's status and its own change key."""
+    shown = sorted(f"{row.host}:{row.status}:{change_key_of(row)}" for row in fleet.investigations)
+    return hashlib.sha256("\n".join(shown).encode()).hexdigest()

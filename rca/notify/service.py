@@ -48,9 +48,16 @@ from rca.incidents import notices
 from rca.incidents.queue import ACTIVE
 from rca.notify import blocks, once
 from rca.notify.delivery import Sender, SendResult, make_sender
-from rca.notify.message import Confirmed, IncidentMessage, change_key_of, from_incident, incident_labels
+from rca.notify.message import (
+    Confirmed,
+    IncidentMessage,
+    change_key_of,
+    fleet_change_key,
+    from_incident,
+    incident_labels,
+)
 from rca.notify.routing import route
-from rca.store import feedback, similar
+from rca.store import feedback, rounds, similar
 from rca.store.db import session_scope
 from rca.store.investigations import FINISHED
 from rca.store.models import IncidentRow, InvestigationRow, SlackAttemptRow, SlackDeliveryRow
@@ -273,18 +280,21 @@ def _bring_up_to_date(
     investigation = _latest_finished(session, incident_id)
     if investigation is None:
         return Outcome("skipped", detail="no finished investigation yet; its completion will post")
+    fleet = rounds.round_of(session, investigation)
+    if fleet is not None and fleet.summary.unfinished:  # one message for the round, once every host answered
+        return Outcome("skipped", detail="hosts of the round still being investigated; the last to finish posts")
     channel = route(incident_labels(incident), settings.file_config().slack, settings.slack_channel)
-    evidence = change_key_of(investigation)
+    evidence = fleet_change_key(fleet) if fleet is not None else change_key_of(investigation)
 
     def plan(message: IncidentMessage) -> list[Step]:
         return _plan(delivery, sender, message, investigation.id, evidence, channel, incident.resolved_at)
 
-    if not plan(_said(session, incident_id, from_incident(incident, investigation, settings.public_url))):
+    if not plan(_said(session, incident_id, from_incident(incident, investigation, settings.public_url, fleet=fleet))):
         return Outcome("unchanged", detail="Slack already shows this evidence")
     # Only a message that will be sent needs the past incident most like this one (a search).
     signature = similar.signature(session, incident_id)
     last = similar.precedents(session, signature, limit=1) if signature else []
-    message = from_incident(incident, investigation, settings.public_url, last[0] if last else None)
+    message = from_incident(incident, investigation, settings.public_url, last[0] if last else None, fleet)
     steps = plan(_said(session, incident_id, message))
     for step in steps:
         send = None

@@ -38,6 +38,7 @@ class Claim:
     alert_labels: list[dict[str, str]]
     alert_starts: list[datetime]
     alert_annotations: list[dict[str, str]] = field(default_factory=list)
+    host: str | None = None  # a fleet incident's host this investigation is about (None: the whole incident)
 
 
 def claim(session: Session, investigation_id: int, lease: timedelta | None = None) -> Claim | None:
@@ -65,6 +66,7 @@ def claim(session: Session, investigation_id: int, lease: timedelta | None = Non
         [a.labels for a in firing],
         [a.starts_at for a in firing],
         [a.annotations for a in firing],
+        inv.host,
     )
 
 

@@ -171,6 +171,12 @@ class InvestigationRow(Base):
     status: Mapped[str] = mapped_column(StorableString(16), index=True)
     reason: Mapped[str] = mapped_column(StorableString(32))  # why it was queued
     requested_by: Mapped[str | None] = mapped_column(StorableString(128))  # the token that asked (reason `requested`)
+    # A fleet incident's host (rca.domain.hosts): NULL investigates the incident as one target. The
+    # investigations queued together share `round_id`, the id of the round's first; `round_skipped`
+    # counts the hosts its alerts named beyond RCA_FLEET_MAX_HOSTS, not investigated.
+    host: Mapped[str | None] = mapped_column(StorableString(255))
+    round_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    round_skipped: Mapped[int | None] = mapped_column(Integer)
     # Why an inconclusive one read nothing: no_prometheus | prometheus_unreachable | no_data (rca.domain.coverage).
     inconclusive_reason: Mapped[str | None] = mapped_column(StorableString(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0)

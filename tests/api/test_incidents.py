@@ -20,6 +20,7 @@ from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.brokers import CLOSED_PORT_BROKER_URL
 from tests.helpers.databases import CLOSED_PORT_DATABASE_URL
 from tests.helpers.errors import assert_documented, field_errors, only_error
+from tests.helpers.history import finish_blind, finish_investigation
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, API_TOKEN, RecordingDispatcher, make_settings, wait_for_investigation
 
@@ -39,6 +40,13 @@ def search(client: TestClient, **params: Any) -> dict[str, Any]:
     reply = client.get("/api/v1/incidents", params=params, headers=API_AUTH)
     assert reply.status_code == 200, reply.text
     return reply.json()
+
+
+def incident_of(client: TestClient, incident_id: int) -> dict[str, Any]:
+    reply = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH)
+    assert reply.status_code == 200, reply.text
+    found: dict[str, Any] = reply.json()
+    return found
 
 
 def open_incident(client: TestClient, group: str, *alerts: dict[str, Any]) -> int:
@@ -228,6 +236,7 @@ def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investi
     assert inv["started_at"] <= inv["finished_at"]
     assert inv["target"]["host"] == "gpu-node-1" and inv["target"]["labels"]["model_name"] == "llama"
     assert incident["investigations"] == [inv]
+    assert (inv["host"], inv["round_id"], incident["fleet"]) == (None, None, None)  # one host: one target
 
     findings = inv["findings"]
     assert {f["id"] for f in findings} == FINDING_IDS
@@ -260,6 +269,61 @@ def test_incident_detail_has_alerts_findings_hypotheses_and_the_finished_investi
     assert (listed["investigation_status"], listed["inconclusive_reason"]) == ("done", None)
     assert listed["top_category"] == hypotheses[0]["category"]
     assert listed["top_confidence"] == pytest.approx(hypotheses[0]["confidence"])
+
+
+def test_a_group_of_three_hosts_runs_an_investigation_per_host_each_on_its_own_series(
+    db_url: str, tmp_path: Path, prometheus: StubPrometheus
+) -> None:
+    settings = make_settings(db_url, tmp_path, prometheus_url=prometheus.url)
+    hosts = ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    with TestClient(create_app(settings)) as client:  # the real InlineDispatcher: its pool runs them
+        incident_id = open_incident(
+            client, "fleet", *(make_alert(f"fp-{host}", instance=f"{host}:8000", pod=f"vllm-{host}") for host in hosts)
+        )
+        incident = wait_for_investigation(client, incident_id)
+
+    investigations = incident["investigations"]
+    assert [inv["host"] for inv in investigations] == hosts
+    assert {inv["round_id"] for inv in investigations} == {investigations[0]["id"]}
+    for inv in investigations:
+        assert inv["status"] == "done", inv["error"]
+        others = [host for host in hosts if host != inv["host"]]
+        assert inv["target"]["host"] == inv["host"] and inv["target"]["labels"]["pod"] == f"vllm-{inv['host']}"
+        queries = [f["query"] for f in inv["findings"] if f["status"] in ("ok", "breached") and f["source"] != "slo"]
+        assert queries and all(inv["host"] in q and not any(o in q for o in others) for q in queries)
+    fleet = incident["fleet"]
+    assert fleet["round_id"] == investigations[0]["id"] and fleet["skipped"] == 0
+    # the stub serves every host the same flat series: nothing explains it, on all three alike,
+    # which is no cause shared by the fleet
+    [cause] = fleet["causes"]
+    assert [h["host"] for h in cause["hosts"]] == hosts and cause["category"] == "no_clear_cause"
+    assert fleet["fleet_wide"] is None
+    [line] = fleet["summary"]
+    assert line.startswith("no_clear_cause on 3 hosts (gpu-node-1..3), confidence ")
+
+
+def test_the_fleet_view_counts_a_blind_host_apart_and_claims_no_fleet_wide_cause(
+    intake_client: TestClient, db_url: str
+) -> None:
+    hosts = [f"gpu-node-{n}" for n in range(1, 5)]
+    incident_id = open_incident(intake_client, "fleet", *(make_alert(f"fp-{h}", instance=f"{h}:8000") for h in hosts))
+    ids = [inv["id"] for inv in incident_of(intake_client, incident_id)["investigations"]]
+    for investigation_id in ids[:3]:
+        finish_investigation(
+            db_url, incident_id, ["request_rate"], ["arrival_surge"], investigation_id=investigation_id
+        )
+    finish_blind(db_url, incident_id, investigation_id=ids[3])
+
+    fleet = incident_of(intake_client, incident_id)["fleet"]
+    assert fleet["fleet_wide"] is None
+    assert fleet["causes"] == [
+        {"category": "arrival_surge", "hosts": [{"host": h, "confidence": 0.8} for h in hosts[:3]]}
+    ]
+    assert (fleet["inconclusive"], fleet["failed"], fleet["unfinished"]) == (["gpu-node-4"], [], [])
+    assert fleet["summary"] == [
+        "arrival_surge on 3 hosts (gpu-node-1..3), confidence 0.80",
+        "no cause readable (inconclusive): 1 host (gpu-node-4)",
+    ]
 
 
 def test_without_prometheus_the_investigation_is_inconclusive_and_shows_no_cause(db_url: str, tmp_path: Path) -> None:

@@ -110,6 +110,29 @@ def test_a_new_investigation_is_queued_beside_the_earlier_and_repeats_get_the_ac
     assert shown["investigation"]["id"] == new, "the newest is the incident's investigation"
 
 
+def test_investigating_a_fleet_incident_again_queues_and_enqueues_its_whole_round(
+    intake_client: TestClient, db_url: str, recorder: RecordingDispatcher
+) -> None:
+    hosts = ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    alerts = [make_alert(f"fp-{host}", instance=f"{host}:8000") for host in hosts]
+    incident_id = post_webhook(intake_client, make_payload("fleet", alerts=alerts)).json()["incident_id"]
+    first_round = list(recorder.enqueued)
+    for investigation_id in first_round:
+        finish(db_url, investigation_id)
+
+    queued = again(intake_client, incident_id)
+
+    assert queued.status_code == 202 and queued.json()["enqueued"] is True, queued.text
+    second_round = recorder.enqueued[len(first_round) :]
+    shown = incident(intake_client, incident_id)
+    rerun = [inv for inv in shown["investigations"] if inv["id"] in second_round]
+    assert [(inv["host"], inv["round_id"], inv["reason"]) for inv in rerun] == [
+        (host, queued.json()["investigation_id"], "requested") for host in hosts
+    ]
+    assert shown["fleet"]["round_id"] == queued.json()["investigation_id"]
+    assert shown["fleet"]["unfinished"] == hosts and len(first_round) == 3
+
+
 def test_a_named_token_is_recorded_as_who_asked(intake_client: TestClient, db_url: str) -> None:
     accepted = open_incident(intake_client, "named")
     finish(db_url, accepted["investigation_id"])

@@ -103,6 +103,27 @@ def test_valid_notification_is_stored_with_its_raw_payload_and_one_queued_invest
     )
 
 
+def test_a_group_of_six_hosts_queues_and_enqueues_one_investigation_per_host(
+    intake_client: TestClient, db_url: str, recorder: RecordingDispatcher
+) -> None:
+    hosts = [f"gpu-node-{n}" for n in range(1, 7)]
+    alerts = [make_alert(f"fp-{host}", instance=f"{host}:8000") for host in hosts]
+
+    reply = post_webhook(intake_client, make_payload(alerts=alerts))
+
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    found = investigation_rows(db_url)
+    assert sorted(inv.host for inv in found) == hosts
+    assert {inv.round_id for inv in found} == {body["investigation_id"]}
+    assert sorted(recorder.enqueued) == sorted(inv.id for inv in found) and body["enqueued"] is True
+    # a host whose alert arrives while the round waits joins it; the others are not queued again
+    post_webhook(intake_client, make_payload(alerts=[*alerts, make_alert("fp-7", instance="gpu-node-7:8000")]))
+    joined = investigation_rows(db_url)[6:]
+    assert [(inv.host, inv.round_id) for inv in joined] == [("gpu-node-7", body["investigation_id"])]
+    assert recorder.enqueued[6:] == [joined[0].id]
+
+
 def test_resent_alert_updates_the_same_incident_without_a_new_investigation(
     intake_client: TestClient, db_url: str, recorder: RecordingDispatcher
 ) -> None:
@@ -709,7 +730,9 @@ def test_many_alerts_of_one_notification_are_read_in_one_query_not_one_each(pg_d
             event.remove(engine, "before_cursor_execute", record)
     assert reply.status_code == 200, reply.text
     alert_selects = [s for s in statements if s.lstrip().startswith("SELECT") and "FROM alerts" in s]
-    assert len(alert_selects) <= 2, len(alert_selects)  # the notification's alerts, then the digest's
+    # the notification's alerts; the incident's hosts, for the investigation its new alerts queue
+    # (rca.incidents.queue); the digest's
+    assert len(alert_selects) <= 3, len(alert_selects)
     assert count_for(pg_db, AlertRow, incident_id=reply.json()["incident_id"]) == 300
 
 
@@ -743,11 +766,11 @@ def searched(client: TestClient, **params: str) -> list[int]:
     return [item["id"] for item in found.json()["items"]]
 
 
-def test_a_new_group_is_stored_in_seven_statements_and_a_plain_resend_in_five_without_the_digest(
+def test_a_new_group_is_stored_in_eight_statements_and_a_plain_resend_in_five_without_the_digest(
     pg_db: str, tmp_path: Path
 ) -> None:
     """Intake's hot path (bench/intake_throughput.py): a new group writes its incident, notification,
-    alerts, investigation and search digest from what it has in hand; a re-send that changes nothing
+    alerts, investigations (one per host) and search digest from what it has in hand; a re-send that changes nothing
     the digest is built from reads and rewrites no digest. Both stay searchable."""
     group = '{}:{alertname="QueueHigh",node="n1"}'
     payload = make_payload(group, alerts=[make_alert("fp-1"), make_alert("fp-2", instance="gpu-node-2:8000")])
@@ -758,8 +781,9 @@ def test_a_new_group_is_stored_in_seven_statements_and_a_plain_resend_in_five_wi
 
     # SELECT the open incident, then, in one statement, the early warning it might join (by
     # fingerprint or by the scan's warned targets); INSERT the incident, notification, alerts,
-    # investigation and digest
-    assert len(first) == 7, first
+    # investigations and digest; the group names two hosts: UPDATE their round's shared id
+    assert len(first) == 8, first
+    assert [s.split()[1] for s in first if s.startswith("UPDATE")] == ["investigations"], first
     selects = [s for s in first if s.startswith("SELECT")]
     assert len(selects) == 2, first
     assert selects[0].split(" FROM ")[1].split()[0] == "incidents" and "FOR UPDATE" in selects[0]
@@ -860,7 +884,7 @@ def test_a_batch_that_one_notification_fails_is_stored_again_one_by_one(
     from rca.api.database import refusal
     from rca.intake.limits import IntakeLimits
     from rca.intake.schema import WebhookPayload
-    from rca.intake.service import Notice
+    from rca.intake.service import Notice, fleet_of
 
     settings = make_settings(pg_db, tmp_path)
     limits = replace(IntakeLimits.from_settings(settings), max_group_key_bytes=200_000).context()
@@ -872,7 +896,7 @@ def test_a_batch_that_one_notification_fails_is_stored_again_one_by_one(
     batch = [Notice(WebhookPayload.model_validate(p, context=limits), p) for p in payloads]
     recorder = RecordingDispatcher()
 
-    first, poison, second = webhook._store_batch(pg_db, False, settings.file_config().target, recorder, batch)
+    first, poison, second = webhook._store_batch(pg_db, False, fleet_of(settings), recorder, batch)
 
     assert isinstance(first, webhook.Stored) and isinstance(second, webhook.Stored)
     answer = refusal(poison, "the notification", "unavailable")  # type: ignore[arg-type]
@@ -886,7 +910,7 @@ def test_a_batch_with_the_database_down_is_refused_whole_without_trying_each(tmp
 
     from rca.api import webhook
     from rca.intake.schema import WebhookPayload
-    from rca.intake.service import Notice
+    from rca.intake.service import Notice, fleet_of
     from rca.store.db import get_engine
     from rca.store.errors import unreachable
 
@@ -902,7 +926,7 @@ def test_a_batch_with_the_database_down_is_refused_whole_without_trying_each(tmp
     event.listen(engine, "do_connect", connecting)
     try:
         outcomes = webhook._store_batch(
-            CLOSED_PORT_DATABASE_URL, False, settings.file_config().target, RecordingDispatcher(), batch
+            CLOSED_PORT_DATABASE_URL, False, fleet_of(settings), RecordingDispatcher(), batch
         )
     finally:
         event.remove(engine, "do_connect", connecting)

@@ -38,10 +38,10 @@ def finding(key: str, onset_minute: int | None = None, breached: bool = True, ti
     )
 
 
-def _claim_latest(url: str, incident_id: int) -> tuple[int, Target]:
-    """The incident's newest investigation, claimed, and the target it looks at."""
+def _claim_latest(url: str, incident_id: int, investigation_id: int | None = None) -> tuple[int, Target]:
+    """The incident's newest investigation (or the one named), claimed, and the target it looks at."""
     with session_scope(url) as session:
-        inv_id = session.scalar(
+        inv_id = investigation_id or session.scalar(
             select(InvestigationRow.id)
             .where(InvestigationRow.incident_id == incident_id)
             .order_by(InvestigationRow.id.desc())
@@ -52,11 +52,13 @@ def _claim_latest(url: str, incident_id: int) -> tuple[int, Target]:
         return inv_id, target_of(claim, ScopeConfig())
 
 
-def finish_blind(url: str, incident_id: int, prometheus_error: str | None = NO_PROMETHEUS) -> int:
-    """Run the incident's queued investigation to its end with nothing measured, as the pipeline
-    does without a Prometheus (the default), with an unreachable one, or (None) one without
-    series for the target; returns its id."""
-    inv_id, target = _claim_latest(url, incident_id)
+def finish_blind(
+    url: str, incident_id: int, prometheus_error: str | None = NO_PROMETHEUS, investigation_id: int | None = None
+) -> int:
+    """Run the incident's queued investigation (its newest, or the one named) to its end with
+    nothing measured, as the pipeline does without a Prometheus (the default), with an unreachable
+    one, or (None) one without series for the target; returns its id."""
+    inv_id, target = _claim_latest(url, incident_id, investigation_id)
     missing = finding("queue_median", breached=False)
     missing.status, missing.value, missing.baseline = FindingStatus.UNAVAILABLE, None, None
     missing.detail = f"data unavailable: {prometheus_error or 'no serving series match this target'}"
@@ -80,10 +82,11 @@ def finish_investigation(
     categories: list[str],
     stack: str | None = "vllm",
     analyst: str = "rules",
+    investigation_id: int | None = None,
 ) -> int:
-    """Run the incident's queued investigation to `done` with these results; returns its id.
-    `breached` is in onset order (the first moved first)."""
-    inv_id, target = _claim_latest(url, incident_id)
+    """Run the incident's queued investigation (its newest, or the one named) to `done` with these
+    results; returns its id. `breached` is in onset order (the first moved first)."""
+    inv_id, target = _claim_latest(url, incident_id, investigation_id)
     findings = [finding(key, onset_minute=n) for n, key in enumerate(breached)] + [
         finding("gpu_utilization_ok", breached=False)
     ]

@@ -76,13 +76,15 @@ class LiveServer:
 
 
 def wait_for_investigation(client: TestClient, incident_id: int, timeout: float = 30) -> dict[str, Any]:
-    """Poll the API until the incident's latest investigation is finished: done, inconclusive or failed."""
+    """Poll the API until the incident's latest investigation is finished: done, inconclusive or
+    failed; a fleet incident's, every host's of its round."""
     finished_statuses = (InvestigationStatus.DONE, InvestigationStatus.INCONCLUSIVE, InvestigationStatus.FAILED)
 
     def finished() -> dict[str, Any] | None:
         reply = client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH)
         assert reply.status_code == 200, reply.text
-        inv = reply.json()["investigation"]
-        return reply.json() if inv and inv["status"] in finished_statuses else None
+        inv, fleet = reply.json()["investigation"], reply.json()["fleet"]
+        ended = inv and inv["status"] in finished_statuses and not (fleet and fleet["unfinished"])
+        return reply.json() if ended else None
 
     return wait_for(finished, timeout, f"the investigation of incident {incident_id}")

@@ -57,8 +57,10 @@ def store_investigation(
     breached: list[str],
     categories: list[str],
     wording: str = "because the evidence says so",
+    host: str | None = None,
 ) -> int:
-    """A finished investigation with these breached findings and this ranking."""
+    """A finished investigation with these breached findings and this ranking (of one host of a
+    fleet incident, with `host`: `in_round` puts them in one round)."""
     now = datetime.now(UTC)
     with session_scope(url) as session:
         inv = InvestigationRow(
@@ -70,7 +72,8 @@ def store_investigation(
             finished_at=now,
             total_seconds=2.5,
             analyst="rules",
-            target={"host": "gpu-node-1", "instance": "gpu-node-1:8000"},
+            target={"host": host or "gpu-node-1", "instance": f"{host or 'gpu-node-1'}:8000"},
+            host=host,
         )
         for key in ("queue_median", "cpu_bound_ratio", "prefix_cache_hit_rate"):
             hit = key in breached
@@ -107,6 +110,13 @@ def store_investigation(
         session.flush()
         digests.refresh(session, incident_id)  # as every production write path does
         return inv.id
+
+
+def in_round(url: str, investigation_ids: list[int]) -> None:
+    """These investigations (one per host) queued together: the first's id is their round's."""
+    with session_scope(url) as session:
+        for investigation_id in investigation_ids:
+            session.get_one(InvestigationRow, investigation_id).round_id = investigation_ids[0]
 
 
 def resolve(url: str, incident_id: int) -> None:

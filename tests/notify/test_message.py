@@ -3,6 +3,7 @@ key follows the evidence and not the wording, routing by labels, and Slack setti
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from rca.collect.target import Target
 from rca.config import ConfigError, SlackFileConfig, load_settings
 from rca.diagnosis.ranking import rank
 from rca.domain.coverage import NO_PROMETHEUS, Judged, data_gap, judged
+from rca.domain.fleet import HostAnswer, summarise
 from rca.notify.blocks import MAX_BLOCKS, cut, render
 from rca.notify.escape import mrkdwn
 from rca.notify.message import BreachedLine, HypothesisLine, IncidentMessage, change_key_of
@@ -382,3 +384,22 @@ def test_last_time_line_names_the_precedent_its_cause_and_whether_it_was_confirm
     ]
     assert line.startswith(":repeat: *Last time* (#40,") and line.endswith("ranked first then, not confirmed")
     assert not [t for t in all_texts(render(message())) if "Last time" in t]
+
+
+def test_a_fleet_of_sixteen_hosts_is_summarised_in_a_few_lines_not_listed() -> None:
+    answers = [HostAnswer(f"gpu-node-{n}", "done", "arrival_surge", 0.9) for n in range(1, 17)]
+    fleet = summarise(answers, skipped=4)
+    payload = render(message(subject="16 of 20 hosts (gpu-node-1..16)", hypotheses=[], breached=[], fleet=fleet))
+    [section] = [text for text in texts_of(payload, "mrkdwn") if "Hosts by most likely cause" in text]
+    assert section.splitlines() == [
+        "*Hosts by most likely cause*",
+        "*• fleet-wide: arrival_surge on every host investigated (16)*",
+        "• arrival_surge on 16 hosts (gpu-node-1..16), confidence 0.90",
+        "• not investigated: 4 hosts beyond RCA_FLEET_MAX_HOSTS",
+    ]
+    assert "Most likely causes" not in json.dumps(payload) and "Breached signals" not in json.dumps(payload)
+    assert payload["text"] == (
+        "[firing] LLMRequestQueueMedianHigh on 16 of 20 hosts (gpu-node-1..16): "
+        "fleet-wide: arrival_surge on every host investigated (16)"
+    )
+    assert not block_kit_problems(payload)

@@ -25,7 +25,7 @@ from rca.notify import service
 from rca.notify.service import deliver
 from rca.store import notices
 from rca.store.db import session_scope
-from rca.store.models import SlackAttemptRow, SlackDeliveryRow
+from rca.store.models import InvestigationRow, SlackAttemptRow, SlackDeliveryRow
 from tests.e2e.promstack import free_port
 from tests.fakes.llm import FakeLLM, error
 from tests.fakes.prometheus import StubPrometheus
@@ -35,6 +35,7 @@ from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, RecordingDispatcher, make_settings, wait_for_investigation
 from tests.helpers.slack import (
     backdate_owed,
+    in_round,
     owe_slack,
     resolve,
     slack_owed,
@@ -99,6 +100,41 @@ def test_bot_posts_once_and_updates_only_on_material_change(db_url: str, tmp_pat
         2,
         1,
     )
+
+
+def test_a_fleet_incident_gets_one_message_once_every_host_answered_its_hosts_grouped_by_cause(
+    db_url: str, tmp_path: Path, slack: FakeSlack
+) -> None:
+    settings = slack_settings(db_url, tmp_path, slack)
+    incident_id = store_incident(db_url)
+    causes = {"gpu-node-1": "arrival_surge", "gpu-node-2": "arrival_surge", "gpu-node-3": "kv_memory_pressure"}
+    ids = [store_investigation(db_url, incident_id, ["queue_median"], [c], host=h) for h, c in causes.items()]
+    with session_scope(db_url) as session:
+        session.add(
+            InvestigationRow(
+                incident_id=incident_id, status="running", reason="new_incident", attempts=1, host="gpu-node-4"
+            )
+        )
+        session.flush()
+        waiting = session.scalars(select(InvestigationRow.id).where(InvestigationRow.host == "gpu-node-4")).one()
+    in_round(db_url, [*ids, waiting])
+
+    assert deliver(settings, incident_id, "investigation").status == "skipped"  # gpu-node-4 still runs
+    assert slack.posts() == []
+    with session_scope(db_url) as session:  # gpu-node-4's run ends
+        session.get_one(InvestigationRow, waiting).status = "failed"
+
+    assert deliver(settings, incident_id, "investigation").status == "delivered"
+    [post] = slack.posts()
+    text = json.dumps(post.payload["blocks"])
+    assert "arrival_surge on 2 hosts (gpu-node-1, gpu-node-2)" in text
+    assert "kv_memory_pressure on 1 host (gpu-node-3)" in text
+    assert "investigation failed: 1 host (gpu-node-4)" in text
+    assert "fleet-wide" not in text and "Most likely causes" not in text
+    assert post.payload["text"].endswith(
+        "on 4 hosts (gpu-node-1..4): arrival_surge on 2 hosts (gpu-node-1, gpu-node-2), confidence 0.70"
+    )
+    assert deliver(settings, incident_id, "investigation").status == "unchanged"
 
 
 def test_resolved_incident_gets_one_thread_reply_and_the_message_says_resolved(

@@ -233,3 +233,23 @@ def test_an_unknown_incident_is_a_404_page_and_a_bad_search_says_why(client: Tes
     assert missing.status_code == 404 and "Incident 999 not found" in missing.text
     listed = client.get("/", params={"q": "!!!", "status": ""}, headers=API_AUTH)
     assert listed.status_code == 200 and "no searchable words" in listed.text
+
+
+def test_a_fleet_incident_shows_its_hosts_and_each_hosts_top_cause(client: TestClient, pg_db: str) -> None:
+    alerts = [make_alert(f"fp-{host}", instance=f"{host}:8000") for host in ("gpu-node-1", "gpu-node-2")]
+    incident_id = post_webhook(client, make_payload(group_key="fleet", alerts=alerts)).json()["incident_id"]
+    first, second = sorted(
+        inv["id"] for inv in client.get(f"/api/v1/incidents/{incident_id}", headers=API_AUTH).json()["investigations"]
+    )
+    finish_investigation(pg_db, incident_id, ["request_rate"], ["arrival_surge"], investigation_id=first)
+    finish_investigation(pg_db, incident_id, ["kv_cache_usage"], ["kv_memory_pressure"], investigation_id=second)
+    page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    section = page.split('<section id="fleet">')[1].split("</section>")[0]
+    cells = [re.sub(r"\s+", " ", c).strip() for c in re.findall(r"<td>(.*?)</td>", section)]
+    assert cells == [
+        "gpu-node-1", "arrival_surge", "0.80", f"{first} done",
+        "gpu-node-2", "kv_memory_pressure", "0.80", f"{second} done",
+    ]  # fmt: skip
+    assert "Fleet-wide" not in section
+    single = open_incident(client, pg_db)
+    assert 'id="fleet"' not in client.get(f"/incidents/{single}", headers=API_AUTH).text
