@@ -91,11 +91,24 @@ class SeriesSpec(BaseModel):
         return alternative.scope or self.scope
 
 
+# PromQL that blends samples into a value none of them had: a code or a stepped level must never
+# pass through one of these (half of throttle reasons 0x48 is 0x24, two reasons that never happened).
+BLENDING = re.compile(
+    r"\b(avg|avg_over_time|sum_over_time|rate|irate|increase|deriv|quantile|quantile_over_time|"
+    r"histogram_quantile|stddev|stdvar|stddev_over_time|stdvar_over_time)\s*(\(|by\b|without\b)"
+)
+
+
 class SignalSpec(SeriesSpec):
     """A series to pull and the rule that says whether it is abnormal.
 
     Either `threshold` (absolute, like the KV cache's 0.82 or the median queue's 4.7) or `change` (relative to
     the pre-onset baseline, for series whose healthy level differs per fleet) decides a breach.
+
+    `reading` says what a sample is: a `measure` (a rate, a share, a latency) is judged by its median
+    over the current minutes; a `level` that steps (a clock) by its latest sample, shown beside the
+    window's mean; a `code` (a bitmask, an XID, an info series' value) by its latest sample and the set
+    of codes seen, never by any average of codes. `flags` names a bitmask code's bits.
     """
 
     kind: Literal["signal", "supporting"] = "supporting"
@@ -104,6 +117,8 @@ class SignalSpec(SeriesSpec):
     change: float | None = Field(default=None, gt=0)
     min_delta: float = Field(default=0.0, ge=0)
     proxy_note: str | None = None
+    reading: Literal["measure", "level", "code"] = "measure"
+    flags: dict[int, str] = Field(default_factory=dict, description="a bitmask code's bits by value (0x8: HwSlowdown)")
 
     @model_validator(mode="after")
     def _one_rule(self) -> SignalSpec:
@@ -111,6 +126,22 @@ class SignalSpec(SeriesSpec):
             raise ValueError(f"signal {self.id}: set exactly one of threshold or change")
         if self.change is not None and any(q.threshold is not None for q in self.queries):
             raise ValueError(f"signal {self.id}: a query's own threshold needs a signal with a threshold, not a change")
+        return self
+
+    @model_validator(mode="after")
+    def _readings_unblended(self) -> SignalSpec:
+        if self.flags and self.reading != "code":
+            raise ValueError(f"signal {self.id}: flags name the bits of a code (reading: code)")
+        not_bits = sorted(bit for bit in self.flags if bit <= 0 or bit & (bit - 1))
+        if not_bits:
+            raise ValueError(f"signal {self.id}: flags {not_bits} are not single bits")
+        if self.reading != "measure":
+            for alternative in self.queries:
+                if blended := BLENDING.search(alternative.promql):
+                    raise ValueError(
+                        f"signal {self.id}: query {alternative.source!r} blends samples with {blended.group(1)}, "
+                        f"which a {self.reading} must never be (read it raw, or with max/min/last_over_time)"
+                    )
         return self
 
     def measured_by(self, source: str | None) -> SignalSpec:
