@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rca.config import ConfigError, FileConfig
+from rca.config.files import DEFAULT_STACK_SERVICES
 from rca.config.loader import load_yaml
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
@@ -293,6 +294,12 @@ def profile_for(config: FileConfig) -> Profile:
     profile = load_profile(config.profile or DEFAULT_PROFILE).with_thresholds(config.thresholds)
     if config.stack and config.stack not in profile.stacks:
         raise ConfigError(f"RCA_CONFIG_FILE: stack: unknown stack {config.stack!r}; known: {', '.join(profile.stacks)}")
+    unknown = sorted(set(config.traces.stack_services) - set(DEFAULT_STACK_SERVICES) - set(profile.stacks))
+    if unknown:
+        raise ConfigError(
+            f"RCA_CONFIG_FILE: traces: stack_services: unknown stack(s) {', '.join(unknown)}; "
+            f"known: {', '.join(profile.stacks)}"
+        )
     return profile
 
 
