@@ -55,6 +55,9 @@ class QueryAlternative(BaseModel):
         description="the finding's title when this query measures it, where that differs from the signal's (a mean "
         "where the others give a p95): a finding names what its own stack measured, never another stack's variant",
     )
+    unit: str | None = Field(
+        default=None, max_length=16, description="this query's unit, where its own threshold is on another scale"
+    )
 
     @model_validator(mode="after")
     def _known_placeholders(self) -> QueryAlternative:
@@ -146,8 +149,8 @@ class SignalSpec(SeriesSpec):
         return self
 
     def measured_by(self, source: str | None) -> SignalSpec:
-        """The signal as the alternative named `source` measures it: with that query's own title
-        and threshold where it has them (an operator's threshold override applies to the signal's)."""
+        """The signal as the alternative named `source` measures it: with that query's own title,
+        threshold and unit where it has them (an operator's threshold override applies to the signal's)."""
         alternative = next((q for q in self.queries if q.source == source), None)
         if alternative is None:
             return self
@@ -156,6 +159,8 @@ class SignalSpec(SeriesSpec):
             update["threshold"] = alternative.threshold
         if alternative.title is not None:
             update["title"] = alternative.title
+        if alternative.unit is not None:
+            update["unit"] = alternative.unit
         return self.model_copy(update=update) if update else self
 
 

@@ -363,7 +363,7 @@ NOT_MEASURABLE = {
     "v08-a:8000": set(),  # requests_deferred from lora_requests_info (the host serves LoRA adapters)
     "sg-a:30000": {"preemption_rate", "requests_deferred"},
     "tgi-a:9000": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
-    "tri-a:8002": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
+    "tri-a:8002": {"prefix_cache_hit_rate", "requests_deferred"},  # preemptions: TRT-LLM's paused requests
 }
 
 
