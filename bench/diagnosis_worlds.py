@@ -185,7 +185,8 @@ def print_report(r: dict) -> None:
     for title in ("per_cause", "per_stack", "by_severity", "by_minutes_since_onset", "by_missing_data"):
         print(f"{title}:")
         for name, a in r[title].items():
-            print(f"  {name:24s} AC@1 {a['AC@1']:.3f}  AC@3 {a['AC@3']:.3f}  n={a['n']}")
+            wrong = f"  confident wrong {a['confident_wrong']:.1%}" if "confident_wrong" in a else ""
+            print(f"  {name:24s} AC@1 {a['AC@1']:.3f}  AC@3 {a['AC@3']:.3f}  n={a['n']}{wrong}")
     print("reliability (confidence said -> share right):")
     for row in r["reliability"]:
         print(f"  {row['from']:.1f}-{row['to']:.1f}  n={row['n']:5d}  said {row['said']:.2f}  right {row['right']:.2f}")

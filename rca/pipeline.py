@@ -180,7 +180,9 @@ def analyse(
         slo_finding(collection, target.alert_start, file_config.slo_ttft_seconds, file_config.slo_probability_threshold)
     )
     alert_labels = [alert.labels for alert in alerts] if alerts else [target.labels]
-    findings += trace_findings(settings, file_config.traces, alert_labels, target.alert_start, window.start, window.end)
+    findings += trace_findings(
+        settings, file_config.traces, alert_labels, target.alert_start, window.start, window.end, collection.stack
+    )
     gap = data_gap(findings, collection.prometheus_error)
     if gap is not None and gap.blind:  # nothing to judge: no ranking, and no LLM tokens spent on it
         return Analysis(

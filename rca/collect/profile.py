@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rca.config import ConfigError, FileConfig
+from rca.config.files import DEFAULT_STACK_SERVICES
 from rca.config.loader import load_yaml
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "profiles"
@@ -53,6 +54,9 @@ class QueryAlternative(BaseModel):
         default=None,
         description="the finding's title when this query measures it, where that differs from the signal's (a mean "
         "where the others give a p95): a finding names what its own stack measured, never another stack's variant",
+    )
+    unit: str | None = Field(
+        default=None, max_length=16, description="this query's unit, where its own threshold is on another scale"
     )
 
     @model_validator(mode="after")
@@ -91,11 +95,24 @@ class SeriesSpec(BaseModel):
         return alternative.scope or self.scope
 
 
+# PromQL that blends samples into a value none of them had: a code or a stepped level must never
+# pass through one of these (half of throttle reasons 0x48 is 0x24, two reasons that never happened).
+BLENDING = re.compile(
+    r"\b(avg|avg_over_time|sum_over_time|rate|irate|increase|deriv|quantile|quantile_over_time|"
+    r"histogram_quantile|stddev|stdvar|stddev_over_time|stdvar_over_time)\s*(\(|by\b|without\b)"
+)
+
+
 class SignalSpec(SeriesSpec):
     """A series to pull and the rule that says whether it is abnormal.
 
     Either `threshold` (absolute, like the KV cache's 0.82 or the median queue's 4.7) or `change` (relative to
     the pre-onset baseline, for series whose healthy level differs per fleet) decides a breach.
+
+    `reading` says what a sample is: a `measure` (a rate, a share, a latency) is judged by its median
+    over the current minutes; a `level` that steps (a clock) by its latest sample, shown beside the
+    window's mean; a `code` (a bitmask, an XID, an info series' value) by its latest sample and the set
+    of codes seen, never by any average of codes. `flags` names a bitmask code's bits.
     """
 
     kind: Literal["signal", "supporting"] = "supporting"
@@ -104,6 +121,8 @@ class SignalSpec(SeriesSpec):
     change: float | None = Field(default=None, gt=0)
     min_delta: float = Field(default=0.0, ge=0)
     proxy_note: str | None = None
+    reading: Literal["measure", "level", "code"] = "measure"
+    flags: dict[int, str] = Field(default_factory=dict, description="a bitmask code's bits by value (0x8: HwSlowdown)")
 
     @model_validator(mode="after")
     def _one_rule(self) -> SignalSpec:
@@ -113,9 +132,25 @@ class SignalSpec(SeriesSpec):
             raise ValueError(f"signal {self.id}: a query's own threshold needs a signal with a threshold, not a change")
         return self
 
+    @model_validator(mode="after")
+    def _readings_unblended(self) -> SignalSpec:
+        if self.flags and self.reading != "code":
+            raise ValueError(f"signal {self.id}: flags name the bits of a code (reading: code)")
+        not_bits = sorted(bit for bit in self.flags if bit <= 0 or bit & (bit - 1))
+        if not_bits:
+            raise ValueError(f"signal {self.id}: flags {not_bits} are not single bits")
+        if self.reading != "measure":
+            for alternative in self.queries:
+                if blended := BLENDING.search(alternative.promql):
+                    raise ValueError(
+                        f"signal {self.id}: query {alternative.source!r} blends samples with {blended.group(1)}, "
+                        f"which a {self.reading} must never be (read it raw, or with max/min/last_over_time)"
+                    )
+        return self
+
     def measured_by(self, source: str | None) -> SignalSpec:
-        """The signal as the alternative named `source` measures it: with that query's own title
-        and threshold where it has them (an operator's threshold override applies to the signal's)."""
+        """The signal as the alternative named `source` measures it: with that query's own title,
+        threshold and unit where it has them (an operator's threshold override applies to the signal's)."""
         alternative = next((q for q in self.queries if q.source == source), None)
         if alternative is None:
             return self
@@ -124,6 +159,8 @@ class SignalSpec(SeriesSpec):
             update["threshold"] = alternative.threshold
         if alternative.title is not None:
             update["title"] = alternative.title
+        if alternative.unit is not None:
+            update["unit"] = alternative.unit
         return self.model_copy(update=update) if update else self
 
 
@@ -262,6 +299,12 @@ def profile_for(config: FileConfig) -> Profile:
     profile = load_profile(config.profile or DEFAULT_PROFILE).with_thresholds(config.thresholds)
     if config.stack and config.stack not in profile.stacks:
         raise ConfigError(f"RCA_CONFIG_FILE: stack: unknown stack {config.stack!r}; known: {', '.join(profile.stacks)}")
+    unknown = sorted(set(config.traces.stack_services) - set(DEFAULT_STACK_SERVICES) - set(profile.stacks))
+    if unknown:
+        raise ConfigError(
+            f"RCA_CONFIG_FILE: traces: stack_services: unknown stack(s) {', '.join(unknown)}; "
+            f"known: {', '.join(profile.stacks)}"
+        )
     return profile
 
 

@@ -64,6 +64,27 @@ DEFAULT_TRACE_GROUPS: dict[str, list[str]] = {
 }
 
 
+# The service name each serving stack's engine reports its traces as by default (OTLP resource
+# `service.name`), tried after the alert's own labels. Read from the upstream sources:
+# - TGI (3.x, router/src/main.rs and launcher/src/main.rs): `--otlp-service-name`, default
+#   "text-generation-inference.router"; the Python shards report "text-generation-inference.server".
+# - vLLM (v0.6 to v0.11, vllm/tracing.py): `--otlp-traces-endpoint` makes a TracerProvider with the
+#   OpenTelemetry SDK's default resource, so the name is OTEL_SERVICE_NAME, which vLLM's own example
+#   sets to "vllm-server" (examples/online_serving/opentelemetry/README.md); later releases name
+#   the resource "vllm". ("vllm.llm_engine" is the tracer's scope, not a service.)
+# - SGLang (python/sglang/srt/tracing/trace.py, `--enable-trace --otlp-traces-endpoint`):
+#   process_tracing_init(endpoint, "sglang").
+# - Triton (docs/user_guide/trace.md, `--trace-config opentelemetry,resource=...`): default
+#   resource service.name=triton-inference-server.
+DEFAULT_STACK_SERVICES: dict[str, list[str]] = {
+    "tgi": ["text-generation-inference.router", "text-generation-inference.server"],
+    "vllm_v1": ["vllm-server", "vllm"],
+    "vllm_v0": ["vllm-server", "vllm"],
+    "sglang": ["sglang"],
+    "triton": ["triton-inference-server"],
+}
+
+
 class TracesConfig(BaseModel):
     """How an alert maps to a traced service and which span names each trace finding measures."""
 
@@ -76,6 +97,11 @@ class TracesConfig(BaseModel):
     services: dict[str, str] = Field(
         default_factory=dict,
         description="Label value -> service name in the trace backend, when they differ.",
+    )
+    stack_services: dict[str, list[str]] = Field(
+        default_factory=lambda: {k: list(v) for k, v in DEFAULT_STACK_SERVICES.items()},
+        description="Serving stack -> the service names its engine reports traces as, tried after the alert's "
+        "labels; a stack given here replaces that stack's defaults (the upstreams' own names), the others stay.",
     )
     operations: dict[str, list[str]] = Field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_TRACE_GROUPS.items()},
@@ -96,6 +122,14 @@ class TracesConfig(BaseModel):
     min_share_increase: float = Field(
         default=0.10, gt=0, lt=1, description="...and by how much its share must exceed the baseline"
     )
+
+    @field_validator("stack_services")
+    @classmethod
+    def _over_the_defaults(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        empty = sorted(stack for stack, names in value.items() if not [n for n in names if n.strip()])
+        if empty:
+            raise ValueError(f"{', '.join(empty)}: give at least one service name")
+        return {k: list(v) for k, v in DEFAULT_STACK_SERVICES.items()} | value
 
     @field_validator("operations")
     @classmethod

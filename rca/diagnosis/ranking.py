@@ -12,6 +12,9 @@ Scoring, per category of `taxonomy.yaml` (docs/diagnosis.md has the worked rules
     category sets `full_at` (never more than the supports the stack can show), and coverage is
     the weight share of its supporting and contradicting findings that could be measured: a cause
     whose look-alikes could not be ruled out is less certain;
+  - a cause whose `decided_by` findings were measured and did not move is ruled out (a surge needs
+    the request rate to rise); where they were not measured, every cause that counts them against
+    itself keeps UNDECIDED_FACTOR of its raw strength per such look-alike it cannot rule out;
   - confidence = the raw strength calibrated (rca.diagnosis.calibration): how often a top answer
     that strong was right on the tuning worlds; the rest share what the top one leaves.
 `no_clear_cause` ranks first with no candidate; otherwise it takes the doubt left by the best
@@ -43,6 +46,7 @@ LEAD_BONUS = 0.75  # score added to the cause whose anchor moved first, by at le
 LEAD_MINUTES = 3.0
 PRECEDE_MINUTES = 0.5  # two scrapes: what moved this much earlier came first (a category's `precedes`)
 ORDER_WEIGHT = 2.0  # against a cause whose signals moved out of its order
+UNDECIDED_FACTOR = 0.8  # of a cause's raw strength, per look-alike whose deciding findings were not measured
 RANGE = re.compile(r"\[(\d+)([smh])(?::\w+)?\]")  # a PromQL range or subquery window: [5m], [10m:15s]
 RANGE_UNITS = {"s": 1, "m": 60, "h": 3600}
 CHRONIC_FACTOR = 0.5  # weight of a finding breached for the whole window (no baseline)
@@ -74,6 +78,10 @@ class Category(BaseModel):
     # and only then evicts cached prefixes). Observed in order, the later one is no look-alike's
     # sign; out of order, it is no evidence for this cause and counts against it.
     precedes: list[tuple[str, str]] = []
+    # The findings that decide this cause wherever they are measured (a surge: the request rate).
+    # Measured and unmoved, the cause is ruled out, whatever else moved; not measured, the causes
+    # that count them against themselves cannot rule it out, and are less sure.
+    decided_by: list[str] = []
 
     def full_score(self, observable: Callable[[str], bool] = lambda key: True) -> float:
         """The support at which the evidence is complete: `full_at`, or every supporting weight,
@@ -174,6 +182,22 @@ def _coverage(cat: Category, findings: dict[str, Finding]) -> float:
     weights = _expected(cat, findings)
     measured = sum(w for k, w in weights.items() if _measured(k, findings))
     return measured / sum(weights.values()) if weights else 0.0
+
+
+def _unmoved(cat: Category, findings: dict[str, Finding]) -> list[str]:
+    """The cause's deciding findings that were measured and did not move: they rule it out."""
+    return [k for k in cat.decided_by if _measured(k, findings) and not findings[k].breached]
+
+
+def _undecided(cat: Category, findings: dict[str, Finding]) -> dict[str, list[str]]:
+    """The look-alikes this cause tells itself apart from by their deciding findings (it counts
+    them against itself) where those were not measured: it cannot rule them out."""
+    return {
+        name: keys
+        for name, other in taxonomy().items()
+        if other is not cat
+        and (keys := [k for k in other.decided_by if k in cat.contradicts and not _measured(k, findings)])
+    }
 
 
 def _lag(finding: Finding) -> timedelta:
@@ -291,14 +315,28 @@ def rank(findings: Sequence[Finding], limit: int = 5, *, calibrated: bool = True
             explanation += (
                 f". Its own signals moved {lag_minutes:.0f} min after {first_mover[0]}'s, as a consequence's do"
             )
-        score = support - contradiction
         # Support beyond `full_at` saturates; a contradiction always costs its weight.
         full = cat.full_score(lambda key: _observable(key, by_key))
+        unmoved = _unmoved(cat, by_key)
+        if unmoved:
+            contradiction += full  # ruled out, however much else speaks for it
+            explanation += f". Ruled out: {', '.join(unmoved)} measured and did not move"
+        score = support - contradiction
         strength = max(0.0, min(1.0, support / full) - contradiction / full)
         coverage = _coverage(cat, by_key)
-        confidence = MAX_CONFIDENCE * strength * (UNCOVERED_FLOOR + (1 - UNCOVERED_FLOOR) * coverage)
+        undecided = _undecided(cat, by_key)
+        confidence = (
+            MAX_CONFIDENCE
+            * strength
+            * (UNCOVERED_FLOOR + (1 - UNCOVERED_FLOOR) * coverage)
+            * UNDECIDED_FACTOR ** len(undecided)
+        )
         if against:
             explanation += ". Against it: " + _explain(by_key, against)
+        if undecided:
+            explanation += ". Cannot rule out " + "; ".join(
+                f"{name} ({', '.join(keys)} not measured here)" for name, keys in undecided.items()
+            )
         unmeasured = [k for k in _expected(cat, by_key) if not _measured(k, by_key)]
         if unmeasured:
             explanation += f". Not measured: {', '.join(unmeasured)}"

@@ -50,6 +50,23 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _typical(spec: SignalSpec, values: list[float]) -> float | None:
+    """The series' usual value: the median of a measure or level, the most frequent of codes (the
+    latest of those tied), never a value between two codes."""
+    if spec.reading != "code" or not values:
+        return _median(values)
+    common = statistics.multimode(values)
+    return max(common, key=lambda code: max(i for i, v in enumerate(values) if v == code))
+
+
+def _current(spec: SignalSpec, recent: list[float]) -> float | None:
+    """Where the series stands now: a measure's median over the current minutes; a level's or a
+    code's latest sample (a clock that stepped to 990 MHz reads 990, not the minutes' median)."""
+    if not recent:
+        return None
+    return _median(recent) if spec.reading == "measure" else recent[-1]
+
+
 def _limit(spec: SignalSpec, baseline: float | None) -> float | None:
     """The value beyond which a sample counts as breached."""
     if spec.threshold is not None:
@@ -82,6 +99,7 @@ class _SeriesVerdict:
     limit: float | None
     breached: bool
     onset: float | None
+    recent: list[float]  # the samples of the current minutes, oldest first
 
 
 def current_since(end: float, alert_start: float) -> float:
@@ -97,11 +115,11 @@ def _judge_series(
 ) -> _SeriesVerdict | None:
     since = current_since(end, alert_start)
     recent = [v for ts, v in samples if ts >= since]
-    current = _median(recent)
+    current = _current(spec, recent)
     if current is None:
         return None
     guard = alert_start - BASELINE_GUARD_MINUTES * 60
-    baseline = _median([v for ts, v in samples if ts < guard])
+    baseline = _typical(spec, [v for ts, v in samples if ts < guard])
     limit = _limit(spec, baseline)
     compare = COMPARE[spec.comparison]
     breached = limit is not None and compare(current, limit)
@@ -109,7 +127,7 @@ def _judge_series(
     if breached and onset is not None and limit is not None and spec.threshold is not None:
         # For absolute thresholds the baseline is what the series looked like before it broke;
         # a series that starts broken has none (the pre-guard samples are part of the breach).
-        baseline = _median([v for ts, v in samples if ts < onset])
+        baseline = _typical(spec, [v for ts, v in samples if ts < onset])
         if baseline is not None and compare(baseline, limit):
             # Mostly beyond the limit before the onset too: a noisy series that dipped under its
             # limit for a moment has no healthy baseline; it is broken all along, not newly.
@@ -117,7 +135,7 @@ def _judge_series(
     if onset is not None and baseline is not None:
         normal = [v for ts, v in samples if ts < min(guard, onset)]
         onset = departure(samples, onset, normal, spec.comparison)
-    return _SeriesVerdict(labels, current, baseline, limit, breached, onset)
+    return _SeriesVerdict(labels, current, baseline, limit, breached, onset, recent)
 
 
 def departure(samples: Samples, onset: float, normal: list[float], comparison: str) -> float:
@@ -146,6 +164,35 @@ def _severity(spec: SignalSpec, verdict: _SeriesVerdict) -> float:
         return float("-inf")
     delta = verdict.current - verdict.limit
     return delta if spec.comparison == ">" else -delta
+
+
+def decoded(spec: SignalSpec, code: float) -> str:
+    """A code as the exporter meant it: `0x48 (HwSlowdown, HwThermalSlowdown)` for a bitmask with
+    named flags (bits without a name in hex), else the code in its unit."""
+    text = format_value(code, spec.unit)
+    if not spec.flags:
+        return text
+    bits = int(code)
+    names = [name for bit, name in sorted(spec.flags.items()) if bits & bit]
+    unnamed = bits & ~sum(spec.flags)
+    if unnamed:
+        names.append(f"0x{unnamed:x}")
+    return f"{text} ({', '.join(names) or 'none'})"
+
+
+def _reading_text(spec: SignalSpec, verdict: _SeriesVerdict, since: str) -> str:
+    """The value as its reading has it: a measure's median; a level's latest beside the mean of the
+    current minutes; a code's latest, decoded, and every other code seen in those minutes."""
+    if spec.reading == "level":
+        mean = statistics.fmean(verdict.recent)
+        return (
+            f"{format_value(verdict.current, spec.unit)} now ({format_value(mean, spec.unit)} on average since {since})"
+        )
+    if spec.reading == "code":
+        others = sorted(set(verdict.recent) - {verdict.current})
+        seen = f"; also seen since {since}: {', '.join(decoded(spec, c) for c in others)}" if others else ""
+        return f"{decoded(spec, verdict.current)} now{seen}"
+    return format_value(verdict.current, spec.unit)
 
 
 def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding:
@@ -193,9 +240,11 @@ def judge(result: SeriesResult, end: datetime, alert_start: datetime) -> Finding
     worst = max(verdicts, key=lambda v: _severity(spec, v))
     onset = datetime.fromtimestamp(worst.onset, UTC) if worst.onset else None
     limit_text = format_value(worst.limit, spec.unit) if worst.limit is not None else "n/a (no baseline)"
+    since = f"{datetime.fromtimestamp(current_since(end.timestamp(), alert_start.timestamp()), UTC):%H:%M} UTC"
+    baseline_text = decoded(spec, worst.baseline) if worst.baseline is not None else format_value(None, spec.unit)
     detail = (
-        f"{spec.title} is {format_value(worst.current, spec.unit)} "
-        f"(baseline {format_value(worst.baseline, spec.unit)}, limit {spec.comparison} {limit_text})"
+        f"{spec.title} is {_reading_text(spec, worst, since)} "
+        f"(baseline {baseline_text}, limit {spec.comparison} {limit_text})"
     )
     if worst.breached and worst.baseline is None:
         detail += ", beyond its limit for the whole window (no healthy baseline)"

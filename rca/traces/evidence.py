@@ -23,15 +23,23 @@ from rca.traces.tempo import TempoSource
 log = logging.getLogger(__name__)
 
 
-def service_for(alert_labels: list[dict[str, str]], config: TracesConfig) -> str | None:
-    """The traced service the alerts name: the first configured label on which every alert that
-    carries it agrees, translated through `services` when the backend spells it differently."""
+def service_candidates(alert_labels: list[dict[str, str]], config: TracesConfig, stack: str | None) -> list[str]:
+    """The service names to look for, in order: each configured label on which every alert that
+    carries it agrees (translated through `services` where the backend spells it differently), then
+    the names the target's serving stack reports as by default (`stack_services`)."""
+    candidates = []
     for name in config.service_labels:
         values = {labels[name] for labels in alert_labels if labels.get(name)}
         if len(values) == 1:
             value = values.pop()
-            return config.services.get(value, value)
-    return None
+            candidates.append(config.services.get(value, value))
+    candidates += config.stack_services.get(stack or "", [])
+    return list(dict.fromkeys(candidates))
+
+
+def matched_service(candidates: list[str], known: list[str]) -> str | None:
+    """The first candidate the trace backend knows."""
+    return next((name for name in candidates if name in set(known)), None)
 
 
 def open_source(settings: Settings, config: TracesConfig) -> TraceSource:
@@ -55,29 +63,36 @@ def trace_findings(
     alert_start: datetime,
     start: datetime,
     end: datetime,
+    stack: str | None = None,
 ) -> list[Finding]:
-    """Findings from a bounded sample of the service's traces in [start, end]."""
+    """Findings from a bounded sample of the service's traces in [start, end]: the service is the
+    first of the alert's names and the stack's default names that the backend's service list (read
+    once) has."""
     if settings.traces_backend == "none":
         return unavailable("no trace backend configured (set RCA_TRACES_BACKEND=jaeger|tempo and RCA_TRACES_URL)")
-    service = service_for(alert_labels, config)
-    if service is None:
+    candidates = service_candidates(alert_labels, config, stack)
+    if not candidates:
         return unavailable(
-            f"the alert names no traced service (labels tried: {', '.join(config.service_labels)})",
+            f"the alert names no traced service (labels tried: {', '.join(config.service_labels)}) and the "
+            f"serving stack ({stack or 'not detected'}) has no default service names",
             status=FindingStatus.NOT_MEASURABLE,
             source=settings.traces_backend,
         )
     source = open_source(settings, config)
-    query = source.describe_query(service)
+    query = source.describe_query(candidates[0])
     try:
         known = source.services()
-        if service not in known:
+        service = matched_service(candidates, known)
+        if service is None:
             shown = ", ".join(sorted(known)[:10]) or "none"
+            more = f" and {len(known) - 10} more" if len(known) > 10 else ""
             return unavailable(
-                f"service {service!r} is not known to {source.name} (it has: {shown})",
+                f"no traced service matched (tried: {', '.join(candidates)}; {source.name} has: {shown}{more})",
                 status=FindingStatus.NOT_MEASURABLE,
                 source=source.name,
                 query=query,
             )
+        query = source.describe_query(service)
         plan = plan_sample(int(start.timestamp() * 1e6), int(end.timestamp() * 1e6), settings.traces_sample_size)
         sample = collect_sample(source, service, plan, settings.traces_budget_seconds, settings.traces_sample_size)
     except TraceSourceError as exc:

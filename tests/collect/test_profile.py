@@ -301,3 +301,53 @@ def test_each_scope_is_found_by_more_than_one_series_of_each_exporter(profile: P
         assert len({name for name in probes["serving"] if name.startswith(prefix)}) >= 2, prefix
     assert len({name for name in probes["node"] if name.startswith("node_")}) >= 2
     assert len(probes["pod"]) >= 2 and len(probes["gpu"]) >= 2
+
+
+def test_codes_and_stepped_levels_are_declared_as_such(profile: Profile) -> None:
+    readings = {spec.id: spec.reading for spec in profile.signals}
+    assert readings["gpu_throttle_reasons"] == readings["xid_errors"] == "code"
+    assert readings["sm_clock"] == "level"
+    flags = next(s for s in profile.signals if s.id == "gpu_throttle_reasons").flags
+    assert flags[0x8] == "HwSlowdown" and flags[0x40] == "HwThermalSlowdown" and flags[0x20] == "SwThermalSlowdown"
+
+
+@pytest.mark.parametrize(
+    "promql",
+    [
+        "avg by (UUID) (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{$gpu})",
+        "max(avg_over_time(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{$gpu}[5m]))",
+        "quantile_over_time(0.5, DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{$gpu}[10m])",
+        "max(rate(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{$gpu}[5m]))",
+    ],
+)
+def test_a_code_read_through_an_average_is_refused(tmp_path: Path, promql: str) -> None:
+    def averaged(raw: dict) -> None:
+        spec = next(s for s in raw["signals"] if s["id"] == "gpu_throttle_reasons")
+        spec["queries"][0]["promql"] = promql
+
+    with pytest.raises(ConfigError, match="gpu_throttle_reasons.*blends samples with .*a code must never be"):
+        load_profile(str(write_profile(tmp_path, averaged)))
+
+
+def test_a_code_read_raw_or_by_its_latest_sample_loads(tmp_path: Path) -> None:
+    def latest(raw: dict) -> None:
+        spec = next(s for s in raw["signals"] if s["id"] == "gpu_throttle_reasons")
+        spec["queries"][0]["promql"] = "max by (UUID) (last_over_time(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{$gpu}[1m]))"
+
+    assert load_profile(str(write_profile(tmp_path, latest))).signals
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("flags", {3: "Both"}, r"flags \[3\] are not single bits"),
+        ("reading", "measure", "flags name the bits of a code"),
+    ],
+)
+def test_flags_that_are_not_bits_of_a_code_are_refused(tmp_path: Path, field: str, value: object, message: str) -> None:
+    def bad(raw: dict) -> None:
+        spec = next(s for s in raw["signals"] if s["id"] == "gpu_throttle_reasons")
+        spec[field] = value
+
+    with pytest.raises(ConfigError, match=message):
+        load_profile(str(write_profile(tmp_path, bad)))

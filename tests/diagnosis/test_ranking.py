@@ -10,7 +10,7 @@ import pytest
 
 from rca.collect.profile import load_profile
 from rca.config.files import DEFAULT_TRACE_GROUPS
-from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, symptoms, taxonomy
+from rca.diagnosis.ranking import LEAD_BONUS, MAX_CONFIDENCE, NO_CLEAR_CAUSE, UNDECIDED_FACTOR, symptoms, taxonomy
 from rca.diagnosis.ranking import rank as calibrated_rank
 from rca.domain.evidence import Finding, Hypothesis
 from tests.helpers import factories
@@ -53,7 +53,17 @@ def expected_confidence(category: str, breached: set[str], unavailable: set[str]
     # deployment can show (these findings are all measurable: unavailable is missing data, not that).
     observable = sum(w for k, w in cat.supports.items() if k in KINDS)
     full = min(cat.full_at or sum(cat.supports.values()), observable) or sum(cat.supports.values())
-    return MAX_CONFIDENCE * max(0.0, min(1.0, support / full) - contradiction / full) * (0.6 + 0.4 * coverage)
+    if any(k in KINDS and k not in unavailable and k not in breached for k in cat.decided_by):
+        return 0.0  # its deciding finding was measured and did not move
+    # Each look-alike whose deciding findings this cause counts against itself but were not measured.
+    undecided = [
+        other
+        for other, o in taxonomy().items()
+        if other != category
+        and any(k in cat.contradicts and (k in unavailable or k not in KINDS) for k in o.decided_by)
+    ]
+    strength = max(0.0, min(1.0, support / full) - contradiction / full)
+    return MAX_CONFIDENCE * strength * (0.6 + 0.4 * coverage) * UNDECIDED_FACTOR ** len(undecided)
 
 
 # ---- the taxonomy itself ----

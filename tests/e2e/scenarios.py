@@ -378,6 +378,20 @@ def _tgi(h: str, g: Gauge, port: int = 9000) -> list[Series]:
     ]
 
 
+# Seconds a request the TRT-LLM in-flight batcher paused for KV blocks stays paused: its paused-requests
+# gauge is the preemption rate times this (Little's law).
+PAUSED_SECONDS = 2.0
+
+
+def _paused(labels: dict[str, str]) -> Series:
+    """TRT-LLM's paused-requests gauge (custom_metrics_reporter.cc, inflight_batcher_specific_metric)."""
+    return Series(
+        "nv_trt_llm_inflight_batcher_metrics",
+        labels | {"inflight_batcher_specific_metric": "paused_requests"},
+        gauge=lambda p, t: p["preempt_rate"] * PAUSED_SECONDS,
+    )
+
+
 def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
     """Triton core + TRT-LLM backend names (core/src/metrics.cc); counters carry no `_total`."""
     labels = {"job": "triton", "instance": f"{h}:{port}", "model": "llama", "version": "1"}
@@ -393,6 +407,7 @@ def _triton(h: str, g: Gauge, port: int = 8002) -> list[Series]:
             labels | {"kv_cache_block_type": "fraction"},
             gauge=g("kv_usage", 0.01, hi=1.0),
         ),
+        _paused(labels),
         *_histogram(
             "nv_inference_first_response_histogram_ms", labels, [b * 1000 for b in TTFT_BUCKETS], "ttft", scale=1000.0
         ),
@@ -453,6 +468,7 @@ def _triton_trtllm(h: str, g: Gauge, port: int = 8002) -> list[Series]:
             labels | {"kv_cache_block_type": "fraction"},
             gauge=g("kv_usage", 0.01, hi=1.0),
         ),
+        _paused(labels),
     ]
 
 

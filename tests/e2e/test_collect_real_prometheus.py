@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 WITH_PROCESS = frozenset({"serving", "dcgm", "node", "process"})
 # An operator's keep-list without the engine's gauges and preemption counter, and without the node's
 # CPU seconds: the histograms and the other node_exporter series are still scraped.
+THROTTLE_STEP_MINUTES = 4
 KEEP_LIST_DROPS = frozenset(
     {
         "vllm:num_requests_waiting",
@@ -69,6 +70,16 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 exporters=frozenset({"serving", "dcgm", "cadvisor"}),
                 dropped=frozenset({"container_cpu_cfs_throttled_periods_total", "container_cpu_usage_seconds_total"}),
             ),
+            # A host whose DCGM exporter steps to clock-throttle reasons 72 (0x48: HW slowdown + HW
+            # thermal) and an SM clock of 990 MHz from 1,530, four minutes ago (THROTTLE_STEP_MINUTES).
+            Host(
+                "thr-a",
+                None,
+                now - THROTTLE_STEP_MINUTES * 60,
+                normal=(("sm_clock", 1530.0),),
+                extra=(("throttle", 72.0), ("sm_clock", 990.0)),
+                ramp=1.0,
+            ),
             Host(
                 "sync-a",
                 "host_device_sync",
@@ -82,9 +93,11 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def _analyse(url: str | None, labels: dict[str, str], settings: Settings | None = None) -> dict:
+def _analyse(
+    url: str | None, labels: dict[str, str], settings: Settings | None = None, started_minutes_ago: float = 1
+) -> dict:
     settings = settings or Settings(prometheus_url=url)
-    start = datetime.now(UTC) - timedelta(minutes=1)
+    start = datetime.now(UTC) - timedelta(minutes=started_minutes_ago)
     target = target_from_alerts([labels], [start], ScopeConfig())
     analysis = analyse(settings, target)
     return {
@@ -329,6 +342,20 @@ def test_one_throttled_gpu_of_four_is_found_and_named_by_its_uuid(prometheus: st
     assert result["top"] == "gpu_degraded"
 
 
+def test_throttle_reasons_and_a_stepped_clock_are_read_as_the_exporter_serves_them(prometheus: str) -> None:
+    """Ten minutes judged, the last four at throttle reasons 72 and 990 MHz: the median of the
+    minutes is 0 and about 1,530 MHz; the findings read 72 with its two bits, and 990 MHz now."""
+    result = _analyse(prometheus, {"instance": "thr-a:8000", "model_name": MODEL}, started_minutes_ago=10)
+    throttle = result["findings"]["gpu_throttle_reasons"]
+    assert throttle.value == 72 and throttle.breached
+    assert "0x48 (HwSlowdown, HwThermalSlowdown) now; also seen since" in throttle.detail, throttle.detail
+    assert "0x0 (none)" in throttle.detail and "0x24" not in throttle.detail
+    clock = result["findings"]["sm_clock"]
+    assert clock.value is not None and abs(clock.value - 990) < 10, clock.detail
+    assert clock.breached and clock.baseline is not None and abs(clock.baseline - 1530) < 10
+    assert "MHz now (" in clock.detail and "on average since" in clock.detail
+
+
 # What each stack cannot measure at all (the profile has no source for it), as docs/diagnosis.md says.
 NOT_MEASURABLE = {
     "gpu-b:8000": set(),  # vLLM V1
@@ -336,7 +363,7 @@ NOT_MEASURABLE = {
     "v08-a:8000": set(),  # requests_deferred from lora_requests_info (the host serves LoRA adapters)
     "sg-a:30000": {"preemption_rate", "requests_deferred"},
     "tgi-a:9000": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
-    "tri-a:8002": {"prefix_cache_hit_rate", "preemption_rate", "requests_deferred"},
+    "tri-a:8002": {"prefix_cache_hit_rate", "requests_deferred"},  # preemptions: TRT-LLM's paused requests
 }
 
 

@@ -400,3 +400,67 @@ def test_a_query_on_another_scale_is_judged_by_its_own_threshold() -> None:
     by_periods = judge(SeriesResult(spec=signal, promql="x", source="periods", series=[({}, samples)]), END, ALERT)
     assert by_seconds.breached and by_seconds.threshold == 0.05
     assert not by_periods.breached and by_periods.threshold == 0.25
+
+
+# ---- readings: codes and stepped levels are never averaged ----
+
+
+def profile_signal(signal_id: str) -> SignalSpec:
+    return next(s for s in load_profile().signals if s.id == signal_id)
+
+
+def test_throttle_reasons_are_the_latest_mask_decoded_never_a_median_of_masks() -> None:
+    """Five minutes of 0 then five of 72 (0x48): the median of the ten minutes' samples is 36 =
+    0x24, SW thermal + SW power cap, neither of which happened. The finding reads 72 and names its
+    bits, and the 0 seen before it."""
+    throttle = profile_signal("gpu_throttle_reasons")
+    samples = series(step(0.0, 72.0, onset_minutes=5), last=1)
+    recent = [v for ts, v in samples if ts >= current_since(END.timestamp(), ALERT.timestamp())]
+    assert statistics.median(recent) == 36  # what a median (or mean of the two middle masks) gives
+    finding = judged(throttle, samples)
+    assert finding.value == 72
+    assert finding.breached
+    assert finding.baseline == 0
+    assert "0x48 (HwSlowdown, HwThermalSlowdown) now" in finding.detail, finding.detail
+    assert "also seen since 11:50 UTC: 0x0 (none)" in finding.detail
+    assert "0x24" not in finding.detail and "SwThermalSlowdown" not in finding.detail
+
+
+def test_a_mask_of_routine_reasons_only_is_not_a_breach_and_unnamed_bits_show_in_hex() -> None:
+    throttle = profile_signal("gpu_throttle_reasons")
+    routine = judged(throttle, series(lambda m: 0x5))
+    assert not routine.breached
+    assert "0x5 (GpuIdle, SwPowerCap) now" in routine.detail
+    unknown = judged(throttle, series(lambda m: 0x1008))
+    assert unknown.breached
+    assert "0x1008 (HwSlowdown, 0x1000) now" in unknown.detail
+
+
+def test_a_code_baseline_is_a_code_seen_never_one_between_codes() -> None:
+    """XIDs 48 and 79 equally often before the guard: their median is 63.5, an XID that never
+    happened; the baseline of a code is the most frequent one, the latest of those tied (79)."""
+    alternating = series(lambda m: 48.0 if m % 2 == 0 else 79.0, first=180, last=1)
+    assert statistics.median(v for ts, v in alternating if ts < at(GUARD_MINUTES_BEFORE_END).timestamp()) == 63.5
+    finding = judged(spec(">", change=0.5, unit="xid", reading="code"), alternating)
+    assert finding.baseline == 79.0
+    assert finding.value == 79.0  # the latest sample (a minute before the end), not 63.5
+
+
+def test_a_stepped_clock_reads_where_it_stands_now_beside_the_window_mean() -> None:
+    """The SM clock stepped from 1,530 MHz to 990 MHz three minutes ago: the ten minutes' median is
+    1,530, the clock is 990."""
+    clock = profile_signal("sm_clock")
+    samples = series(step(1530.0, 990.0, onset_minutes=3))
+    assert statistics.median(v for ts, v in samples if ts >= at(10).timestamp()) == 1530
+    finding = judged(clock, samples, alert=END - timedelta(minutes=15))
+    assert finding.value == 990
+    assert finding.breached
+    assert finding.baseline == 1530
+    assert finding.detail.startswith("GPU SM clock is 990 MHz now (1,334 MHz on average since 11:50 UTC)"), (
+        finding.detail
+    )
+
+
+def test_a_measure_is_still_the_median_of_the_current_minutes() -> None:
+    finding = judged(spec(">", threshold=100.0), series(step(10.0, 200.0, onset_minutes=3)))
+    assert finding.value == 10.0  # 4 of the 11 samples are at 200: the median holds

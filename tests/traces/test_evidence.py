@@ -15,7 +15,7 @@ from rca.domain.evidence import Finding
 from rca.startup import checked_settings
 from rca.traces.attribution import compile_groups, summarise, time_trace
 from rca.traces.client import TraceHTTP
-from rca.traces.evidence import service_for, trace_findings
+from rca.traces.evidence import service_candidates, trace_findings
 from rca.traces.findings import ERRORS_KEY, SUMMARY_KEY
 from rca.traces.jaeger import JaegerSource
 from rca.traces.model import Span, Trace, TraceSourceError
@@ -444,9 +444,10 @@ def test_no_backend_unknown_service_and_empty_window_say_so() -> None:
         [unnamed] = trace_findings(settings, TracesConfig(), [{"instance": "h:8000"}], alert, start, now)
         old = now - timedelta(days=2)
         [empty] = trace_findings(settings, TracesConfig(), [{"job": SERVICE}], old, old - timedelta(hours=3), old)
-    assert unknown.status == "not_measurable" and "'no-such-svc' is not known to jaeger" in unknown.detail
-    assert SERVICE in unknown.detail  # it lists what the backend has
+    assert unknown.status == "not_measurable"
+    assert f"no traced service matched (tried: no-such-svc; jaeger has: api-gateway, {SERVICE})" in unknown.detail
     assert unnamed.status == "not_measurable" and "names no traced service" in unnamed.detail
+    assert "serving stack (not detected) has no default service names" in unnamed.detail
     assert empty.status == "unavailable" and "no traces of service" in empty.detail
 
 
@@ -468,12 +469,82 @@ def test_a_backend_that_is_down_gives_an_unavailable_finding_quickly() -> None:
     assert down.status == "unavailable" and "tempo" in down.detail and "ConnectError" in down.detail
 
 
-def test_service_comes_from_the_first_agreeing_label_and_the_mapping() -> None:
+def test_candidates_are_the_agreeing_labels_through_the_mapping_then_the_stacks_defaults() -> None:
     config = TracesConfig(services={"vllm": "vllm-prod"})
-    assert service_for([{"job": "vllm", "model_name": "m"}], config) == "vllm-prod"
-    assert service_for([{"app": "a", "job": "j"}], config) == "a"
-    assert service_for([{"app": "a"}, {"app": "b", "job": "j"}], config) == "j"  # alerts disagree on app
-    assert service_for([{"instance": "x"}], config) is None
+    assert service_candidates([{"job": "vllm", "model_name": "m"}], config, None) == ["vllm-prod", "m"]
+    assert service_candidates([{"app": "a", "job": "j"}], config, None) == ["a", "j"]
+    assert service_candidates([{"app": "a"}, {"app": "b", "job": "j"}], config, None) == ["j"]  # alerts disagree
+    assert service_candidates([{"instance": "x"}], config, None) == []
+    assert service_candidates([{"job": "tgi"}], config, "tgi") == [
+        "tgi",
+        "text-generation-inference.router",
+        "text-generation-inference.server",
+    ]
+    assert service_candidates([{"job": "sglang"}], config, "sglang") == ["sglang"]  # each name once
+    assert service_candidates([], config, "triton") == ["triton-inference-server"]
+    assert service_candidates([], config, "vllm_v1") == ["vllm-server", "vllm"]
+
+
+def test_a_stacks_service_names_are_configurable_and_the_other_stacks_keep_their_defaults() -> None:
+    config = TracesConfig(stack_services={"tgi": ["tgi-router-prod"]})
+    assert config.stack_services["tgi"] == ["tgi-router-prod"]
+    assert config.stack_services["triton"] == ["triton-inference-server"]
+    with pytest.raises(ValueError, match="tgi: give at least one service name"):
+        TracesConfig(stack_services={"tgi": [" "]})
+
+
+def test_a_stack_the_profile_does_not_know_is_refused(tmp_path) -> None:
+    path = tmp_path / "rca.yaml"
+    path.write_text("traces:\n  stack_services:\n    tensorrt: [trt]\n")
+    with pytest.raises(ConfigError, match="stack_services: unknown stack\\(s\\) tensorrt; known: vllm_v1"):
+        checked_settings(config_file=str(path))
+
+
+TGI_ROUTER = "text-generation-inference.router"
+
+
+@pytest.mark.parametrize("kind", ["jaeger", "tempo"])
+def test_tgi_traces_are_found_under_the_routers_default_service_name(kind: str) -> None:
+    """TGI's alert says job="tgi"; its router reports as text-generation-inference.router (its
+    `--otlp-service-name` default). The service list is read once, the router's name matched."""
+    now = datetime.now(UTC)
+    start = now - timedelta(hours=3)
+    us = lambda d: int(d.timestamp() * 1e6)  # noqa: E731
+    traces = TraceFactory(5, service=TGI_ROUTER).window(us(start), us(now), us(now - timedelta(minutes=25)), HEALTHY)
+    store = Store(traces)
+    labels = [{"job": "tgi", "instance": "tgi-a:9000", "model_name": "llama"}]
+    with FakeBackend(kind, store) as fake:
+        found = by_key(
+            trace_findings(
+                settings_for(kind, fake.url), TracesConfig(), labels, now - timedelta(minutes=5), start, now, "tgi"
+            )
+        )
+        without_stack = trace_findings(
+            settings_for(kind, fake.url), TracesConfig(), labels, now - timedelta(minutes=5), start, now
+        )
+    summary = found[SUMMARY_KEY]
+    assert summary.status == "ok", summary.detail
+    assert f"traces of {TGI_ROUTER} from" in summary.detail
+    assert TGI_ROUTER in (summary.query or "")
+    services_path = "/api/services" if kind == "jaeger" else "/api/search/tag/service.name/values"
+    assert sum(path.split("?")[0] == services_path for path in store.requests) == 2  # once for each of the two
+    [unmatched] = without_stack
+    assert unmatched.status == "not_measurable"
+    assert f"no traced service matched (tried: tgi, llama; {kind} has: api-gateway, {TGI_ROUTER})" in unmatched.detail
+
+
+@pytest.mark.parametrize("stack", ["triton", "sglang", "vllm_v1"])
+def test_no_match_names_every_name_tried_and_what_the_backend_has(stack: str) -> None:
+    store, start, now = window_store(HEALTHY)
+    with FakeBackend("tempo", store) as fake:
+        [finding] = trace_findings(
+            settings_for("tempo", fake.url), TracesConfig(), [{"job": "engine"}], now, start, now, stack
+        )
+    tried = ", ".join(["engine", *TracesConfig().stack_services[stack]])
+    assert finding.status == "not_measurable"
+    assert finding.detail == (
+        f"not measurable: no traced service matched (tried: {tried}; tempo has: api-gateway, {SERVICE})"
+    )
 
 
 def test_a_custom_operation_mapping_creates_its_finding() -> None:

@@ -27,7 +27,14 @@ from rca.collect.target import target_from_alerts
 from rca.config import Settings
 from rca.pipeline import Analysis, analyse
 from tests.e2e.lora import lora_labels
-from tests.e2e.scenarios import ITL_BUCKETS, PROMPT_BUCKETS, THROTTLED_STALL, TTFT_BUCKETS, host_series
+from tests.e2e.scenarios import (
+    ITL_BUCKETS,
+    PAUSED_SECONDS,
+    PROMPT_BUCKETS,
+    THROTTLED_STALL,
+    TTFT_BUCKETS,
+    host_series,
+)
 from tests.worlds.generate import World
 
 Params = dict[str, float]
@@ -110,8 +117,8 @@ DEFAULT_LAG = 150.0
 # the graphics engine's active time (a stalled kernel counts), mean prompt lengths (the mean of
 # the exporters' exponential), queue depths by Little's law over the exporters' queue-time
 # histograms (whose median is the engine's mean: their mean is 1/ln 2 of it), throttled seconds and
-# the requests waiting while an adapter waits for a full LoRA budget, and the tokens TGI's running
-# batch holds per running request.
+# the requests waiting while an adapter waits for a full LoRA budget, the tokens TGI's running
+# batch holds per running request, and the requests TRT-LLM holds paused for KV blocks.
 BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
     ("requests_deferred", "queue_time_seconds_sum", adapter_wait(littles_law_waiting)),
     ("requests_deferred", "lora_requests_info", adapter_wait(lambda p: p["waiting"])),
@@ -119,6 +126,7 @@ BY_ALTERNATIVE: list[tuple[str, str, Callable[[Params], float]]] = [
     ("queue_median", "tgi_request_queue_duration_sum", lambda p: p["arrival_rate"] * p["ttft"] * 0.5 / math.log(2)),
     ("queue_median", "nv_inference_queue_duration_us", lambda p: p["arrival_rate"] * p["queue_time"]),
     ("cpu_throttling", "throttled_seconds_total", lambda p: THROTTLED_STALL * p["throttled"]),
+    ("preemption_rate", "paused_requests", lambda p: p["preempt_rate"] * PAUSED_SECONDS),
     ("request_rate", "vllm:request_success_total", lambda p: p["arrival_rate"] + p["aborted"]),
     ("request_rate", "tgi_request_count", lambda p: p["arrival_rate"] + p["aborted"]),
     (

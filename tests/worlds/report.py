@@ -91,6 +91,9 @@ def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
     for o in outcomes:
         confusion[o.world.cause][o.top.category] += 1
     per_stack = _by(faults, lambda o: o.world.host.stack)
+    for stack, row in per_stack.items():  # confident wrong over the stack's worlds, healthy ones included
+        members = [o for o in outcomes if o.world.host.stack == stack]
+        row["confident_wrong"] = sum(o.confident_wrong for o in members) / len(members)
     per_cause = _by(faults, lambda o: o.world.cause)
     return {
         "all": accuracy(outcomes),
