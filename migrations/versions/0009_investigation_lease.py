@@ -5,7 +5,7 @@ Revises: 0008
 Create Date: 2026-12-06
 
 A worker that claims an investigation sets `lease_until` and renews it while the investigation
-runs (rca/jobs/lease.py); the sweep hands a `running` investigation whose lease has lapsed to
+runs (rca/jobs/runner.py); the sweep hands a `running` investigation whose lease has lapsed to
 another worker (rca/store/investigations.py `stranded`). Investigations claimed before this
 revision have no lease and are judged by `started_at`, as before.
 """

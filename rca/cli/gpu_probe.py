@@ -38,6 +38,6 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
     except NoGpuError as exc:
         fail(f"no NVIDIA GPU available: {exc}", code=EXIT_NO_DATA)
     except OSError as exc:
-        if args.once:
-            raise
+        if args.once:  # the sample could not be written out: a closed pipe (`| head`), a full disk
+            fail(f"cannot write the sample: {exc.strerror or exc}")
         fail(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")

@@ -9,6 +9,7 @@ same device taken in order. Any real NVML call that slips past it fails the test
 from __future__ import annotations
 
 import ctypes
+import io
 import signal
 import socket
 import subprocess
@@ -409,6 +410,24 @@ def test_no_gpu_exits_3_with_one_line(
     captured = capsys.readouterr()
     assert captured.err == f"error: no NVIDIA GPU available: {reason}\n"
     assert captured.out == ""
+
+
+class ClosedPipe(io.StringIO):
+    """Standard output whose reader went away (`rca gpu-probe --once | head -1`)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_once_into_a_closed_pipe_says_so_in_one_line(
+    nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["gpu-probe", "--once"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: cannot write the sample: Broken pipe\n"
+    assert nvml.refcount == 0
 
 
 def test_driver_loaded_but_no_devices_exits_3(
