@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client.exposition import choose_encoder
 from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rca import metrics
 from rca.api import access_log, incidents, scan, slack, stats, webhook
@@ -22,6 +23,7 @@ from rca.api.body import BodyLimits
 from rca.api.database import database_error
 from rca.api.docs import install_docs
 from rca.api.errors import validation_failed
+from rca.api.methods import http_error
 from rca.api.schemas import ReadinessOut
 from rca.config import Settings
 from rca.domain.waiting import Waiting
@@ -92,6 +94,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher | None = None) -> Fast
     app.openapi = openapi_with_webhook_models  # type: ignore[method-assign]
 
     app.add_exception_handler(DBAPIError, database_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, validation_failed)  # type: ignore[arg-type]
     app.add_middleware(
         BodyLimits, max_bytes=settings.webhook_max_body_bytes, timeout_seconds=settings.request_body_timeout_seconds

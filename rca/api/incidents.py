@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response, status
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, BeforeValidator
 from sqlalchemy.orm import Session
 
 from rca.api.auth import Principal, require_api_token, require_read, require_write
@@ -35,6 +35,7 @@ from rca.api.schemas import (
 from rca.api.storable import require_storable_query
 from rca.config import Settings
 from rca.diagnosis.ranking import taxonomy
+from rca.domain.clock import iso_datetime
 from rca.domain.status import SlackEvent
 from rca.incidents import feedback as incident_feedback
 from rca.incidents import notices as incident_notices
@@ -85,11 +86,18 @@ def list_incidents(
             "warning the scan's replay over history stored (`rca backtest --store`)"
         ),
     ] = None,
-    since: AwareDatetime | None = None,
-    until: AwareDatetime | None = None,
+    since: Annotated[AwareDatetime | None, BeforeValidator(iso_datetime)] = None,
+    until: Annotated[AwareDatetime | None, BeforeValidator(iso_datetime)] = None,
     sort: Annotated[Literal["relevance", "time"] | None, Query(description="default: relevance with q")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=500, description="`next_cursor` of the previous page")] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=500,
+            description="`next_cursor` of the previous page of the same search, as it came: any other "
+            "text is refused with 422 `invalid_cursor`",
+        ),
+    ] = None,
     total: Annotated[
         bool,
         Query(

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rca.api.derive import model_of, public
 from rca.api.errors import VALIDATION_ERROR
 from rca.api.storable import problem
+from rca.diagnosis.ranking import taxonomy
 from rca.domain.coverage import data_gap
 from rca.domain.evidence import Finding, Hypothesis, onset_order
 from rca.domain.status import InvestigationStatus
@@ -377,11 +378,26 @@ class Verdict(BaseModel):
     correct: bool
 
 
+NO_NUL = "^[^\\u0000]*$"  # JSON Schema (ECMA-262) for "no NUL character"
+
+
 class FeedbackIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    category: str = Field(min_length=1, max_length=64, description="the confirmed root cause (a taxonomy id)")
-    note: str = Field(default="", max_length=4000, description="what it really was, in the engineer's words")
+    # The schema states what the checks refuse: a category outside the taxonomy, and a NUL, which no
+    # database stores (a lone surrogate is refused too; JSON Schema has no way to say so).
+    category: str = Field(
+        min_length=1,
+        max_length=64,
+        description="the confirmed root cause: one of the taxonomy's ids",
+        json_schema_extra={"enum": list(taxonomy())},
+    )
+    note: str = Field(
+        default="",
+        max_length=4000,
+        description="what it really was, in the engineer's words (no NUL, no lone surrogate)",
+        json_schema_extra={"pattern": NO_NUL},
+    )
     hypotheses: list[Verdict] = Field(
         default_factory=list, max_length=100, description="which hypotheses were right or wrong"
     )

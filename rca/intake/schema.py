@@ -27,7 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from rca.domain.clock import in_utc
+from rca.domain.clock import in_utc, iso_datetime
 from rca.intake import limits
 from rca.store.models import FINGERPRINT_CHARS, NAME_CHARS
 
@@ -114,8 +114,8 @@ class WebhookAlert(BaseModel):
     status: Literal["firing", "resolved"]
     labels: Labels
     annotations: Annotations = Field(default_factory=dict)
-    startsAt: AwareDatetime
-    endsAt: AwareDatetime | None = None
+    startsAt: Annotated[AwareDatetime, BeforeValidator(iso_datetime)]
+    endsAt: Annotated[AwareDatetime | None, BeforeValidator(iso_datetime)] = None
     generatorURL: str = ""
     fingerprint: str = Field(min_length=1, max_length=FINGERPRINT_CHARS)
 
@@ -141,7 +141,7 @@ class WebhookPayload(BaseModel):
 
     version: Literal["4"]
     groupKey: str = Field(min_length=1)
-    truncatedAlerts: int = Field(default=0, ge=0)
+    truncatedAlerts: int = Field(default=0, ge=0, strict=True)  # a count: `false` is no count
     status: Literal["firing", "resolved"]
     receiver: str = Field(max_length=NAME_CHARS)
     groupLabels: Labels = Field(default_factory=dict)

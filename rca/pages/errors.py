@@ -13,7 +13,6 @@ import logging
 from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from sqlalchemy.exc import DBAPIError
@@ -22,6 +21,7 @@ from starlette.routing import Mount
 
 from rca.api.database import database_error, refusal
 from rca.api.errors import validation_failed
+from rca.api.methods import http_error, with_allow
 from rca.pages.render import render
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,8 @@ class PageErrors:
 
     async def http_error(self, request: Request, exc: StarletteHTTPException) -> Response:
         if not self.is_page(request):
-            return await http_exception_handler(request, exc)
+            return await http_error(request, exc)
+        exc = with_allow(request, exc)
         message = str(exc.detail)
         if exc.status_code == 404 and message == "Not Found":  # no route: Starlette's own words
             message = f"There is no page at {request.url.path}."

@@ -347,7 +347,7 @@ def test_json_that_is_not_an_object_is_refused_with_422(
 @pytest.mark.parametrize(
     ("mutate", "loc", "fragment"),
     [
-        (lambda p: p["alerts"][0].update(startsAt="yesterday"), ["alerts", 0, "startsAt"], "datetime"),
+        (lambda p: p["alerts"][0].update(startsAt="yesterday"), ["alerts", 0, "startsAt"], "ISO 8601"),
         (lambda p: p["alerts"][0].pop("startsAt"), ["alerts", 0, "startsAt"], "required"),
         (lambda p: p["alerts"][0].update(startsAt="2026-12-03T08:40:00"), ["alerts", 0, "startsAt"], "timezone"),
         (lambda p: p["alerts"][0].update(startsAt="0001-01-01T00:00:00+02:00"), ["alerts", 0, "startsAt"], "range"),
