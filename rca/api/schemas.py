@@ -246,8 +246,8 @@ class CommonFactorOut(BaseModel):
     )
     attribute: str | None = Field(
         None,
-        description="image, engine_version, model, node, node_label:<name> (kube_node_labels), or rollout "
-        "(every affected host started shortly before onset); null unless found",
+        description="image, engine_config:<flag> (vllm:cache_config_info), model, node, node_label:<name> "
+        "(kube_node_labels), or rollout (every affected host started shortly before onset); null unless found",
     )
     value: str | None = None
     affected: int = Field(description="affected hosts that have it")

@@ -2,9 +2,10 @@
 common factor (rca.domain.factor): a handful of fleet-wide instant queries, whatever the fleet's
 size (`PEER_QUERIES` at most).
 
-The serving instances come from the profile's serving probe, with their `model_name`, `namespace`
-and `job`; the peers are those that serve the affected hosts' model (else their namespace, else
-their job) and did not alert. kube-state-metrics adds each pod's images
+The serving instances come from the profile's serving probe, with their model, `namespace` and
+`job`; the peers are those that serve the affected hosts' model (else their namespace, else their
+job) and did not alert. The engine's info series (`vllm:cache_config_info`) adds its flags;
+kube-state-metrics each pod's images
 (`kube_pod_container_info`), node (`kube_pod_info`), node labels (`kube_node_labels`) and start
 time (`kube_pod_start_time`); the engine's `process_start_time_seconds` a start time where there is
 no pod. Every one of these series is optional: what is missing is simply not compared.
@@ -22,9 +23,14 @@ from rca.domain.factor import HostFacts
 from rca.domain.hosts import host_from_label
 
 Query = Callable[[str], list[dict]]  # an instant query: the vector's items, each with its `metric` labels
-PEER_GROUPS = ("model_name", "namespace", "job")  # what makes a healthy instance a peer, in order
-PEER_QUERIES = 6  # serving instances, containers, pods, node labels, pod and process start times
+# What makes a healthy instance a peer, in order: the model it serves (vLLM's and SGLang's
+# `model_name`, Triton's and TGI's `model`), else its namespace, else its job.
+PEER_GROUPS = ("model_name", "model", "namespace", "job")
+# Serving instances, the engine's configuration, containers, pods, node labels, pod and process starts.
+PEER_QUERIES = 7
 NODE_LABEL = "label_"  # kube_node_labels' prefix of a Kubernetes node label
+ENGINE_CONFIG = "vllm:cache_config_info"  # the engine's own info series: its cache flags, one label each
+NOT_CONFIG = frozenset({"__name__", "job", "instance", "namespace", "pod", "model_name", "engine"})
 
 
 @dataclass
@@ -77,7 +83,7 @@ def fleet_facts(query: Query, serving_probe: str, affected_hosts: Sequence[str])
     instances = [
         _Instance(labels)
         for labels in _labels(
-            query(f'group by (job, instance, namespace, pod, model_name) ({{__name__=~"{serving_probe}"}})')
+            query(f'group by (job, instance, namespace, pod, model_name, model) ({{__name__=~"{serving_probe}"}})')
         )
     ]
     pods = {i.pod for i in instances if i.pod}
@@ -87,10 +93,11 @@ def fleet_facts(query: Query, serving_probe: str, affected_hosts: Sequence[str])
     group = next((name for name in PEER_GROUPS if all(i.labels.get(name) for i in ours)), None)
     values = {i.labels[group] for i in ours} if group else set()
     peers = [i for i in instances if i not in ours and group and i.labels.get(group) in values]
+    _read_engine_config(query, ours + peers)
     _read_process_starts(query, [i for i in ours + peers if i.started is None])
     for i in ours + peers:
-        if i.labels.get("model_name"):
-            i.add("model", i.labels["model_name"])
+        if model := i.labels.get("model_name") or i.labels.get("model"):
+            i.add("model", model)
     return _by_host(ours, peers, affected)
 
 
@@ -118,6 +125,18 @@ def _read_pods(query: Query, instances: list[_Instance], namespaces: set[str]) -
     )
     for key, pod in by_pod.items():
         pod.started = starts.get(key)
+
+
+def _read_engine_config(query: Query, instances: list[_Instance]) -> None:
+    """The engine's flags from its own info series, an attribute `engine_config:<label>` each."""
+    by_address = {i.labels["instance"]: i for i in instances if i.labels.get("instance")}
+    if not by_address:
+        return
+    for labels in _labels(query(f'{ENGINE_CONFIG}{{instance=~"{_regex(by_address)}"}}')):
+        if instance := by_address.get(labels.get("instance", "")):
+            for name, value in labels.items():
+                if name not in NOT_CONFIG and value:
+                    instance.add(f"engine_config:{name}", value)
 
 
 def _read_process_starts(query: Query, instances: list[_Instance]) -> None:

@@ -19,8 +19,8 @@ from typing import Any
 ROLLOUT_BEFORE_ONSET = timedelta(minutes=90)  # a start this long before onset (or less) counts as a rollout
 HEALTHY_SHARE = 0.2  # at most this share of the healthy hosts measured may share a factor
 # Attributes in order of how specific a cause they point to (an image before the node pool it runs
-# on); node labels (`node_label:<name>`) come after `node`, in this order, then any other.
-SPECIFIC = ("image", "engine_version", "model", "node")
+# on), by name or by prefix (`engine_config:<flag>`, `node_label:<name>`), then any other.
+SPECIFIC = ("image", "engine_config:", "model", "node", "node_label:")
 ROLLOUT = "rollout"
 
 
@@ -142,9 +142,15 @@ def decide(facts: Sequence[HostFacts], onset: datetime) -> CommonFactor | None:
 
 
 def _specificity(attribute: str) -> tuple[int, str]:
-    if attribute in SPECIFIC:
-        return SPECIFIC.index(attribute), attribute
-    return len(SPECIFIC) + (0 if attribute.startswith("node_label:") else 1), attribute
+    rank = next(
+        (
+            i
+            for i, name in enumerate(SPECIFIC)
+            if attribute == name or (name.endswith(":") and attribute.startswith(name))
+        ),
+        len(SPECIFIC),
+    )
+    return rank, attribute
 
 
 def _clean(sharing: int, measured: int) -> bool:
@@ -184,8 +190,11 @@ def _rollout(
 
 def next_step(attribute: str, value: str | None, rolled_out: bool) -> str:
     """What to do about a factor, in a few words."""
-    if attribute in ("image", "engine_version"):
+    if attribute == "image":
         return "roll back" if rolled_out else f"compare {value} with the healthy hosts' and roll back if it is new"
+    if attribute.startswith("engine_config:"):
+        flag = f"{attribute.removeprefix('engine_config:')}={value}"
+        return f"roll back {flag}" if rolled_out else f"compare the engine's {flag} with the healthy hosts'"
     if attribute == ROLLOUT:
         return "check what the rollout changed; roll back"
     if attribute == "model":

@@ -78,6 +78,17 @@ def test_a_node_pool_is_named_when_the_images_are_all_alike() -> None:
     assert factor.next_step is not None and "cordon" in factor.next_step
 
 
+def test_an_engine_flag_only_the_affected_engines_run_with_is_named_before_their_node_pool() -> None:
+    flag = "engine_config:enable_prefix_caching"
+    facts = [
+        HostFacts(f.host, f.affected, {**f.attributes, flag: frozenset({"False" if f.affected else "True"})})
+        for f in fleet(healthy_images=(NEW, NEW, NEW))
+    ]
+    factor = decide(facts, ONSET)
+    assert factor is not None and (factor.attribute, factor.value) == (flag, "False")
+    assert factor.next_step == "compare the engine's enable_prefix_caching=False with the healthy hosts'"
+
+
 def test_an_attribute_not_measured_on_every_affected_host_is_not_claimed() -> None:
     facts = fleet()
     facts[0] = HostFacts("gpu-0", True, {"model": frozenset({"llama"})})
