@@ -309,12 +309,17 @@ def test_a_group_of_three_hosts_runs_an_investigation_per_host_each_on_its_own_s
     assert fleet["common_factor"]["verdict"] == "unjudged" and fleet["common_factor"]["attribute"] is None
 
 
+def open_fleet(client: TestClient, hosts: list[str]) -> tuple[int, list[int]]:
+    """A fleet incident whose alert group names `hosts`, and its round's investigations' ids."""
+    incident_id = open_incident(client, "fleet", *(make_alert(f"fp-{h}", instance=f"{h}:8000") for h in hosts))
+    return incident_id, [inv["id"] for inv in incident_of(client, incident_id)["investigations"]]
+
+
 def test_the_fleet_view_counts_a_blind_host_apart_and_claims_no_fleet_wide_cause(
     intake_client: TestClient, db_url: str
 ) -> None:
     hosts = [f"gpu-node-{n}" for n in range(1, 5)]
-    incident_id = open_incident(intake_client, "fleet", *(make_alert(f"fp-{h}", instance=f"{h}:8000") for h in hosts))
-    ids = [inv["id"] for inv in incident_of(intake_client, incident_id)["investigations"]]
+    incident_id, ids = open_fleet(intake_client, hosts)
     for investigation_id in ids[:3]:
         finish_investigation(
             db_url, incident_id, ["request_rate"], ["arrival_surge"], investigation_id=investigation_id
@@ -336,9 +341,7 @@ def test_the_fleet_view_counts_a_blind_host_apart_and_claims_no_fleet_wide_cause
 def test_the_fleet_view_shows_the_common_factor_its_round_judged_with_its_counts(
     intake_client: TestClient, db_url: str
 ) -> None:
-    hosts = [f"gpu-node-{n}" for n in range(1, 4)]
-    incident_id = open_incident(intake_client, "fleet", *(make_alert(f"fp-{h}", instance=f"{h}:8000") for h in hosts))
-    ids = [inv["id"] for inv in incident_of(intake_client, incident_id)["investigations"]]
+    incident_id, ids = open_fleet(intake_client, [f"gpu-node-{n}" for n in range(1, 4)])
     assert incident_of(intake_client, incident_id)["fleet"]["common_factor"] is None  # not judged yet
     image = "vllm/vllm-openai:v0.12.1"
     factor = CommonFactor(Verdict.FOUND, 3, 3, "image", image, 3, 3, 0, 3, 40, "roll back")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -58,16 +59,10 @@ def test_two_hosts_of_one_group_with_different_causes_each_get_their_own_cause_f
         for investigation_id in stored.investigation_ids:  # as the worker pool runs each
             assert run_investigation(settings, investigation_id) == "done"
 
-    with session_scope(pg_db) as session:
-        rows = session.scalars(
-            select(InvestigationRow)
-            .where(InvestigationRow.incident_id == stored.incident_id)
-            .order_by(InvestigationRow.id)
-            .options(selectinload(InvestigationRow.hypotheses))
-        ).all()
-        tops = {row.host: row.hypotheses[0].category for row in rows}
-        targets = {row.host: (row.target or {}).get("host") for row in rows}
-        fleet = latest_round(rows)
+    rows = _investigations(pg_db, stored.incident_id)
+    tops = {row.host: row.hypotheses[0].category for row in rows}
+    targets = {row.host: (row.target or {}).get("host") for row in rows}
+    fleet = latest_round(rows)
     assert tops == CAUSES
     assert targets == {"f01": "f01", "f02": "f02"}
     assert fleet is not None and fleet.summary.fleet_wide is None
@@ -101,20 +96,34 @@ def _first_round(pg_db: str, tmp_path: Path, fleet: Fleet, affected: list[str], 
             )
         for investigation_id in stored.investigation_ids[:run]:
             run_investigation(settings, investigation_id)
-        source, asked = PrometheusSource(url, 10, 2), []
-        instant = source._instant
-        source._instant = lambda promql, at: asked.append(promql) or instant(promql, at)  # type: ignore[method-assign]
-        probe = load_profile().scopes["serving"].probe
-        facts = source.fleet_facts(probe, affected, datetime.now(UTC))
+        source = CountingSource(url, 10, 2)
+        facts = source.fleet_facts(load_profile().scopes["serving"].probe, affected, datetime.now(UTC))
+    return [latest_round(_investigations(pg_db, stored.incident_id)), source.asked, facts]
+
+
+class CountingSource(PrometheusSource):
+    """The real source, keeping the queries it asks."""
+
+    def __init__(self, url: str, timeout: float, concurrency: int) -> None:
+        super().__init__(url, timeout, concurrency)
+        self.asked: list[str] = []
+
+    def _instant(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+        self.asked.append(promql)
+        return super()._instant(promql, at)
+
+
+def _investigations(pg_db: str, incident_id: int) -> list[InvestigationRow]:
+    """The incident's investigations, oldest first, with their hypotheses."""
     with session_scope(pg_db) as session:
-        rows = session.scalars(
-            select(InvestigationRow)
-            .where(InvestigationRow.incident_id == stored.incident_id)
-            .order_by(InvestigationRow.id)
-            .options(selectinload(InvestigationRow.hypotheses))
-        ).all()
-        fleet_round = latest_round(rows)
-    return [fleet_round, asked, facts]
+        return list(
+            session.scalars(
+                select(InvestigationRow)
+                .where(InvestigationRow.incident_id == incident_id)
+                .order_by(InvestigationRow.id)
+                .options(selectinload(InvestigationRow.hypotheses))
+            ).all()
+        )
 
 
 def test_the_image_only_the_affected_pods_run_is_named_with_its_counts_and_the_rollout(
@@ -138,7 +147,7 @@ def test_the_image_only_the_affected_pods_run_is_named_with_its_counts_and_the_r
     assert fleet_round.summary.lines()[-1] == line
     # A handful of fleet-wide queries, not one per host; the node pool (every host's) is measured
     # but separates nothing.
-    assert len(asked) <= PEER_QUERIES
+    assert len(asked) <= PEER_QUERIES, asked
     assert {f.host: f.affected for f in facts} == {name: name in affected for name in [*affected, "f04", "f05", "f06"]}
     assert all(f.attributes["node_label:cloud_google_com_gke_nodepool"] == {"h100-pool"} for f in facts)
 
