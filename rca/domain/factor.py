@@ -70,11 +70,7 @@ class CommonFactor:
                 f"No common factor among the {self.affected_hosts} affected hosts "
                 f"and their {self.healthy_hosts} healthy peers"
             )
-        what = (
-            f"restarted {self.rollout_minutes} min before onset"
-            if self.attribute == ROLLOUT
-            else f"{self.attribute} {self.value}"
-        )
+        what = f"restarted {self.rollout_minutes} min before onset" if self.attribute == ROLLOUT else self.named()
         rollout = (
             f"; rolled out {self.rollout_minutes} min before onset"
             if self.rollout_minutes is not None and self.attribute != ROLLOUT
@@ -82,6 +78,14 @@ class CommonFactor:
         )
         counts = f"{self.affected} of {self.affected_of} affected, {self.healthy} of {self.healthy_of} healthy"
         return f"Common factor: {what}: {counts}{rollout}: {self.next_step}"
+
+    def named(self) -> str:
+        """The factor in words: `image vllm/vllm-openai:v0.12.1`, `engine flag
+        enable_prefix_caching=False`, `node label pool=h100`."""
+        for prefix, words in (("engine_config:", "engine flag"), ("node_label:", "node label")):
+            if self.attribute and self.attribute.startswith(prefix):
+                return f"{words} {self.attribute.removeprefix(prefix)}={self.value}"
+        return f"{self.attribute} {self.value}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -75,7 +75,10 @@ def test_a_node_pool_is_named_when_the_images_are_all_alike() -> None:
     ]
     factor = decide(facts, ONSET)
     assert factor is not None and (factor.attribute, factor.value) == ("node_label:pool", "h100")
-    assert factor.next_step is not None and "cordon" in factor.next_step
+    assert factor.line() == (
+        "Common factor: node label pool=h100: 2 of 2 affected, 0 of 3 healthy: "
+        "cordon those nodes and check their hardware, or move the pods off them"
+    )
 
 
 def test_an_engine_flag_only_the_affected_engines_run_with_is_named_before_their_node_pool() -> None:

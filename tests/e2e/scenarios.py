@@ -138,7 +138,8 @@ class Host:
     # (the host) and its labels (`kube_node_labels`' label_* names), the pod's start (unix seconds).
     image: str | None = None
     node_labels: tuple[tuple[str, str], ...] = ()
-    started: float | None = None
+    started: float | None = None  # also the engine's process_start_time_seconds
+    engine_flags: tuple[tuple[str, str], ...] = ()  # vllm:cache_config_info's labels, when set
 
     def params(self, t: float) -> dict[str, float]:
         values = dict(BASELINE) | dict(self.normal)
@@ -571,6 +572,8 @@ def host_series(host: Host) -> list[Series]:
         )
     if host.image and host.pod:
         series += _kube_state(host)
+    if series and (host.engine_flags or host.started is not None):
+        series += _engine_info(host, series[0].labels)
     if "cadvisor" in host.exporters and host.pod:
         # The engine container has a quota of len(PINNED) cores and keeps them `pinned_busy` busy.
         # The pod-level cgroup (container="") repeats the usage, as cAdvisor does; queries drop it.
@@ -649,6 +652,19 @@ def host_series(host: Host) -> list[Series]:
     series = [s for s in series if s.name not in host.dropped and metric_family(s.name) not in host.dropped]
     for s in series:
         s.host = host
+    return series
+
+
+def _engine_info(host: Host, engine: dict[str, str]) -> list[Series]:
+    """The engine's own info series under its scrape labels: its cache flags
+    (`vllm:cache_config_info`) and its process' start (prometheus_client's)."""
+    labels = {"job": engine["job"], "instance": engine["instance"]}
+    series = []
+    if host.engine_flags:
+        series.append(Series("vllm:cache_config_info", labels | dict(host.engine_flags), gauge=lambda p, t: 1.0))
+    if host.started is not None:
+        started = host.started
+        series.append(Series("process_start_time_seconds", labels, stamp=lambda t, start: started))
     return series
 
 

@@ -4,8 +4,9 @@ own host's cause first, and the fleet view names both causes with no fleet-wide 
 fleet incidents the group was diagnosed as one target, its most common host. With
 kube-state-metrics beside the engines, the round's first investigation judges the common factor:
 the image only the affected pods run (rolled out shortly before onset) is named with its counts,
-in a handful of queries; a fleet whose affected hosts share nothing the healthy lack gets "no
-common factor"."""
+in a handful of queries, as is an engine flag the affected engines were restarted with on hosts
+without Kubernetes; a fleet whose affected hosts share nothing the healthy lack gets "no common
+factor"."""
 
 from __future__ import annotations
 
@@ -168,3 +169,30 @@ def test_affected_hosts_that_share_nothing_the_healthy_lack_get_no_common_factor
     factor = fleet_round.summary.common_factor
     assert factor is not None and factor.verdict == Verdict.NONE
     assert factor.line() == "No common factor among the 2 affected hosts and their 2 healthy peers"
+
+
+def test_a_flag_the_affected_engines_were_restarted_with_is_named_without_kubernetes(
+    pg_db: str, tmp_path: Path
+) -> None:
+    now = time.time()
+    onset = now - 25 * 60
+
+    def engine(name: str, faulty: bool) -> Host:
+        caching = "False" if faulty else "True"
+        return Host(
+            name,
+            "prefix_cache_miss" if faulty else None,
+            onset,
+            started=onset - 30 * 60 if faulty else now - 3 * 86400,
+            engine_flags=(("block_size", "16"), ("enable_prefix_caching", caching)),
+        )
+
+    hosts = [engine("f01", True), engine("f02", True), engine("f03", False), engine("f04", False)]
+    fleet_round, asked, _ = _first_round(pg_db, tmp_path, Fleet(hosts, start=now - 75 * 60), ["f01", "f02"], onset, 1)
+
+    assert fleet_round is not None and fleet_round.summary.common_factor is not None
+    assert fleet_round.summary.common_factor.line() == (
+        "Common factor: engine flag enable_prefix_caching=False: 2 of 2 affected, 0 of 2 healthy; "
+        "rolled out 30 min before onset: roll back enable_prefix_caching=False"
+    )
+    assert len(asked) == 3  # no pods: the serving instances, their flags, their process starts
