@@ -28,6 +28,7 @@ Query = Callable[[str], list[dict]]  # an instant query: the vector's items, eac
 PEER_GROUPS = ("model_name", "model", "namespace", "job")
 # Serving instances, the engine's configuration, containers, pods, node labels, pod and process starts.
 PEER_QUERIES = 7
+SERVING_LABELS = "job, instance, namespace, pod, model_name, model"  # what a serving instance is read with
 NODE_LABEL = "label_"  # kube_node_labels' prefix of a Kubernetes node label
 ENGINE_CONFIG = "vllm:cache_config_info"  # the engine's own info series: its cache flags, one label each
 NOT_CONFIG = frozenset({"__name__", "job", "instance", "namespace", "pod", "model_name", "engine"})
@@ -80,12 +81,8 @@ def fleet_facts(query: Query, serving_probe: str, affected_hosts: Sequence[str])
     """The affected hosts' facts and their peers', one HostFacts per host (an instance's host
     name, or the affected name that matched it); an affected host not seen serving has none."""
     affected = set(affected_hosts)
-    instances = [
-        _Instance(labels)
-        for labels in _labels(
-            query(f'group by (job, instance, namespace, pod, model_name, model) ({{__name__=~"{serving_probe}"}})')
-        )
-    ]
+    serving = f'{{__name__=~"{promql_string(serving_probe)}"}}'
+    instances = [_Instance(labels) for labels in _labels(query(f"group by ({SERVING_LABELS}) ({serving})"))]
     pods = {i.pod for i in instances if i.pod}
     if pods:
         _read_pods(query, instances, {namespace for namespace, _ in pods})
