@@ -25,6 +25,7 @@ from rca.diagnosis.ranking import rank
 from rca.domain.analyst import AnalystRecord
 from rca.domain.coverage import NO_PROMETHEUS, DataGap, data_gap
 from rca.domain.evidence import Hypothesis
+from rca.domain.factor import CommonFactor, decide
 from rca.domain.hosts import alert_host
 from rca.domain.result import InvestigationResult, change_key
 from rca.domain.series import EvidenceSeries
@@ -46,6 +47,7 @@ class Analysis:
     analyst: AnalystRecord | None = None  # who wrote the hypotheses (rca/analyst), with its accounting
     rules: list[Hypothesis] = field(default_factory=list)  # the rules' ranking, whoever wrote `hypotheses`
     evidence: list[EvidenceSeries] = field(default_factory=list)  # the findings' series, kept for their page
+    common_factor: CommonFactor | None = None  # a fleet round's first investigation's (`common_factor`)
 
     def rules_only(self, reason: str) -> Analysis:
         """This analysis with the rules' ranking as the answer and the LLM's audit trail dropped
@@ -87,6 +89,7 @@ class Analysis:
             total_seconds=total_seconds,
             change_key=change_key(self.findings, [h.category for h in self.rules]),
             inconclusive=inconclusive,
+            common_factor=self.common_factor.to_dict() if self.common_factor else None,
         )
 
 
@@ -118,6 +121,33 @@ def target_of(claim: investigations.Claim, config: ScopeConfig) -> Target:
     # The host's alerts stopped firing since its round was queued: the host by name alone.
     host = claim.host
     return Target(host=host, labels={}, alert_start=min(claim.alert_starts), hosts=[host] if host else [])
+
+
+def common_factor(
+    settings: Settings,
+    claim: investigations.Claim,
+    config: ScopeConfig,
+    now: datetime | None = None,
+    source: PrometheusSource | None = None,
+) -> CommonFactor | None:
+    """What a fleet incident's affected hosts (every host its firing alerts name) share that
+    their healthy peers lack (rca.domain.factor), judged once for the round by its first
+    investigation; None for any other investigation, a single host, or a Prometheus that could
+    not be read (a few fleet-wide queries: rca.collect.peers)."""
+    if claim.round_id != claim.investigation_id:
+        return None
+    hosts = sorted({host for labels in claim.alert_labels if (host := alert_host(labels, config.host_labels))})
+    if len(hosts) < 2:
+        return None
+    if source is None and settings.prometheus_url:
+        source = PrometheusSource(
+            settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency
+        )
+    serving = profile_for(settings.file_config()).scopes.get("serving")
+    if source is None or serving is None:
+        return None
+    facts = source.fleet_facts(serving.probe, hosts, now or datetime.now(UTC))
+    return decide(facts, min(claim.alert_starts)) if facts is not None else None
 
 
 History = Callable[[list[Finding], list[Hypothesis], str | None], list[dict[str, Any]]]

@@ -13,6 +13,7 @@ from rca.api.storable import problem
 from rca.diagnosis.ranking import taxonomy
 from rca.domain.coverage import data_gap
 from rca.domain.evidence import Finding, Hypothesis, onset_order
+from rca.domain.factor import CommonFactor
 from rca.domain.status import InvestigationStatus
 from rca.queries.incidents import TOTAL_CAP, Page
 from rca.store.incidents import Hit
@@ -237,6 +238,36 @@ class FleetCauseOut(BaseModel):
     hosts: list[FleetHostOut] = Field(description="the hosts whose first cause this is, by name, with its confidence")
 
 
+class CommonFactorOut(BaseModel):
+    """What a fleet incident's affected hosts share that their healthy peers lack (rca.domain.factor)."""
+
+    verdict: str = Field(
+        description="found: a factor separates them; none: no factor does; unjudged: no healthy peer measured, "
+        "nothing to compare with (never a claim)"
+    )
+    attribute: str | None = Field(
+        None,
+        description="image, engine_config:<flag> (vllm:cache_config_info), model, node, node_label:<name> "
+        "(kube_node_labels), or rollout (every affected host started shortly before onset); null unless found",
+    )
+    value: str | None = None
+    affected: int = Field(description="affected hosts that have it")
+    affected_of: int = Field(description="affected hosts measured for it (all of them, when found)")
+    healthy: int = Field(description="healthy peers that have it")
+    healthy_of: int = Field(description="healthy peers measured for it")
+    affected_hosts: int = Field(description="affected hosts (those the alerts name)")
+    healthy_hosts: int = Field(description="healthy peers: the same model (else namespace, else job), not alerting")
+    rollout_minutes: int | None = Field(
+        None, description="the affected hosts (re)started this many minutes before onset, and few healthy ones did"
+    )
+    next_step: str | None = None
+    line: str = Field(description="the same in words, as Slack shows it")
+
+    @classmethod
+    def of(cls, factor: CommonFactor) -> CommonFactorOut:
+        return cls(**factor.to_dict(), line=factor.line())
+
+
 class FleetOut(BaseModel):
     """A fleet incident's latest round: its hosts grouped by their first cause (rca.domain.fleet)."""
 
@@ -251,6 +282,11 @@ class FleetOut(BaseModel):
     unfinished: list[str] = Field(description="hosts whose investigation is queued or running still")
     skipped: int = Field(description="hosts the alerts named beyond RCA_FLEET_MAX_HOSTS, not investigated")
     summary: list[str] = Field(description="the same in a few lines of words, as Slack shows them")
+    common_factor: CommonFactorOut | None = Field(
+        None,
+        description="what the affected hosts share that their healthy peers lack, with the counts and a next step; "
+        "null when it was not judged (Prometheus unreadable, or an investigation from before it was)",
+    )
 
     @classmethod
     def of(cls, fleet: FleetRound) -> FleetOut:
@@ -269,6 +305,7 @@ class FleetOut(BaseModel):
             unfinished=summary.unfinished,
             skipped=summary.skipped,
             summary=summary.lines(),
+            common_factor=CommonFactorOut.of(summary.common_factor) if summary.common_factor else None,
         )
 
 

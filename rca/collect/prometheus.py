@@ -20,8 +20,10 @@ from urllib3.util.retry import Retry
 from rca import metrics
 from rca.collect.aliases import resolve_aliases
 from rca.collect.health import failure_kind, short_error
+from rca.collect.peers import fleet_facts
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
 from rca.domain.answer import answer_line
+from rca.domain.factor import HostFacts
 
 # Prometheus' retry policy, urllib3's inside prometheus-api-client's session (every query of an
 # investigation and of the scan): one retry, at once, after a refused connection or a 502, 503 or
@@ -128,6 +130,14 @@ class PrometheusSource:
             return resolve_aliases(lambda promql: self._instant(promql, window.end), identities, hosts, lookback, pod)
         except (requests.RequestException, PrometheusApiClientException):
             return []
+
+    def fleet_facts(self, serving_probe: str, hosts: list[str], at: datetime) -> list[HostFacts] | None:
+        """What the metrics know about the affected `hosts` and their healthy peers at `at`
+        (rca.collect.peers); None when Prometheus could not be read: no factor is then judged."""
+        try:
+            return fleet_facts(lambda promql: self._instant(promql, at), serving_probe, hosts)
+        except (requests.RequestException, PrometheusApiClientException):
+            return None
 
     def _probe(self, probe: str, candidates: list[str], window: Window) -> str | None:
         """The first candidate selector under which any probe metric has data in the window."""

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rca.domain.factor import CommonFactor
 from rca.domain.status import InvestigationStatus
 
 NO_CLEAR_CAUSE = "no_clear_cause"  # the taxonomy's "nothing explains it" (rca.diagnosis.ranking)
@@ -55,14 +56,15 @@ class FleetSummary:
     unfinished: list[str] = field(default_factory=list)  # queued or running still
     skipped: int = 0  # hosts the alerts named beyond RCA_FLEET_MAX_HOSTS, not investigated
     fleet_wide: str | None = None  # the cause every investigated host shares, if one does
+    common_factor: CommonFactor | None = None  # what the affected hosts share that healthy peers lack, when judged
 
     @property
     def investigated(self) -> int:
         return sum(len(g.hosts) for g in self.causes) + len(self.inconclusive) + len(self.failed) + len(self.unfinished)
 
     def lines(self) -> list[str]:
-        """The summary in a few lines (a line per cause, then the hosts counted apart): short
-        whatever the fleet's size, for Slack and logs."""
+        """The summary in a few lines (a line per cause, then the hosts counted apart, then the
+        common factor when it was judged): short whatever the fleet's size, for Slack and logs."""
         head = (
             [f"fleet-wide: {self.fleet_wide} on every host investigated ({self.investigated})"]
             if self.fleet_wide
@@ -83,6 +85,7 @@ class FleetSummary:
             + [group.line() for group in self.causes]
             + [f"{words}: {count(len(hosts))} ({host_list(hosts)})" for words, hosts in apart]
             + skipped
+            + ([self.common_factor.line()] if self.common_factor else [])
         )
 
 
@@ -123,7 +126,9 @@ def _natural(name: str) -> tuple[str, int, str]:
     return (numbered.group(1), int(numbered.group(2)), name) if numbered else (name, -1, name)
 
 
-def summarise(answers: Sequence[HostAnswer], skipped: int = 0) -> FleetSummary:
+def summarise(
+    answers: Sequence[HostAnswer], skipped: int = 0, common_factor: CommonFactor | None = None
+) -> FleetSummary:
     """Group the round's hosts by their top cause (most hosts first, then the cause's name), and
     name the cause fleet-wide only when every host investigated finished with it first."""
     by_cause: dict[str, list[tuple[str, float]]] = {}
@@ -145,4 +150,5 @@ def summarise(answers: Sequence[HostAnswer], skipped: int = 0) -> FleetSummary:
         unfinished=apart.get(InvestigationStatus.QUEUED, []) + apart.get(InvestigationStatus.RUNNING, []),
         skipped=skipped,
         fleet_wide=next((c for c in shared if c != NO_CLEAR_CAUSE), None),
+        common_factor=common_factor,
     )

@@ -33,6 +33,9 @@ class InvestigationResult:
     # Set when no evidence could be read (rca.domain.coverage): stored as `inconclusive`, with no
     # hypotheses, instead of `done`.
     inconclusive: InconclusiveReason | None = None
+    # A fleet round's first investigation: what its affected hosts share that their healthy peers
+    # lack (rca.domain.factor.CommonFactor.to_dict); None for any other investigation.
+    common_factor: dict[str, Any] | None = None
 
 
 TOP_CATEGORIES = 3  # how many ranked causes count as "the ranking" for the change key

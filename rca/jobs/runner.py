@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -136,6 +136,7 @@ def run_investigation(settings: Settings, investigation_id: int) -> str:
         cache=cache,
         history=partial(_precedents, url, claim),
     )
+    analysis = replace(analysis, common_factor=pipeline.common_factor(settings, claim, scope))
     total_seconds = time.perf_counter() - started
     try:
         _save(url, investigation_id, analysis, total_seconds, slack)

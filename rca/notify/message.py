@@ -203,6 +203,9 @@ def change_key_of(investigation: InvestigationRow) -> str:
 
 
 def fleet_change_key(fleet: FleetRound) -> str:
-    """What a fleet incident's message shows: each host's status and its own change key."""
+    """What a fleet incident's message shows: each host's status and its own change key, and
+    the common factor's words when it was judged."""
     shown = sorted(f"{row.host}:{row.status}:{change_key_of(row)}" for row in fleet.investigations)
+    if fleet.summary.common_factor is not None:
+        shown.append(fleet.summary.common_factor.line())
     return hashlib.sha256("\n".join(shown).encode()).hexdigest()

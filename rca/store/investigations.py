@@ -39,6 +39,7 @@ class Claim:
     alert_starts: list[datetime]
     alert_annotations: list[dict[str, str]] = field(default_factory=list)
     host: str | None = None  # a fleet incident's host this investigation is about (None: the whole incident)
+    round_id: int | None = None  # its round's (the id of the round's first investigation)
 
 
 def claim(session: Session, investigation_id: int, lease: timedelta | None = None) -> Claim | None:
@@ -67,6 +68,7 @@ def claim(session: Session, investigation_id: int, lease: timedelta | None = Non
         [a.starts_at for a in firing],
         [a.annotations for a in firing],
         inv.host,
+        inv.round_id,
     )
 
 
@@ -111,6 +113,7 @@ def save_result(session: Session, investigation_id: int, result: InvestigationRe
         inv.analyst = None  # nobody wrote a cause
     inv.window_start, inv.window_end, inv.step_seconds = result.window_start, result.window_end, result.step_seconds
     inv.target, inv.error, inv.change_key = result.target, result.error, result.change_key
+    inv.common_factor = result.common_factor
     return inv.incident_id
 
 

@@ -177,6 +177,9 @@ class InvestigationRow(Base):
     host: Mapped[str | None] = mapped_column(StorableString(255))
     round_id: Mapped[int | None] = mapped_column(Integer, index=True)
     round_skipped: Mapped[int | None] = mapped_column(Integer)
+    # On a round's first: what its affected hosts share that their healthy peers lack
+    # (rca.domain.factor.CommonFactor.to_dict), judged once for the round; NULL on any other.
+    common_factor: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     # Why an inconclusive one read nothing: no_prometheus | prometheus_unreachable | no_data (rca.domain.coverage).
     inconclusive_reason: Mapped[str | None] = mapped_column(StorableString(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from rca.domain.factor import CommonFactor
 from rca.domain.fleet import FleetSummary, HostAnswer, summarise
 from rca.store.models import InvestigationRow
 
@@ -37,7 +38,9 @@ def fleet_round(rows: Sequence[InvestigationRow]) -> FleetRound | None:
     round_id = members[0].round_id
     assert round_id is not None  # a member of a round
     skipped = max(row.round_skipped or 0 for row in members)
-    return FleetRound(round_id, members, summarise([answer_of(row) for row in members], skipped))
+    stored = members[0].common_factor  # judged once, by the round's first
+    factor = CommonFactor.from_dict(stored) if stored else None
+    return FleetRound(round_id, members, summarise([answer_of(row) for row in members], skipped, factor))
 
 
 def latest_round(investigations: Sequence[InvestigationRow]) -> FleetRound | None:

@@ -14,7 +14,10 @@ from fastapi.testclient import TestClient
 
 from rca.api.app import create_app
 from rca.collect.profile import DEFAULT_PROFILE, load_profile
+from rca.domain.factor import CommonFactor, Verdict
 from rca.signals.slo import KEY as SLO_KEY
+from rca.store.db import session_scope
+from rca.store.models import InvestigationRow
 from rca.traces.findings import SUMMARY_KEY as TRACES_KEY
 from tests.fakes.prometheus import StubPrometheus
 from tests.helpers.brokers import CLOSED_PORT_BROKER_URL
@@ -298,16 +301,25 @@ def test_a_group_of_three_hosts_runs_an_investigation_per_host_each_on_its_own_s
     [cause] = fleet["causes"]
     assert [h["host"] for h in cause["hosts"]] == hosts and cause["category"] == "no_clear_cause"
     assert fleet["fleet_wide"] is None
-    [line] = fleet["summary"]
+    line, factor = fleet["summary"]
     assert line.startswith("no_clear_cause on 3 hosts (gpu-node-1..3), confidence ")
+    # the stub's series name no serving instance: no healthy peer to compare the three with, and
+    # no factor claimed (judged once, by the round's first)
+    assert factor == "Common factor cannot be judged: no healthy peers of the 3 affected hosts to compare with"
+    assert fleet["common_factor"]["verdict"] == "unjudged" and fleet["common_factor"]["attribute"] is None
+
+
+def open_fleet(client: TestClient, hosts: list[str]) -> tuple[int, list[int]]:
+    """A fleet incident whose alert group names `hosts`, and its round's investigations' ids."""
+    incident_id = open_incident(client, "fleet", *(make_alert(f"fp-{h}", instance=f"{h}:8000") for h in hosts))
+    return incident_id, [inv["id"] for inv in incident_of(client, incident_id)["investigations"]]
 
 
 def test_the_fleet_view_counts_a_blind_host_apart_and_claims_no_fleet_wide_cause(
     intake_client: TestClient, db_url: str
 ) -> None:
     hosts = [f"gpu-node-{n}" for n in range(1, 5)]
-    incident_id = open_incident(intake_client, "fleet", *(make_alert(f"fp-{h}", instance=f"{h}:8000") for h in hosts))
-    ids = [inv["id"] for inv in incident_of(intake_client, incident_id)["investigations"]]
+    incident_id, ids = open_fleet(intake_client, hosts)
     for investigation_id in ids[:3]:
         finish_investigation(
             db_url, incident_id, ["request_rate"], ["arrival_surge"], investigation_id=investigation_id
@@ -324,6 +336,37 @@ def test_the_fleet_view_counts_a_blind_host_apart_and_claims_no_fleet_wide_cause
         "arrival_surge on 3 hosts (gpu-node-1..3), confidence 0.80",
         "no cause readable (inconclusive): 1 host (gpu-node-4)",
     ]
+
+
+def test_the_fleet_view_shows_the_common_factor_its_round_judged_with_its_counts(
+    intake_client: TestClient, db_url: str
+) -> None:
+    incident_id, ids = open_fleet(intake_client, [f"gpu-node-{n}" for n in range(1, 4)])
+    assert incident_of(intake_client, incident_id)["fleet"]["common_factor"] is None  # not judged yet
+    image = "vllm/vllm-openai:v0.12.1"
+    factor = CommonFactor(Verdict.FOUND, 3, 3, "image", image, 3, 3, 0, 3, 40, "roll back")
+    with session_scope(db_url) as session:  # as the round's first investigation stores it
+        row = session.get(InvestigationRow, ids[0])
+        assert row is not None
+        row.common_factor = factor.to_dict()
+
+    fleet = incident_of(intake_client, incident_id)["fleet"]
+    line = f"Common factor: image {image}: 3 of 3 affected, 0 of 3 healthy; rolled out 40 min before onset: roll back"
+    assert fleet["common_factor"] == {
+        "verdict": "found",
+        "attribute": "image",
+        "value": image,
+        "affected": 3,
+        "affected_of": 3,
+        "healthy": 0,
+        "healthy_of": 3,
+        "affected_hosts": 3,
+        "healthy_hosts": 3,
+        "rollout_minutes": 40,
+        "next_step": "roll back",
+        "line": line,
+    }
+    assert fleet["summary"][-1] == line
 
 
 def test_without_prometheus_the_investigation_is_inconclusive_and_shows_no_cause(db_url: str, tmp_path: Path) -> None:

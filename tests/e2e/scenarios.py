@@ -134,6 +134,12 @@ class Host:
     ramp: float = RAMP_SECONDS  # seconds from onset to full effect
     # Metric names (or histogram families) a keep-list in the operator's scrape config drops.
     dropped: frozenset[str] = frozenset()
+    # kube-state-metrics for its pod (with `pod`): the engine container's image, the pod's node
+    # (the host) and its labels (`kube_node_labels`' label_* names), the pod's start (unix seconds).
+    image: str | None = None
+    node_labels: tuple[tuple[str, str], ...] = ()
+    started: float | None = None  # also the engine's process_start_time_seconds
+    engine_flags: tuple[tuple[str, str], ...] = ()  # vllm:cache_config_info's labels, when set
 
     def params(self, t: float) -> dict[str, float]:
         values = dict(BASELINE) | dict(self.normal)
@@ -564,6 +570,10 @@ def host_series(host: Host) -> list[Series]:
                 gauge=lambda p, t: 1.0,
             )
         )
+    if host.image and host.pod:
+        series += _kube_state(host)
+    if series and (host.engine_flags or host.started is not None):
+        series += _engine_info(host, series[0].labels)
     if "cadvisor" in host.exporters and host.pod:
         # The engine container has a quota of len(PINNED) cores and keeps them `pinned_busy` busy.
         # The pod-level cgroup (container="") repeats the usage, as cAdvisor does; queries drop it.
@@ -642,6 +652,38 @@ def host_series(host: Host) -> list[Series]:
     series = [s for s in series if s.name not in host.dropped and metric_family(s.name) not in host.dropped]
     for s in series:
         s.host = host
+    return series
+
+
+def _engine_info(host: Host, engine: dict[str, str]) -> list[Series]:
+    """The engine's own info series under its scrape labels: its cache flags
+    (`vllm:cache_config_info`) and its process' start (prometheus_client's)."""
+    labels = {"job": engine["job"], "instance": engine["instance"]}
+    series = []
+    if host.engine_flags:
+        series.append(Series("vllm:cache_config_info", labels | dict(host.engine_flags), gauge=lambda p, t: 1.0))
+    if host.started is not None:
+        started = host.started
+        series.append(Series("process_start_time_seconds", labels, stamp=lambda t, start: started))
+    return series
+
+
+def _kube_state(host: Host) -> list[Series]:
+    """kube-state-metrics' series of the host's pod: its container's image, its node (unless
+    `addresses` exports kube_pod_info already) and that node's labels, its start time."""
+    assert host.image and host.pod
+    ksm = {"job": "kube-state-metrics", "instance": "10.96.0.20:8080"}
+    pod = ksm | {"namespace": NAMESPACE, "pod": host.pod}
+    one = lambda p, t: 1.0  # noqa: E731 (an info series)
+    container = pod | {"container": "vllm", "image": host.image, "image_id": f"docker-pullable://{host.image}"}
+    series = [Series("kube_pod_container_info", container, gauge=one)]
+    if not host.addresses:
+        series.append(Series("kube_pod_info", pod | {"node": host.name}, gauge=one))
+    labels = {f"label_{name}": value for name, value in host.node_labels}
+    series.append(Series("kube_node_labels", ksm | {"node": host.name} | labels, gauge=one))
+    if host.started is not None:
+        started = host.started
+        series.append(Series("kube_pod_start_time", pod, stamp=lambda t, start: started))
     return series
 
 

@@ -15,6 +15,7 @@ from rca.collect.target import Target
 from rca.config import ConfigError, SlackFileConfig, load_settings
 from rca.diagnosis.ranking import rank
 from rca.domain.coverage import NO_PROMETHEUS, Judged, data_gap, judged
+from rca.domain.factor import CommonFactor, Verdict
 from rca.domain.fleet import HostAnswer, summarise
 from rca.notify.blocks import MAX_BLOCKS, cut, render
 from rca.notify.escape import mrkdwn
@@ -403,3 +404,21 @@ def test_a_fleet_of_sixteen_hosts_is_summarised_in_a_few_lines_not_listed() -> N
         "fleet-wide: arrival_surge on every host investigated (16)"
     )
     assert not block_kit_problems(payload)
+
+
+def test_a_fleet_messages_common_factor_is_one_line_under_its_hosts() -> None:
+    answers = [HostAnswer(f"gpu-node-{n}", "done", "cpu_launch_overhead", 0.8) for n in range(1, 4)]
+    factor = CommonFactor(Verdict.FOUND, 3, 3, "image", "vllm/vllm-openai:v0.12.1", 3, 3, 0, 3, 40, "roll back")
+    none = CommonFactor(Verdict.NONE, 3, 5)
+    for verdict, line in (
+        (
+            factor,
+            "• Common factor: image vllm/vllm-openai:v0.12.1: 3 of 3 affected, 0 of 3 healthy; "
+            "rolled out 40 min before onset: roll back",
+        ),
+        (none, "• No common factor among the 3 affected hosts and their 5 healthy peers"),
+    ):
+        payload = render(message(hypotheses=[], breached=[], fleet=summarise(answers, common_factor=verdict)))
+        [section] = [text for text in texts_of(payload, "mrkdwn") if "Hosts by most likely cause" in text]
+        assert section.splitlines()[-1] == line
+        assert not block_kit_problems(payload)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from rca.domain.factor import CommonFactor, Verdict
 from rca.pages.site import create_site
 from rca.store import tokens
 from rca.store.db import session_scope
+from rca.store.models import InvestigationRow
 from tests.helpers.history import finish_blind, finish_investigation
 from tests.helpers.payloads import make_alert, make_payload, post_webhook
 from tests.helpers.service import API_AUTH, API_TOKEN, RecordingDispatcher, make_settings
@@ -250,6 +252,13 @@ def test_a_fleet_incident_shows_its_hosts_and_each_hosts_top_cause(client: TestC
         "gpu-node-1", "arrival_surge", "0.80", f"{first} done",
         "gpu-node-2", "kv_memory_pressure", "0.80", f"{second} done",
     ]  # fmt: skip
-    assert "Fleet-wide" not in section
+    assert "Fleet-wide" not in section and "common-factor" not in section  # not judged: nothing said
+    with session_scope(pg_db) as session:  # as the round's first investigation stores it
+        row = session.get(InvestigationRow, first)
+        assert row is not None
+        row.common_factor = CommonFactor(Verdict.NONE, 2, 4).to_dict()
+    page = client.get(f"/incidents/{incident_id}", headers=API_AUTH).text
+    section = page.split('<section id="fleet">')[1].split("</section>")[0]
+    assert '<p id="common-factor">No common factor among the 2 affected hosts and their 4 healthy peers</p>' in section
     single = open_incident(client, pg_db)
     assert 'id="fleet"' not in client.get(f"/incidents/{single}", headers=API_AUTH).text
