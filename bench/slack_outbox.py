@@ -7,8 +7,9 @@ Real PostgreSQL (a fresh database on RCA_TEST_PG_URL's server) reached through a
 fake Slack (tests/fakes/slack.py), and `rca.notify.service.deliver` as the worker calls it, one
 incident after another, each retried until delivered. Runs twice: quiet, then with the proxy
 stopping PostgreSQL as its clients see it (every connection reset, new ones refused for up to
-50 ms) at random moments, about every `--gap` seconds. Counts, per 1,000 incidents, the messages lost (none in Slack) and the
-duplicates (more than one), and how many cuts struck. docs/slack.md ("Exactly once") reports it.
+50 ms) at random moments, about every `--gap` seconds. Counts, per 1,000 incidents, the
+messages lost (none in Slack) and the duplicates (more than one), and the stops made.
+docs/slack.md ("Exactly once") reports it.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ def run(mode: str, deliveries: int, gap: float | None) -> None:
     try:
         migrate(url)
         target = make_url(url)
-        with tempfile.TemporaryDirectory() as tmp, FakeSlack() as slack, TcpProxy(
-            target.host or "127.0.0.1", target.port or 5432
-        ) as proxy:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            FakeSlack() as slack,
+            TcpProxy(target.host or "127.0.0.1", target.port or 5432) as proxy,
+        ):
             proxied = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
             settings = slack_settings(
                 proxied, Path(tmp), slack, mode=mode, slack_channel="C0BENCH001", slack_timeout_seconds=0.5
@@ -95,11 +98,15 @@ def run(mode: str, deliveries: int, gap: float | None) -> None:
         drop_database(url)
     lost, twice = counts.count(0), sum(max(0, n - 1) for n in counts)
     per = 1000 / deliveries
-    print(
-        f"{mode}, {'cut every ~%.2f s' % gap if gap else 'quiet'}: {deliveries} deliveries in {elapsed:.1f} s, "
-        f"{len(cuts)} cuts, {errors} failed attempts retried; lost {lost * per:g} and duplicated "
-        f"{twice * per:g} per 1,000 posts ({twice} duplicates, {twice / len(cuts) if cuts else 0:.3f} per cut)"
-    )
+    figures = [
+        f"{mode}, " + (f"stopped every ~{gap:.2f} s" if gap else "quiet"),
+        f"{deliveries} deliveries in {elapsed:.1f} s",
+        f"{len(cuts)} stops",
+        f"{errors} failed attempts retried",
+        f"lost {lost * per:g} per 1,000 posts",
+        f"duplicated {twice * per:g} per 1,000 posts ({twice / len(cuts) if cuts else 0:.3f} per stop)",
+    ]
+    print("; ".join(figures), flush=True)
 
 
 def main() -> None:
