@@ -1,5 +1,5 @@
-"""Bot-mode posts effectively once: a message Slack accepted is never posted again because the
-record of it was lost.
+"""Posts recorded before they are sent, and bot-mode posts effectively once: a message Slack
+accepted is never posted again because the record of it was lost.
 
 chat.postMessage has no idempotency key. So before each post (the incident's message, a thread
 reply) a send is committed with a new key (rca/store/sends.py), and the message carries the key in
@@ -9,7 +9,11 @@ When that transaction is lost after Slack accepted the message (the database wen
 worker died), the send stays without an outcome, and the next delivery of the same message
 first reads the channel (conversations.history; conversations.replies for a reply) around the
 send's time, with the messages' metadata, and adopts the message that carries the key instead
-of posting again.
+of posting again (the delivery then updates an adopted incident message to the present).
+
+An incoming webhook's posts are recorded the same way (a key of ours, sent nowhere), but nothing
+can read its channel: a send found without an outcome is settled `unverified` and posted again, at
+least once (docs/slack.md, "Exactly once").
 
 Where the channel cannot be read (the token lacks `channels:history`, the bot is not in the
 channel, a channel given by name whose ID no earlier post told us) the post is sent again: at
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 # lie: clocks differ, and Slack may store a request that arrived late.
 WINDOW_MARGIN = 60.0
 IN_FLIGHT_GRACE = 2.0  # seconds past the call's timeout after which an earlier send has surely ended
+WEBHOOK = "(incoming webhook)"  # the channel of a webhook's sends: the one it was created for
 _warned: set[tuple[str, str]] = set()
 
 
@@ -65,6 +70,9 @@ def look_for_earlier(
     if not pending:
         return Earlier()
     keys = [s.key for s in pending]
+    if sender.mode == "webhook":
+        _at_least_once(session, keys, channel, "an incoming webhook cannot read it")
+        return Earlier()
     channel_id = sends.channel_id(session, channel)
     if channel_id is None:
         _at_least_once(session, keys, channel, "a channel name whose ID no earlier post told")
@@ -77,11 +85,8 @@ def look_for_earlier(
         if not read.retryable:
             _at_least_once(session, keys, channel, f"reading it failed: {read.error}")
         return Earlier(read=read)  # retryable: Slack is struggling, look again on the next attempt
-    if lookup.ts is not None:
+    if lookup.ts is not None:  # logged by the delivery once this is recorded
         sends.settle(session, keys, sends.FOUND, channel_id, lookup.ts)
-        log.info(
-            "slack: incident %s's %s was posted already (ts %s): not posting it again", incident_id, action, lookup.ts
-        )
         return Earlier(read=read, ts=lookup.ts, channel=channel_id)
     if not lookup.complete:
         _at_least_once(session, keys, channel, "more messages around the send than one search reads")

@@ -81,13 +81,10 @@ class Step:
     action: str  # post | update | reply
     send: Callable[[str | None], SendResult]  # given the key of a keyed step
     done: Callable[[SlackDeliveryRow, SendResult], None]
-    # Bot-mode posts and replies: recorded with a key before they are sent (rca/notify/once.py).
+    # Posts and replies: recorded as sending, with a key, before they are sent (rca/notify/once.py);
+    # None for chat.update, which edits in place and may simply be sent again.
     channel: str | None = None
     thread_ts: str | None = None
-
-    @property
-    def keyed(self) -> bool:
-        return self.channel is not None
 
 
 def _lock(session: Session, incident_id: int) -> SlackDeliveryRow | None:
@@ -180,14 +177,17 @@ def _plan(
 
     resolved_payload = blocks.resolved_reply(message, resolved_at)
     if sender.mode == "webhook":
+        hook = once.WEBHOOK
         if delivery.messages == 0:
-            return [Step("post", lambda _key: sender.post(None, blocks.render(message)), posted)]
+            return [Step("post", lambda _key: sender.post(None, blocks.render(message)), posted, channel=hook)]
         steps = []
         if delivery.thread_fingerprint != evidence:
             note = f"Update: re-investigation #{investigation_id} changed the evidence"
-            steps.append(Step("post", lambda _key: sender.post(None, blocks.render(message, note)), posted))
+            steps.append(
+                Step("post", lambda _key: sender.post(None, blocks.render(message, note)), posted, channel=hook)
+            )
         elif resolved:
-            steps.append(Step("post", lambda _key: sender.post(None, resolved_payload), replied_resolved))
+            steps.append(Step("post", lambda _key: sender.post(None, resolved_payload), replied_resolved, channel=hook))
         return steps
     if delivery.ts is None or delivery.channel is None:
         first = blocks.render(message, buttons=True)
@@ -243,6 +243,27 @@ def deliver(
     sender = sender or make_sender(settings)
     if sender is None:
         return Outcome("skipped", detail="Slack is not configured")
+    done: list[str] = []  # what Slack was told (or found to have), in order
+    try:
+        outcome = _deliver(settings, sender, incident_id, event, attempt, done)
+    except Exception:
+        if done:  # Slack has it, the database not: the next delivery looks before sending again
+            log.warning(
+                "slack: incident %s: %s sent, not yet recorded (the commit failed)", incident_id, ", ".join(done)
+            )
+        raise
+    if outcome.status == "delivered":  # only now is it true, and recorded
+        log.info("slack: incident %s up to date (%s)", incident_id, outcome.detail)
+    elif done:
+        log.info("slack: incident %s: %s sent and recorded, then %s", incident_id, ", ".join(done), outcome.status)
+    return outcome
+
+
+def _deliver(
+    settings: Settings, sender: Sender, incident_id: int, event: str, attempt: int, done: list[str]
+) -> Outcome:
+    """`deliver` inside its transaction, which commits (or not) on return; `done` collects the calls
+    Slack took, for the log written once that commit has or has not recorded them."""
     with session_scope(settings.effective_database_url) as session:
         origin = session.scalar(select(IncidentRow.origin).where(IncidentRow.id == incident_id))
         if origin is None:
@@ -256,7 +277,7 @@ def deliver(
             select(IncidentRow).where(IncidentRow.id == incident_id).options(selectinload(IncidentRow.alerts))
         )
         assert incident is not None  # the delivery row's foreign key holds it
-        outcome = _bring_up_to_date(session, settings, sender, delivery, incident, event, attempt)
+        outcome = _bring_up_to_date(session, settings, sender, delivery, incident, event, attempt, done)
         if outcome.status == "failed":  # stays owed, failed and visible; tried again much later
             notices.defer(session, incident_id, utcnow() + timedelta(seconds=settings.slack_failed_retry_seconds))
         elif outcome.retry_in is None:
@@ -274,8 +295,10 @@ def _bring_up_to_date(
     incident: IncidentRow,
     event: str,
     attempt: int,
+    done: list[str],
 ) -> Outcome:
-    """Send what the locked delivery row says Slack is missing, recording every call on the row."""
+    """Send what the locked delivery row says Slack is missing, recording every call on the row and
+    appending each call Slack took (or a message found already there) to `done`."""
     incident_id = incident.id
     investigation = _latest_finished(session, incident_id)
     if investigation is None:
@@ -295,11 +318,12 @@ def _bring_up_to_date(
     signature = similar.signature(session, incident_id)
     last = similar.precedents(session, signature, limit=1) if signature else []
     message = from_incident(incident, investigation, settings.public_url, last[0] if last else None, fleet)
-    steps = plan(_said(session, incident_id, message))
-    for step in steps:
+    message = _said(session, incident_id, message)
+    steps = plan(message)
+    while steps:
+        step = steps.pop(0)
         send = None
-        if step.keyed:
-            assert step.channel is not None
+        if step.channel is not None:  # a post: recorded as sending, with its key, before it is sent
             earlier = once.look_for_earlier(
                 session, settings, sender, incident_id, step.action, step.channel, step.thread_ts
             )
@@ -314,9 +338,15 @@ def _bring_up_to_date(
             if earlier.ts is not None:  # Slack has it: adopt it instead of posting it again
                 metrics.SLACK_DELIVERIES.labels(outcome=metrics.SLACK_FOUND).inc()
                 step.done(delivery, SendResult(ok=True, channel=earlier.channel, ts=earlier.ts))
+                done.append(f"{step.action} found ts={earlier.ts}")
+                if step.action == "post":  # it shows the incident as it was then: update it to now
+                    delivery.fingerprint = None
+                    steps = plan(message)
                 continue
             send = once.begin(session, settings, incident_id, step.action, step.channel, step.thread_ts)
         result = step.send(send.key if send is not None else None)
+        if result.ok:  # before any write: the next one may be the one that fails
+            done.append(step.action + (f" ts={result.ts}" if result.ts else ""))
         if send is not None:
             once.end(session, send, result)
         _store_call(delivery, event, step.action, result)
@@ -324,8 +354,7 @@ def _bring_up_to_date(
             return _stop(settings, delivery, step.action, result, incident_id, attempt)
         step.done(delivery, result)
     delivery.status, delivery.last_error = DeliveryStatus.DELIVERED, None
-    log.info("slack: incident %s up to date (%s)", incident_id, ", ".join(s.action for s in steps))
-    return Outcome("delivered", detail=", ".join(s.action for s in steps))
+    return Outcome("delivered", detail=", ".join(done))
 
 
 def _store_call(delivery: SlackDeliveryRow, event: str, action: str, result: SendResult) -> None:

@@ -324,10 +324,11 @@ class SlackAttemptRow(Base):
 
 
 class SlackSendRow(Base):
-    """A message the service was about to post to Slack (bot mode), committed before the call with
-    the key that the message carries in its metadata; `outcome` stays empty until Slack's answer
-    is recorded, so an empty one after a lost commit means "look in the channel before posting
-    again" (rca/notify/once.py).
+    """A message the service was about to post to Slack, committed before the call with the key
+    that the message carries in its metadata (bot mode; an incoming webhook's carries none):
+    "sending". `outcome` stays empty until Slack's answer is recorded ("posted", with its ts), so
+    an empty one after a lost commit means "look in the channel before posting again", or for a
+    webhook "post again, at least once" (rca/notify/once.py).
 
     It refers to the incident, not to the delivery row: it is written while the delivery holds that
     row locked, from a transaction of its own."""

@@ -168,8 +168,9 @@ class FakeSlack(LoopbackServer):
     delay: float = 0.0  # seconds before each answer, to make concurrent calls overlap
     arrived: int = 0  # requests read so far, answered or not (a test can wait for one in flight)
     scopes: frozenset[str] = BOT_SCOPES  # what the bot token was granted
-    # Called with (method, answer) once a Web API method succeeded, before the answer is sent: a
-    # test strikes a fault at the moment Slack has accepted a message and the sender not yet heard.
+    # Called with (method, answer) once a Web API method succeeded (("webhook", {}) for an incoming
+    # webhook's post), before the answer is sent: a test strikes a fault at the moment Slack has
+    # accepted a message and the sender not yet heard.
     on_accepted: Callable[[str, dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
@@ -195,6 +196,8 @@ class FakeSlack(LoopbackServer):
                     result = json.loads(answer)
                     if result.get("ok"):
                         fake.on_accepted(path.removeprefix("/api/"), result)
+                elif fake.on_accepted is not None and status == 200 and path == WEBHOOK_PATH:
+                    fake.on_accepted("webhook", {})  # its answer is the body `ok`
                 # Recorded before answering: a sender that saw the answer may already have said so
                 # in Postgres, and a test that reads that must find the request here too.
                 with fake._lock:

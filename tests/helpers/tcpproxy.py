@@ -41,6 +41,10 @@ class TcpProxy:
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                # A pipe thread blocked in recv() on it keeps a closed socket open (no reset sent,
+                # the server's backend and its locks live on): shutdown wakes it first.
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
                 sock.close()
 
     def _accept(self) -> None:

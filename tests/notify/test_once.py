@@ -76,13 +76,15 @@ def kill_open_transactions(url: str) -> int:
         )
 
 
-def lose_the_commit_of(url: str, slack: FakeSlack, reply: bool = False) -> list[int]:
-    """Arm the fake Slack: the first chat.postMessage it accepts (a thread reply if `reply`) kills
-    the delivering transaction before the sender hears back. Returns the kills made."""
+def lose_the_commit_of(url: str, slack: FakeSlack, reply: bool = False, method: str = "chat.postMessage") -> list[int]:
+    """Arm the fake Slack: the first post it accepts (a thread reply if `reply`; `method` "webhook"
+    for an incoming webhook's) kills the delivering transaction before the sender hears back.
+    Returns the kills made."""
     killed: list[int] = []
 
-    def strike(method: str, answer: dict[str, Any]) -> None:
-        if method == "chat.postMessage" and bool(answer["message"].get("thread_ts")) == reply and not killed:
+    def strike(called: str, answer: dict[str, Any]) -> None:
+        threaded = bool(answer.get("message", {}).get("thread_ts"))
+        if called == method and threaded == reply and not killed:
             killed.append(kill_open_transactions(url))
 
     slack.on_accepted = strike
@@ -140,14 +142,17 @@ def test_a_post_slack_accepted_but_the_database_lost_is_found_by_its_key_not_pos
     assert read.payload["include_all_metadata"] == "1" and float(read.payload["oldest"]) < float(answer["ts"])
     row = delivery(pg_db, incident_id)
     assert (row.status, row.channel, row.ts, row.messages) == ("delivered", answer["channel"], answer["ts"], 1)
-    assert attempts(pg_db, incident_id) == [("find", "ok", 200)]
+    # Found, it is updated to the present (it shows the incident as it was when it was posted).
+    assert attempts(pg_db, incident_id) == [("find", "ok", 200), ("update", "ok", 200)]
+    [found] = slack.updates()
+    assert found.payload["ts"] == answer["ts"]
     assert [s.outcome for s in sends_of(pg_db, incident_id)] == ["found"]
     assert slack_owed(pg_db, incident_id)[1] is None  # the notice is settled
 
     # The adopted message is the incident's message: a change updates it and replies in its thread.
     store_investigation(pg_db, incident_id, ["queue_median", "cpu_bound_ratio"], ["cpu_launch_overhead"])
     assert deliver(settings, incident_id, "investigation").status == "delivered"
-    [update] = slack.updates()
+    [_, update] = slack.updates()
     [reply] = slack.replies()
     assert update.payload["ts"] == answer["ts"] and reply.payload["thread_ts"] == answer["ts"]
 
@@ -235,7 +240,12 @@ def test_a_post_that_timed_out_is_looked_for_until_it_can_no_longer_arrive(
     wait_for(lambda: slack.posts(), 5, "the late post to land")
     assert deliver(settings, incident_id, "investigation", attempt=3).status == "delivered"
     assert len(slack.posts()) == 1
-    assert attempts(pg_db, incident_id) == [("post", "retry", None), ("find", "ok", 200), ("find", "ok", 200)]
+    assert attempts(pg_db, incident_id) == [
+        ("post", "retry", None),
+        ("find", "ok", 200),
+        ("find", "ok", 200),
+        ("update", "ok", 200),  # the found message, brought up to date
+    ]
 
 
 def test_a_post_that_failed_with_500_is_posted_after_the_search_finds_nothing(
@@ -291,11 +301,13 @@ def test_nothing_is_posted_when_the_send_cannot_be_recorded(pg_db: str, tmp_path
     assert len(slack.posts()) == 1
 
 
-def test_webhook_posts_carry_no_key(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
-    """An incoming webhook cannot read the channel: it stays at least once, and records no sends."""
+def test_webhook_posts_carry_no_key_but_are_recorded(pg_db: str, tmp_path: Path, slack: FakeSlack) -> None:
+    """An incoming webhook cannot read the channel: its posts carry no key, but are recorded as
+    sending before the call and sent after it, like the bot's."""
     settings = slack_settings(pg_db, tmp_path, slack, mode="webhook")
     incident_id = posted_incident(pg_db)
     assert deliver(settings, incident_id, "investigation").status == "delivered"
     [post] = slack.webhook_posts()
-    assert "metadata" not in post.payload and sends_of(pg_db, incident_id) == []
+    [send] = sends_of(pg_db, incident_id)
+    assert "metadata" not in post.payload and (send.action, send.outcome) == ("post", "posted")
     assert sends.CHANNEL_ID.fullmatch("C0ONCE0001") and not sends.CHANNEL_ID.fullmatch("#llm-alerts")
