@@ -26,7 +26,7 @@ from rca.domain.analyst import AnalystRecord
 from rca.domain.coverage import NO_PROMETHEUS, DataGap, data_gap
 from rca.domain.evidence import Hypothesis
 from rca.domain.factor import CommonFactor, decide
-from rca.domain.hosts import alert_host
+from rca.domain.hosts import alert_host, hosts_of
 from rca.domain.result import InvestigationResult, change_key
 from rca.domain.series import EvidenceSeries
 from rca.domain.status import Analyst
@@ -136,13 +136,10 @@ def common_factor(
     not be read (a few fleet-wide queries: rca.collect.peers)."""
     if claim.round_id != claim.investigation_id:
         return None
-    hosts = sorted({host for labels in claim.alert_labels if (host := alert_host(labels, config.host_labels))})
+    hosts = hosts_of(claim.alert_labels, config.host_labels)
     if len(hosts) < 2:
         return None
-    if source is None and settings.prometheus_url:
-        source = PrometheusSource(
-            settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency
-        )
+    source = source or PrometheusSource.configured(settings)
     serving = profile_for(settings.file_config()).scopes.get("serving")
     if source is None or serving is None:
         return None
@@ -181,10 +178,7 @@ def analyse(
         settings.min_step_seconds,
     )
     started = time.perf_counter()
-    if source is None and settings.prometheus_url:
-        source = PrometheusSource(
-            settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency
-        )
+    source = source or PrometheusSource.configured(settings)
     if source is not None:
         pod = {name: target.labels[name] for name in ("namespace", "pod") if target.labels.get(name)}
         aliases = source.aliases(profile.identities, target.host_candidates(), window, pod or None)

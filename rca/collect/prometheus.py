@@ -22,6 +22,7 @@ from rca.collect.aliases import resolve_aliases
 from rca.collect.health import failure_kind, short_error
 from rca.collect.peers import fleet_facts
 from rca.collect.profile import PARAMETERS, IdentitySpec, Profile, SignalSpec
+from rca.config import Settings
 from rca.domain.answer import answer_line
 from rca.domain.factor import HostFacts
 
@@ -105,6 +106,13 @@ class PrometheusSource:
         self.client = PrometheusConnect(
             url=url, retry=PROMETHEUS_RETRY, timeout=timeout, method="POST", session=session
         )
+
+    @classmethod
+    def configured(cls, settings: Settings) -> PrometheusSource | None:
+        """The Prometheus RCA_PROMETHEUS_URL names, with its timeout and query concurrency; None when unset."""
+        if not settings.prometheus_url:
+            return None
+        return cls(settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency)
 
     def _instant(self, promql: str, at: datetime) -> list[dict[str, Any]]:
         """The instant vector's elements, each with its `metric` labels."""

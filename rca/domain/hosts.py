@@ -48,6 +48,11 @@ def _address(name: str) -> bool:
     return bool(IPV4.match(name)) or ":" in name  # IPv4, or IPv6 (host_from_label keeps it whole)
 
 
+def hosts_of(alerts: Sequence[Mapping[str, str]], host_labels: Sequence[str]) -> list[str]:
+    """Every host these alerts are about (`alert_host`), sorted, each once."""
+    return sorted({host for labels in alerts if (host := alert_host(labels, host_labels))})
+
+
 @dataclass(frozen=True)
 class Round:
     """The investigations queued together for an incident: one per host, or one (host None) for
@@ -78,7 +83,7 @@ class Fleet:
         whole incident (exactly as a single-host incident always was). Beyond `max_hosts`, those
         whose name hashes lowest: a sample spread over the fleet (not the first names in order)
         that an unchanged incident draws again each time."""
-        hosts = sorted({host for labels in alerts if (host := alert_host(labels, self.host_labels))})
+        hosts = hosts_of(alerts, self.host_labels)
         if len(hosts) < 2:
             return Round()
         chosen = sorted(hosts, key=lambda host: hashlib.sha256(host.encode()).hexdigest())[: self.max_hosts]

@@ -92,11 +92,10 @@ def step_for(settings: Settings) -> int:
 
 def prometheus_fleet_source(settings: Settings) -> FleetSource:
     """A FleetSource over the configured Prometheus (POST, bounded retries, as collection uses)."""
-    if not settings.prometheus_url:
+    source = PrometheusSource.configured(settings)
+    if source is None:
         raise ValueError("RCA_PROMETHEUS_URL is not set; the scan reads Prometheus")
-    client = PrometheusSource(
-        settings.prometheus_url, settings.prometheus_timeout_seconds, settings.query_concurrency
-    ).client
+    client = source.client
 
     def rules() -> Any:
         # prometheus-api-client has no call for the rules API; its session carries the same retries,
