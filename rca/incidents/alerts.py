@@ -29,7 +29,7 @@ from rca.domain.hosts import Fleet
 from rca.domain.status import AlertStatus
 from rca.incidents.locks import after_change, lock_groups, lock_incident
 from rca.incidents.opened import open_incidents
-from rca.incidents.queue import WAITING, queue, queue_new, round_of
+from rca.incidents.queue import WAITING, planned_round, queue, queue_new
 from rca.incidents.status import resolve
 from rca.store import early_warnings
 from rca.store.models import AlertRow, Base, IncidentRow
@@ -230,7 +230,7 @@ def _record_new_groups(session: Session, batch: Sequence[Notice], fleet: Fleet |
         ],
     )
     firing = [(i, group) for i, c, group in zip(ids, columns, alerts, strict=True) if c["status"] == AlertStatus.FIRING]
-    rounds = [round_of(fleet, [(alert["labels"], alert["status"]) for alert in group]) for _, group in firing]
+    rounds = [planned_round(fleet, [(alert["labels"], alert["status"]) for alert in group]) for _, group in firing]
     queued = queue_new(session, [i for i, _ in firing], "new_incident", rounds)
     investigations = dict(zip([i for i, _ in firing], queued, strict=True))
     return [IntakeResult(i, created=True, investigation_ids=investigations.get(i, ())) for i in ids]

@@ -62,7 +62,7 @@ def _rows(incident_id: int, reason: str, plan: Round, requested_by: str | None =
     ]
 
 
-def round_of(fleet: Fleet | None, alerts: Sequence[tuple[Mapping[str, str], str]]) -> Round:
+def planned_round(fleet: Fleet | None, alerts: Sequence[tuple[Mapping[str, str], str]]) -> Round:
     """The round for an incident's alerts (labels, status): its firing ones (all of them when none
     fires), the alerts the investigation's claim reads; without a fleet, the incident as one."""
     firing = [labels for labels, status in alerts if status == AlertStatus.FIRING] or [labels for labels, _ in alerts]
@@ -89,7 +89,7 @@ def queue_new(
     session: Session, incident_ids: Sequence[int], reason: str, rounds: Sequence[Round] | None = None
 ) -> list[tuple[int, ...]]:
     """Queue a round for each of these incidents, opened in this transaction (so none has one to
-    guard against), in one INSERT: intake's hot path, which knows their alerts (`round_of` them;
+    guard against), in one INSERT: intake's hot path, which knows their alerts (`planned_round` of them;
     default: each incident as one target). Each round's ids, in order."""
     plans = rounds if rounds is not None else [Round() for _ in incident_ids]
     return _insert(session, [_rows(i, reason, plan) for i, plan in zip(incident_ids, plans, strict=True)])
@@ -123,7 +123,7 @@ def queue(
         alerts = session.execute(
             select(AlertRow.labels, AlertRow.status).where(AlertRow.incident_id == incident_id)
         ).all()
-        plan = round_of(fleet, [(row.labels, row.status) for row in alerts])
+        plan = planned_round(fleet, [(row.labels, row.status) for row in alerts])
     if waiting is not None:
         joined = _join(session, waiting.id, plan, fleet.max_hosts) if fleet is not None and plan.fleet else ()
         return Requested(waiting.id, False, waiting.status, waiting.requested_by, joined)

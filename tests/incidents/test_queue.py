@@ -19,9 +19,9 @@ from rca.incidents.queue import (
     WAITING,
     Requested,
     investigate_again,
+    planned_round,
     queue,
     queue_new,
-    round_of,
 )
 from rca.store.db import session_scope
 from rca.store.models import AlertRow, InvestigationRow
@@ -168,7 +168,7 @@ def test_new_incidents_queue_their_rounds_in_one_insert(pg_db: str) -> None:
     with session_scope(pg_db) as session:
         alerts = [host_alerts("gpu-node-1", "gpu-node-2"), host_alerts("gpu-node-3")]
         incidents = open_incidents(session, [factories.incident("g-fleet"), factories.incident("g-one")], alerts)
-        rounds = [round_of(FLEET, [(a["labels"], a["status"]) for a in group]) for group in alerts]
+        rounds = [planned_round(FLEET, [(a["labels"], a["status"]) for a in group]) for group in alerts]
         fleet_round, single = queue_new(session, incidents, "new_incident", rounds)
     assert [row[1:] for row in rounds_of(pg_db, incidents[0])] == [
         ("gpu-node-1", fleet_round[0], 0),
